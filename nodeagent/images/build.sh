@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# Build the Deskpool desktop images locally (no registry is reachable from the nodes).
+#
+#   build.sh [base|tiny|desktop|all] [--force]
+#
+# An image that already exists is skipped unless --force. tiny and desktop build on
+# top of base; asking for them builds base first if it is missing.
+#
+# Environment:
+#   DESKPOOL_DEBIAN_MIRROR          Debian mirror (default: read from the host's apt sources)
+#   DESKPOOL_DEBIAN_SECURITY_MIRROR security mirror (default: from apt sources, else none)
+#   DESKPOOL_IMAGE_WORKDIR          scratch space for debootstrap (default /var/tmp/deskpool-images)
+#   DESKPOOL_BUILD_NETWORK          force "bridge" or "host" for docker build RUN steps
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SUITE=bookworm
+BASE_IMAGE=deskpool/base:bookworm
+TINY_IMAGE=deskpool/tiny:latest
+DESKTOP_IMAGE=deskpool/desktop:latest
+WORKROOT=${DESKPOOL_IMAGE_WORKDIR:-/var/tmp/deskpool-images}
+
+target=all
+force=0
+for arg in "$@"; do
+    case $arg in
+        base|tiny|desktop|all) target=$arg ;;
+        --force) force=1 ;;
+        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "unknown argument: $arg (want base|tiny|desktop|all [--force])" >&2; exit 2 ;;
+    esac
+done
+
+log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+# Run a command as a named step and report how long it took.
+step() {
+    local name=$1; shift
+    local t0 t1
+    log "start: $name"
+    t0=$(date +%s.%N)
+    "$@"
+    t1=$(date +%s.%N)
+    log "done:  $name ($(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}') s)"
+}
+
+image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
+
+image_size() { docker image inspect -f '{{.Size}}' "$1" | awk '{printf "%.0f MB", $1/1e6}'; }
+
+# Print the first apt source URI whose suites include the given suite exactly
+# ("bookworm" must not match "bookworm-security"). Reads deb822 *.sources and
+# classic one-line sources; only "deb" entries count (not deb-src).
+apt_source_uri() {
+    local suite=$1
+    local f
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [ -r "$f" ] || continue
+        awk -v want="$suite" '
+            function flush() {
+                if (types ~ /(^| )deb( |$)/ && (" " suites " ") ~ (" " want " ") && uris != "") {
+                    split(uris, u, " "); print u[1]; found = 1; exit
+                }
+                types = ""; suites = ""; uris = ""
+            }
+            /^[ \t]*$/ { flush(); next }
+            /^[ \t]*#/ { next }
+            tolower($1) == "types:"  { $1 = ""; types = $0 }
+            tolower($1) == "suites:" { $1 = ""; suites = $0 }
+            tolower($1) == "uris:"   { $1 = ""; uris = $0 }
+            END { if (!found) flush() }
+        ' "$f"
+    done
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+        [ -r "$f" ] || continue
+        # deb [options] URI suite components...
+        sed -E 's/\[[^]]*\]//' "$f" | awk -v want="$suite" '$1 == "deb" && $3 == want { print $2 }'
+    done
+}
+
+MIRROR=${DESKPOOL_DEBIAN_MIRROR:-$(apt_source_uri "$SUITE" | head -n1)}
+MIRROR=${MIRROR%/}
+if [ -z "$MIRROR" ]; then
+    echo "no Debian mirror for $SUITE in the apt sources; set DESKPOOL_DEBIAN_MIRROR" >&2
+    exit 1
+fi
+SECURITY_MIRROR=${DESKPOOL_DEBIAN_SECURITY_MIRROR-$(apt_source_uri "$SUITE-security" | head -n1)}
+SECURITY_MIRROR=${SECURITY_MIRROR%/}
+
+# The sources.list baked into the images: the same mirror the host uses, so that
+# apt inside a container works wherever the host's apt works.
+image_sources_list() {
+    echo "deb $MIRROR $SUITE main"
+    echo "deb $MIRROR $SUITE-updates main"
+    if [ -n "$SECURITY_MIRROR" ]; then
+        echo "deb $SECURITY_MIRROR $SUITE-security main"
+    fi
+}
+
+build_base() {
+    command -v debootstrap >/dev/null || { echo "debootstrap is not installed" >&2; exit 1; }
+    mkdir -p "$WORKROOT"
+    work=$(mktemp -d "$WORKROOT/base.XXXXXX")
+    # The rootfs is ~300 MB of root-owned files: remove it even when a step fails.
+    trap 'rm -rf "$work"' EXIT
+
+    log "mirror: $MIRROR${SECURITY_MIRROR:+ (security: $SECURITY_MIRROR)}"
+    step "debootstrap --variant=minbase $SUITE" \
+        debootstrap --variant=minbase "$SUITE" "$work/rootfs" "$MIRROR"
+
+    image_sources_list >"$work/rootfs/etc/apt/sources.list"
+    # Images stay small only if nothing pulls in recommends and apt does not keep .debs.
+    cat >"$work/rootfs/etc/apt/apt.conf.d/90deskpool" <<'APT'
+APT::Install-Recommends "false";
+APT::Install-Suggests "false";
+Acquire::Languages "none";
+APT
+    # As in Docker's official Debian images: no binary package caches (apt rebuilds
+    # them after every run, ~70 MB per layer) and no .debs left after installing.
+    cat >"$work/rootfs/etc/apt/apt.conf.d/91deskpool-clean" <<'APT'
+DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+Dir::Cache::pkgcache "";
+Dir::Cache::srcpkgcache "";
+APT
+    # debootstrap leaves the package lists and downloaded .debs behind.
+    rm -rf "$work/rootfs/var/lib/apt/lists/"* "$work/rootfs/var/cache/apt/archives/"*.deb
+    # Containers must not inherit the build host's identity.
+    : >"$work/rootfs/etc/hostname"
+    rm -f "$work/rootfs/etc/machine-id" "$work/rootfs/var/lib/dbus/machine-id"
+
+    step "docker import $BASE_IMAGE" bash -c \
+        'tar -C "$1/rootfs" --numeric-owner -c . | docker import \
+            --change "ENV LANG=C.UTF-8" --change "CMD [\"/bin/bash\"]" - "$2" >/dev/null' \
+        _ "$work" "$BASE_IMAGE"
+    rm -rf "$work"
+    trap - EXIT
+    log "$BASE_IMAGE: $(image_size "$BASE_IMAGE")"
+}
+
+# How RUN steps reach the mirror. Measured here: the default bridge network
+# reaches the host's mirror, so plain `docker build` works. Where the bridge has
+# no route out (no NAT / firewalled), `--network host` usually still does. If
+# neither works the packages would have to be installed by chroot on the host;
+# that is not implemented, the build stops with a message instead.
+BUILD_NETWORK=
+pick_build_network() {
+    [ -n "$BUILD_NETWORK" ] && return 0
+    if [ -n "${DESKPOOL_BUILD_NETWORK:-}" ]; then
+        BUILD_NETWORK=$DESKPOOL_BUILD_NETWORK
+        log "build network: $BUILD_NETWORK (from DESKPOOL_BUILD_NETWORK)"
+        return 0
+    fi
+    local net
+    for net in bridge host; do
+        # Probe with the same requests the RUN steps will make.
+        if docker run --rm --network "$net" "$BASE_IMAGE" \
+            timeout 15 apt-get -qq -o Acquire::Retries=0 update >/dev/null 2>&1; then
+            BUILD_NETWORK=$net
+            log "build network: $net (the mirror answers from a container)"
+            return 0
+        fi
+        log "build network: $net cannot reach $MIRROR"
+    done
+    echo "no container network reaches $MIRROR; installing by chroot is not implemented" >&2
+    exit 1
+}
+
+build_layer() {
+    local image=$1 dockerfile=$2
+    pick_build_network
+    # Legacy builder (no buildx on these hosts): --network applies to RUN steps.
+    # --force means fresh packages too, not layers cached from an earlier build.
+    local nocache=()
+    [ "$force" = 1 ] && nocache=(--no-cache)
+    step "docker build $image" docker build --network "$BUILD_NETWORK" "${nocache[@]}" \
+        --build-arg BASE_IMAGE="$BASE_IMAGE" \
+        -f "$HERE/$dockerfile" -t "$image" "$HERE"
+    log "$image: $(image_size "$image")"
+}
+
+# Build one image unless it exists (and no --force).
+want() {
+    local name=$1 image=$2
+    if [ "$force" = 0 ] && image_exists "$image"; then
+        log "skip:  $image exists ($(image_size "$image")); use --force to rebuild"
+        return 0
+    fi
+    if image_exists "$image"; then
+        REPLACED=("$(docker image inspect -f '{{.Id}}' "$image")" "${REPLACED[@]}")
+    fi
+    case $name in
+        base) build_base ;;
+        tiny) build_layer "$image" Dockerfile.tiny ;;
+        desktop) build_layer "$image" Dockerfile.desktop ;;
+    esac
+}
+
+# Images a --force rebuild replaced, newest first (children before their base).
+REPLACED=()
+# Each forced rebuild would otherwise leave ~1.4 GB of untagged images behind.
+# Removal fails harmlessly for an image a container still uses.
+remove_replaced() {
+    local id
+    for id in "${REPLACED[@]}"; do
+        docker image rm "$id" >/dev/null 2>&1 && log "removed replaced image ${id:7:12}" || true
+    done
+}
+
+total0=$(date +%s.%N)
+case $target in
+    base) want base "$BASE_IMAGE" ;;
+    tiny|desktop)
+        # A forced tiny/desktop rebuild reuses an existing base: it is the slow,
+        # rarely-changing part. `build.sh base --force` rebuilds it.
+        image_exists "$BASE_IMAGE" || force=1 want base "$BASE_IMAGE"
+        if [ "$target" = tiny ]; then want tiny "$TINY_IMAGE"; else want desktop "$DESKTOP_IMAGE"; fi
+        ;;
+    all)
+        want base "$BASE_IMAGE"
+        want tiny "$TINY_IMAGE"
+        want desktop "$DESKTOP_IMAGE"
+        ;;
+esac
+remove_replaced
+log "total: $(awk -v a="$total0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s"

@@ -1,0 +1,129 @@
+"""Messages between the node agent and the portal's agent API (``/api/agent/v1/``).
+
+The agent owns these schemas; the portal imports them, never the reverse. Every
+message is plain JSON. Field names here are the wire names.
+
+Endpoints (all JSON, all under ``/api/agent/v1/``):
+
+``POST register/``
+    Body :class:`Registration`. First start: ``join_token`` in the body (one-time,
+    created by an admin). Later starts: no join token, ``Authorization: Node <token>``.
+    Answer :class:`RegistrationAnswer` (``node_token`` only on the first registration).
+    A protocol version the portal does not speak gets 409 with ``detail``.
+``POST heartbeat/``
+    Body :class:`Heartbeat`. Answer ``{"ok": true, "server_time": iso8601}``.
+``GET desired/``
+    Answer :class:`DesiredState`: the sessions that should run on this node now.
+    A container labelled ``deskpool.session=<id>`` whose id is not listed must stop.
+``POST sessions/<session_id>/report/``
+    Body :class:`SessionReport`. Answer ``{"state": <portal state>}``; 409 with
+    ``{"detail", "state"}`` when the portal no longer wants that session (stop it).
+
+Errors: 401 for a missing or wrong token, 400 with field errors for a bad body.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NotRequired, TypedDict
+
+PROTOCOL_VERSION = 1
+AGENT_VERSION = "0.1.0"
+
+# Label keys on every desktop container and volume the agent creates.
+LABEL_SESSION = "deskpool.session"
+LABEL_USER = "deskpool.user"
+LABEL_NODE = "deskpool.node"
+LABEL_COURSE = "deskpool.course"
+LABEL_MANAGED = "deskpool.managed"
+
+# Inside every desktop image: websockify listens here, the VNC password file is mounted here.
+DESKTOP_WEBSOCKIFY_PORT = 6080
+DESKTOP_PASSWORD_MOUNT = "/run/deskpool/vnc"
+DESKTOP_PASSWORD_FILE = f"{DESKTOP_PASSWORD_MOUNT}/passwd"
+DESKTOP_HOME = "/home/desktop"
+
+ReportedState = Literal["STARTING", "RUNNING", "FAILED", "LOST", "ENDED"]
+SharingMode = Literal["mig", "share", "whole"]
+
+
+class MigInstance(TypedDict):
+    uuid: str
+    profile: str  # e.g. "1g.10gb"
+    memory_mb: int
+
+
+class GpuInventory(TypedDict):
+    uuid: str
+    index: int
+    name: str  # as NVML reports it, e.g. "NVIDIA A100-SXM4-80GB"
+    memory_mb: int
+    compute_capability: str  # "8.0"
+    mig_mode: bool
+    mig_instances: list[MigInstance]
+    nvlink_peers: list[str]  # UUIDs of GPUs on this node linked by NVLink
+    pci_bus_id: str
+    # How the node's admin lets the pool use this GPU: MIG instances, N time-sliced
+    # shares with a memory cap each, or the whole card.
+    sharing: SharingMode
+    share_count: NotRequired[int]
+    share_memory_mb: NotRequired[int]
+    simulated: bool
+
+
+class Registration(TypedDict):
+    protocol_version: int
+    agent_version: str
+    hostname: str
+    join_token: NotRequired[str]
+    address: str  # where the portal reaches published desktop ports
+    cpu_count: int
+    memory_mb: int
+    labels: dict[str, str]  # rack, cooling, network_plane, ...
+    runtime: Literal["docker", "simulated"]
+    gpus: list[GpuInventory]
+
+
+class RegistrationAnswer(TypedDict):
+    node_id: int
+    node_token: NotRequired[str]
+    heartbeat_interval_s: float
+    poll_interval_s: float
+
+
+class GpuMetrics(TypedDict):
+    uuid: str
+    utilization_pct: float | None
+    memory_used_mb: int | None
+    temperature_c: float | None
+    power_w: float | None
+
+
+class Heartbeat(TypedDict):
+    gpus: list[GpuMetrics]
+    running_sessions: list[int]
+
+
+class DesiredSession(TypedDict):
+    session_id: int
+    user: str
+    course: str
+    image: str
+    cpus: float
+    memory_mb: int
+    pids_limit: int
+    shm_mb: int
+    gpu_devices: list[str]  # GPU or MIG UUIDs; NVIDIA_VISIBLE_DEVICES gets exactly these
+    vnc_password: str  # at most 8 characters (VNC truncates longer ones)
+    home_volume: str  # docker volume name, kept across sessions
+
+
+class DesiredState(TypedDict):
+    sessions: list[DesiredSession]
+
+
+class SessionReport(TypedDict):
+    state: ReportedState
+    host: NotRequired[str]
+    port: NotRequired[int | None]
+    container_id: NotRequired[str]
+    reason: NotRequired[str]

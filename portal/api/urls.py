@@ -1,0 +1,15 @@
+from django.urls import include, path
+from rest_framework.authtoken.views import obtain_auth_token
+from rest_framework.routers import DefaultRouter
+
+from .views import DesktopProfileViewSet, PoolView, SessionViewSet
+
+router = DefaultRouter()
+router.register("profiles", DesktopProfileViewSet, basename="profile")
+router.register("sessions", SessionViewSet, basename="session")
+
+urlpatterns = [
+    path("auth/token/", obtain_auth_token, name="api-token"),
+    path("pool/", PoolView.as_view(), name="api-pool"),
+    path("", include(router.urls)),
+]

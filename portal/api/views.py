@@ -1,0 +1,96 @@
+"""The user API (``/api/v1/``): thin viewsets that call the scheduling services."""
+
+from __future__ import annotations
+
+from django.db.models import Prefetch
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, permissions, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from scheduling.models import Allocation, DesktopProfile, Gpu, Node, Session
+from scheduling.services import ServiceError
+from scheduling.services.sessions import check_submit, do_stop, do_submit
+
+from .errors import as_api_error
+from .serializers import (
+    DesktopProfileSerializer,
+    NodeSerializer,
+    SessionCreateSerializer,
+    SessionSerializer,
+)
+
+
+class DesktopProfileViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = DesktopProfileSerializer
+    queryset = DesktopProfile.objects.filter(active=True)
+
+
+class SessionViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):
+    serializer_class = SessionSerializer
+
+    def get_queryset(self):
+        return (
+            Session.objects.visible_to(self.request.user)
+            .select_related("profile", "node", "user")
+            .prefetch_related("allocations__slice__gpu")
+        )
+
+    def get_serializer_class(self):
+        return SessionCreateSerializer if self.action == "create" else SessionSerializer
+
+    @extend_schema(request=SessionCreateSerializer, responses={201: SessionSerializer})
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        form = SessionCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        try:
+            submit = check_submit(
+                request.user,
+                form.validated_data["profile"],
+                form.validated_data["purpose"],
+                form.validated_data.get("course") or None,
+            )
+        except ServiceError as error:
+            raise as_api_error(error) from error
+        session = do_submit(request.user, submit)
+        return Response(
+            SessionSerializer(self.get_queryset().get(pk=session.pk)).data,
+            status=status.HTTP_201_CREATED,
+        )
+
+    @extend_schema(request=None, responses={200: SessionSerializer})
+    @action(detail=True, methods=["post"])
+    def stop(self, request: Request, pk: str | None = None) -> Response:
+        session = self.get_object()
+        try:
+            do_stop(request.user, session)
+        except ServiceError as error:
+            raise as_api_error(error) from error
+        return Response(SessionSerializer(self.get_queryset().get(pk=session.pk)).data)
+
+
+class PoolView(APIView):
+    """Nodes, GPUs and slices with their use. Admins only."""
+
+    permission_classes = [permissions.IsAdminUser]
+
+    @extend_schema(responses={200: NodeSerializer(many=True)})
+    def get(self, request: Request) -> Response:
+        held = set(
+            Allocation.objects.filter(released_at=None, slice__isnull=False).values_list(
+                "slice_id", flat=True
+            )
+        )
+        nodes = Node.objects.prefetch_related(
+            Prefetch("gpus", queryset=Gpu.objects.prefetch_related("slices"))
+        )
+        data = NodeSerializer(nodes, many=True, context={"held": held}).data
+        total = sum(len(g["slices"]) for n in data for g in n["gpus"])
+        return Response({"nodes": data, "slices_total": total, "slices_in_use": len(held)})

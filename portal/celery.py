@@ -1,0 +1,25 @@
+"""The Celery app: broker on Redis, tasks discovered in each app's ``tasks.py``."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+
+app = Celery("deskpool")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+
+@app.on_after_finalize.connect
+def _beat_entries(sender: Celery, **_: object) -> None:
+    from django.conf import settings
+
+    every = settings.SCHEDULER_BEAT_SECONDS
+    sender.add_periodic_task(
+        every,
+        sender.signature("scheduling.tasks.run_scheduling_cycle", options={"expires": every}),
+        name="scheduling-cycle",
+    )

@@ -1,0 +1,106 @@
+"""Channels consumers: live updates for a person's pages, and the desktop proxy."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import websockets
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
+
+from scheduling.choices import SessionState
+from scheduling.models import Session
+
+from .events import user_group
+
+log = logging.getLogger(__name__)
+
+
+class UpdatesConsumer(AsyncJsonWebsocketConsumer):
+    """Pushes ``session.update`` events for the signed-in person's sessions."""
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=4401)
+            return
+        self.group = user_group(user.pk)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if hasattr(self, "group"):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def session_update(self, event: dict) -> None:
+        await self.send_json({"type": "session.update", "session": event["session"]})
+
+
+@database_sync_to_async
+def _desktop_endpoint(user, session_id: int) -> tuple[str, int] | None:
+    session = (
+        Session.objects.openable_by(user)
+        .filter(pk=session_id, state=SessionState.RUNNING, desktop_port__isnull=False)
+        .first()
+    )
+    if session is None:
+        return None
+    return session.desktop_host, session.desktop_port
+
+
+class DesktopProxyConsumer(AsyncWebsocketConsumer):
+    """Relays noVNC's WebSocket to the session's websockify, for its owner and admins only."""
+
+    upstream: websockets.ClientConnection | None = None
+    pump: asyncio.Task | None = None
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
+        endpoint = None
+        if user is not None and user.is_authenticated:
+            endpoint = await _desktop_endpoint(user, session_id)
+        if endpoint is None:
+            await self.close(code=4403)
+            return
+        host, port = endpoint
+        try:
+            self.upstream = await websockets.connect(
+                f"ws://{host}:{port}/websockify",
+                max_size=None,
+                open_timeout=5,
+                compression=None,
+            )
+        except (OSError, websockets.InvalidHandshake, TimeoutError) as error:
+            log.warning("desktop %s unreachable at %s:%s: %s", session_id, host, port, error)
+            await self.close(code=4502)
+            return
+        await self.accept()
+        self.pump = asyncio.create_task(self._from_desktop())
+
+    async def _from_desktop(self) -> None:
+        assert self.upstream is not None
+        try:
+            async for message in self.upstream:
+                if isinstance(message, bytes):
+                    await self.send(bytes_data=message)
+                else:
+                    await self.send(text_data=message)
+        except websockets.ConnectionClosed:
+            pass
+        finally:
+            await self.close()
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        if self.upstream is None:
+            return
+        with contextlib.suppress(websockets.ConnectionClosed):
+            await self.upstream.send(bytes_data if bytes_data is not None else text_data)
+
+    async def disconnect(self, code: int) -> None:
+        if self.upstream is not None:
+            await self.upstream.close()
+        if self.pump is not None:
+            self.pump.cancel()

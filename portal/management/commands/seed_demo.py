@@ -1,0 +1,95 @@
+"""Create the demo accounts, a course and the desktop catalogue. Idempotent."""
+
+from __future__ import annotations
+
+import os
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from portal.models import Course
+from scheduling.models import DesktopProfile
+
+DESKTOP_IMAGE = "deskpool/desktop:latest"
+
+PROFILES = [
+    {
+        "slug": "ai-painting",
+        "name": "AI painting",
+        "description": "Stable Diffusion and friends on a 4 GB-class GPU slice.",
+        "cpus": 2,
+        "memory_mb": 4096,
+        "gpu_count": 1,
+        "gpu_memory_min_mb": 3840,
+        "allowed_kinds": ["share", "mig"],
+    },
+    {
+        "slug": "3d-modelling",
+        "name": "3D modelling",
+        "description": "Blender with at least 8 GB of GPU memory and tensor cores.",
+        "cpus": 2,
+        "memory_mb": 8192,
+        "gpu_count": 1,
+        "gpu_memory_min_mb": 8192,
+        "allowed_kinds": ["mig", "whole"],
+    },
+    {
+        "slug": "medical-imaging",
+        "name": "Medical imaging",
+        "description": "3D Slicer and MONAI with 16 GB or more of GPU memory.",
+        "cpus": 2,
+        "memory_mb": 8192,
+        "gpu_count": 1,
+        "gpu_memory_min_mb": 16384,
+        "allowed_kinds": ["mig", "whole"],
+    },
+    {
+        "slug": "cpu-desktop",
+        "name": "CPU-only desktop",
+        "description": "A Linux desktop without a GPU, for notes, code and small jobs.",
+        "cpus": 1,
+        "memory_mb": 2048,
+        "gpu_count": 0,
+        "gpu_memory_min_mb": 0,
+        "allowed_kinds": [],
+    },
+]
+
+USERS = [
+    ("student1", {"first_name": "Ada"}),
+    ("student2", {"first_name": "Ben"}),
+    ("instructor1", {"first_name": "Ines"}),
+    ("admin", {"first_name": "Ari", "is_staff": True, "is_superuser": True}),
+]
+
+
+class Command(BaseCommand):
+    help = "Create the demo accounts (password DEMO_PASSWORD or 'deskpool'), course and profiles."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--image", default=DESKTOP_IMAGE, help="Desktop image for profiles.")
+
+    @transaction.atomic
+    def handle(self, *args, image: str, **options) -> None:
+        password = os.environ.get("DEMO_PASSWORD") or "deskpool"
+        users = {}
+        user_model = get_user_model()
+        for username, fields in USERS:
+            user, _ = user_model.objects.update_or_create(username=username, defaults=fields)
+            user.set_password(password)
+            user.save()
+            users[username] = user
+        course, _ = Course.objects.update_or_create(
+            code="cs-gpu101", defaults={"title": "GPU computing for everyone"}
+        )
+        course.instructors.set([users["instructor1"]])
+        course.students.set([users["student1"], users["student2"]])
+        for spec in PROFILES:
+            DesktopProfile.objects.update_or_create(
+                slug=spec["slug"], defaults={**spec, "image": image}
+            )
+        self.stdout.write(
+            f"Demo accounts: {', '.join(u for u, _ in USERS)} (password from DEMO_PASSWORD, "
+            f"or 'deskpool'); {len(PROFILES)} desktop profiles using {image}."
+        )

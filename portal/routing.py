@@ -1,0 +1,8 @@
+from django.urls import path
+
+from .consumers import DesktopProxyConsumer, UpdatesConsumer
+
+websocket_urlpatterns = [
+    path("ws/updates/", UpdatesConsumer.as_asgi()),
+    path("ws/desktop/<int:session_id>/", DesktopProxyConsumer.as_asgi()),
+]

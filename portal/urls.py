@@ -1,0 +1,20 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView
+
+from . import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("sessions/new/", views.submit_session, name="session-submit"),
+    path("sessions/<int:session_id>/", views.session_detail, name="session-detail"),
+    path("sessions/<int:session_id>/stop/", views.stop_session, name="session-stop"),
+    path("desktop/<int:session_id>/", views.desktop, name="desktop"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("portal.api.urls")),
+    path("api/agent/v1/", include("scheduling.agent_api")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+]

@@ -1,0 +1,110 @@
+"""Server-rendered pages. They call the scheduling services; live state arrives over Channels."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from scheduling.choices import TERMINAL_STATES, Purpose, SessionState
+from scheduling.models import DesktopProfile, Session
+from scheduling.services import ServiceError
+from scheduling.services.sessions import check_submit, do_stop, do_submit
+
+from .api.serializers import SessionSerializer
+
+
+def _my_session(request: HttpRequest, session_id: int, *, to_open: bool = False) -> Session:
+    sessions = (
+        Session.objects.openable_by(request.user)
+        if to_open
+        else (Session.objects.visible_to(request.user))
+    )
+    session = (
+        sessions.select_related("profile", "node", "user")
+        .prefetch_related("allocations__slice__gpu")
+        .filter(pk=session_id)
+        .first()
+    )
+    if session is None:
+        raise Http404("No such session.")
+    return session
+
+
+def _home_context(request: HttpRequest, **extra) -> dict:
+    return {
+        "profiles": DesktopProfile.objects.filter(active=True),
+        "purposes": Purpose.choices,
+        "courses": request.user.courses_enrolled.all(),
+        "sessions": Session.objects.filter(user=request.user)
+        .exclude(state__in=TERMINAL_STATES)
+        .select_related("profile"),
+        "recent": Session.objects.filter(
+            user=request.user, state__in=TERMINAL_STATES
+        ).select_related("profile")[:5],
+        **extra,
+    }
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    return render(request, "portal/home.html", _home_context(request))
+
+
+@login_required
+@require_POST
+def submit_session(request: HttpRequest) -> HttpResponse:
+    form = {
+        "profile": request.POST.get("profile", ""),
+        "purpose": request.POST.get("purpose", ""),
+        "course": request.POST.get("course", ""),
+    }
+    try:
+        if not form["profile"].isdigit():
+            raise ServiceError("Pick a desktop profile.", field="profile")
+        submit = check_submit(
+            request.user, int(form["profile"]), form["purpose"], form["course"] or None
+        )
+    except ServiceError as error:
+        context = _home_context(request, form=form, error=error)
+        return render(request, "portal/home.html", context, status=400)
+    session = do_submit(request.user, submit)
+    return redirect("session-detail", session_id=session.pk)
+
+
+@login_required
+def session_detail(request: HttpRequest, session_id: int) -> HttpResponse:
+    session = _my_session(request, session_id)
+    data = SessionSerializer(session).data
+    return render(
+        request,
+        "portal/session_detail.html",
+        {"session": session, "data": data},
+    )
+
+
+@login_required
+@require_POST
+def stop_session(request: HttpRequest, session_id: int) -> HttpResponse:
+    session = _my_session(request, session_id, to_open=True)
+    try:
+        do_stop(request.user, session)
+    except ServiceError as error:
+        messages.warning(request, error.message)
+    return redirect("session-detail", session_id=session.pk)
+
+
+@login_required
+def desktop(request: HttpRequest, session_id: int) -> HttpResponse:
+    session = _my_session(request, session_id, to_open=True)
+    if session.state != SessionState.RUNNING:
+        messages.info(request, "This desktop is not running yet; its page shows its progress.")
+        return redirect("session-detail", session_id=session.pk)
+    simulated = session.node is not None and session.node.runtime == "simulated"
+    return render(
+        request,
+        "portal/desktop.html",
+        {"session": session, "simulated": simulated, "password": session.vnc_password},
+    )

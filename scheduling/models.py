@@ -1,0 +1,260 @@
+"""The resource side: nodes, GPUs, slices, desktop profiles, sessions, allocations, audit."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from .choices import (
+    ON_NODE_STATES,
+    PURPOSE_TIER,
+    TERMINAL_STATES,
+    AuditKind,
+    Purpose,
+    SessionState,
+    SliceKind,
+)
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+
+def hash_token(token: str) -> str:
+    """Tokens are stored as SHA-256 digests; the plain token is shown once."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Node(models.Model):
+    """A GPU node served by one agent."""
+
+    hostname = models.CharField(max_length=200, unique=True)
+    address = models.CharField(max_length=200, default="127.0.0.1")
+    token_hash = models.CharField(max_length=64, blank=True, db_index=True)
+    labels = models.JSONField(default=dict, blank=True)
+    cpu_count = models.PositiveIntegerField(default=0)
+    memory_mb = models.PositiveIntegerField(default=0)
+    runtime = models.CharField(max_length=20, default="docker")
+    agent_version = models.CharField(max_length=40, blank=True)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    registered_at = models.DateTimeField(null=True, blank=True)
+    cordoned = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["hostname"]
+
+    def __str__(self) -> str:
+        return self.hostname
+
+    def is_healthy(self, now=None) -> bool:
+        if self.cordoned or self.last_heartbeat is None:
+            return False
+        now = now or timezone.now()
+        age = (now - self.last_heartbeat).total_seconds()
+        return age <= settings.NODE_HEARTBEAT_TIMEOUT_S
+
+
+class JoinToken(models.Model):
+    """A one-time token with which a new agent registers its node."""
+
+    token_hash = models.CharField(max_length=64, unique=True)
+    hostname = models.CharField(max_length=200, blank=True, help_text="Blank: any hostname.")
+    created_at = models.DateTimeField(default=timezone.now)
+    used_at = models.DateTimeField(null=True, blank=True)
+    used_by = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL)
+
+    def __str__(self) -> str:
+        return f"join token {self.pk} for {self.hostname or 'any node'}"
+
+    @staticmethod
+    def new_plain_token() -> str:
+        return "dpj_" + secrets.token_urlsafe(24)
+
+
+class Gpu(models.Model):
+    """One physical GPU as the node's agent reported it."""
+
+    node = models.ForeignKey(Node, related_name="gpus", on_delete=models.CASCADE)
+    uuid = models.CharField(max_length=100, unique=True)
+    index = models.PositiveIntegerField()
+    model = models.CharField(max_length=100)
+    memory_mb = models.PositiveIntegerField()
+    compute_capability = models.CharField(max_length=10, blank=True)
+    sharing = models.CharField(max_length=10, choices=SliceKind.choices)
+    nvlink_peers = models.JSONField(default=list, blank=True)
+    simulated = models.BooleanField(default=False)
+    metrics = models.JSONField(default=dict, blank=True)
+    present = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["node__hostname", "index"]
+
+    def __str__(self) -> str:
+        return f"{self.node.hostname}/gpu{self.index} {self.model}"
+
+
+class Slice(models.Model):
+    """A unit of GPU capacity one session can hold: a MIG instance, a share, a whole GPU."""
+
+    gpu = models.ForeignKey(Gpu, related_name="slices", on_delete=models.CASCADE)
+    kind = models.CharField(max_length=10, choices=SliceKind.choices)
+    profile = models.CharField(max_length=40, blank=True, help_text="MIG profile, e.g. 1g.10gb")
+    device_uuid = models.CharField(max_length=100, help_text="GPU or MIG UUID given to Docker")
+    memory_mb = models.PositiveIntegerField()
+    slot = models.PositiveIntegerField(default=0)
+    present = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["gpu__node__hostname", "gpu__index", "slot"]
+        constraints = [
+            models.UniqueConstraint(fields=["gpu", "kind", "slot"], name="slice_unique_slot"),
+        ]
+
+    def __str__(self) -> str:
+        label = self.profile or f"{self.kind}{self.slot}"
+        return f"{self.gpu} {label}"
+
+
+class DesktopProfile(models.Model):
+    """An entry of the admin's catalogue of desktops a user can ask for."""
+
+    slug = models.SlugField(max_length=60, unique=True)
+    name = models.CharField(max_length=120)
+    description = models.TextField(blank=True)
+    image = models.CharField(max_length=200)
+    cpus = models.FloatField(default=2.0)
+    memory_mb = models.PositiveIntegerField(default=4096)
+    pids_limit = models.PositiveIntegerField(default=1024)
+    shm_mb = models.PositiveIntegerField(default=512)
+    gpu_count = models.PositiveIntegerField(default=1)
+    gpu_memory_min_mb = models.PositiveIntegerField(default=0)
+    allowed_kinds = models.JSONField(default=list, help_text="Slice kinds: mig, share, whole")
+    max_duration_minutes = models.PositiveIntegerField(default=240)
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class SessionQuerySet(models.QuerySet["Session"]):
+    def visible_to(self, user: AbstractBaseUser | AnonymousUser) -> SessionQuerySet:
+        """Sessions this user may read: their own, all for admins, and guardian grants."""
+        from guardian.shortcuts import get_objects_for_user
+
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        granted = get_objects_for_user(
+            user, "scheduling.view_session", klass=Session, accept_global_perms=False
+        ).values("pk")
+        return self.filter(Q(user=user) | Q(pk__in=granted))
+
+    def openable_by(self, user: AbstractBaseUser | AnonymousUser) -> SessionQuerySet:
+        """Sessions whose desktop this user may open: only the owner's, and admins'."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        return self.filter(user=user)
+
+    def on_node(self) -> SessionQuerySet:
+        return self.filter(state__in=ON_NODE_STATES)
+
+    def active(self) -> SessionQuerySet:
+        return self.exclude(state__in=TERMINAL_STATES)
+
+
+class Session(models.Model):
+    """One desktop request, from the queue to its end."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, related_name="desktop_sessions", on_delete=models.CASCADE
+    )
+    profile = models.ForeignKey(DesktopProfile, on_delete=models.PROTECT)
+    purpose = models.CharField(max_length=20, choices=Purpose.choices)
+    course = models.ForeignKey("portal.Course", null=True, blank=True, on_delete=models.SET_NULL)
+    state = models.CharField(
+        max_length=20, choices=SessionState.choices, default=SessionState.QUEUED, db_index=True
+    )
+    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL)
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    reason = models.CharField(max_length=300, blank=True)
+    vnc_password = models.CharField(max_length=8, blank=True)
+    desktop_host = models.CharField(max_length=200, blank=True)
+    desktop_port = models.PositiveIntegerField(null=True, blank=True)
+    container_id = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    placed_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    objects = SessionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"session {self.pk} ({self.user}, {self.state})"
+
+    @property
+    def tier(self) -> int:
+        return PURPOSE_TIER[Purpose(self.purpose)]
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def home_volume(self) -> str:
+        return f"deskpool-home-{self.user.get_username()}"
+
+
+class Allocation(models.Model):
+    """A session's hold on one slice (or, for CPU-only desktops, on a node)."""
+
+    session = models.ForeignKey(Session, related_name="allocations", on_delete=models.CASCADE)
+    node = models.ForeignKey(Node, on_delete=models.PROTECT)
+    slice = models.ForeignKey(Slice, null=True, blank=True, on_delete=models.PROTECT)
+    created_at = models.DateTimeField(default=timezone.now)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # Whatever races, one slice's capacity is held by at most one live allocation.
+            models.UniqueConstraint(
+                fields=["slice"],
+                condition=Q(released_at__isnull=True),
+                name="one_active_allocation_per_slice",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"allocation of {self.slice or self.node} to session {self.session_id}"
+
+
+class AuditEvent(models.Model):
+    """Every decision and state change, with who or what made it."""
+
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    kind = models.CharField(max_length=40, choices=AuditKind.choices)
+    actor = models.CharField(max_length=200, help_text="user:<name>, node:<host>, scheduler")
+    session = models.ForeignKey(
+        Session, null=True, blank=True, related_name="audit", on_delete=models.CASCADE
+    )
+    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.kind} by {self.actor}"

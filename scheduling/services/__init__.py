@@ -1,0 +1,21 @@
+"""Business logic of the resource side, as ``check_*`` / ``do_*`` functions."""
+
+
+class ServiceError(Exception):
+    """A request the service refuses; the message tells the person what to do next."""
+
+    def __init__(self, message: str, *, field: str | None = None, code: str = "invalid"):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.code = code
+
+
+class NotFound(ServiceError):
+    def __init__(self, message: str = "Not found."):
+        super().__init__(message, code="not_found")
+
+
+class Conflict(ServiceError):
+    def __init__(self, message: str):
+        super().__init__(message, code="conflict")

@@ -1,0 +1,76 @@
+"""What a node should run, and what its agent reports back about each desktop."""
+
+from __future__ import annotations
+
+from django.utils import timezone
+
+from nodeagent.protocol import DesiredSession, SessionReport
+
+from ..choices import ON_NODE_STATES, TERMINAL_STATES, SessionState
+from ..models import Node, Session
+from . import Conflict, NotFound
+from .lifecycle import do_transition
+
+S = SessionState
+
+
+def desired_sessions(node: Node) -> list[DesiredSession]:
+    """The sessions whose desktops should be running on this node now."""
+    sessions = (
+        Session.objects.filter(node=node, state__in=ON_NODE_STATES)
+        .select_related("profile", "user", "course")
+        .prefetch_related("allocations__slice")
+        .order_by("pk")
+    )
+    return [
+        DesiredSession(
+            session_id=s.pk,
+            user=s.user.get_username(),
+            course=s.course.code if s.course else "",
+            image=s.profile.image,
+            cpus=s.profile.cpus,
+            memory_mb=s.profile.memory_mb,
+            pids_limit=s.profile.pids_limit,
+            shm_mb=s.profile.shm_mb,
+            gpu_devices=[
+                a.slice.device_uuid
+                for a in s.allocations.all()
+                if a.slice is not None and a.released_at is None
+            ],
+            vnc_password=s.vnc_password,
+            home_volume=s.home_volume,
+        )
+        for s in sessions
+    ]
+
+
+def do_report(node: Node, session_id: int, report: SessionReport) -> Session:
+    """Apply an agent's report; Conflict means the portal no longer wants that desktop."""
+    session = Session.objects.filter(pk=session_id, node=node).first()
+    if session is None:
+        raise NotFound(f"Session {session_id} is not assigned to {node.hostname}.")
+    actor = f"node:{node.hostname}"
+    state = report["state"]
+    reason = report.get("reason", "")
+    if state in ("STARTING", "RUNNING") and session.state not in ON_NODE_STATES:
+        raise Conflict(f"Session {session_id} is {session.state}; stop its desktop.")
+    if state == "STARTING":
+        if session.state != S.PLACED:
+            return session
+        return do_transition(session_id, S.STARTING, actor=actor, reason="starting the desktop")
+    if state == "RUNNING":
+        if session.state == S.RUNNING:
+            return session
+        return do_transition(
+            session_id,
+            S.RUNNING,
+            actor=actor,
+            desktop_host=report.get("host") or node.address,
+            desktop_port=report.get("port"),
+            container_id=report.get("container_id", ""),
+            started_at=timezone.now(),
+        )
+    if session.state in TERMINAL_STATES:
+        return session  # a late ENDED/FAILED/LOST after the portal already ended it
+    target = {"ENDED": S.ENDED, "FAILED": S.FAILED, "LOST": S.LOST}[state]
+    return do_transition(session_id, target, actor=actor, reason=reason)

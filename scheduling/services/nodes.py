@@ -1,0 +1,164 @@
+"""Node registration, inventory and heartbeats, as reported by node agents."""
+
+from __future__ import annotations
+
+import secrets
+
+from django.db import transaction
+from django.utils import timezone
+
+from nodeagent.protocol import PROTOCOL_VERSION, GpuInventory, Heartbeat, Registration
+
+from ..choices import AuditKind, SliceKind
+from ..models import AuditEvent, Gpu, JoinToken, Node, Slice, hash_token
+from . import Conflict, ServiceError
+
+
+def do_create_join_token(hostname: str = "", *, actor: str) -> str:
+    """Create a one-time join token; the plain token is returned once and stored hashed."""
+    plain = JoinToken.new_plain_token()
+    JoinToken.objects.create(token_hash=hash_token(plain), hostname=hostname)
+    AuditEvent.objects.create(
+        kind=AuditKind.JOIN_TOKEN_CREATED, actor=actor, data={"hostname": hostname}
+    )
+    return plain
+
+
+def node_for_token(token: str) -> Node | None:
+    if not token:
+        return None
+    return Node.objects.filter(token_hash=hash_token(token)).first()
+
+
+def check_registration(payload: Registration, node: Node | None) -> None:
+    if payload["protocol_version"] != PROTOCOL_VERSION:
+        raise Conflict(
+            f"This portal speaks agent protocol {PROTOCOL_VERSION}; the agent sent "
+            f"{payload['protocol_version']}. Install the agent version that matches the portal."
+        )
+    if node is None and not payload.get("join_token"):
+        raise ServiceError("A new node needs a join token; ask an admin for one.", code="auth")
+    if node is not None and node.hostname != payload["hostname"]:
+        raise ServiceError("This node credential belongs to another hostname.", code="auth")
+
+
+def do_register(payload: Registration, node: Node | None) -> tuple[Node, str | None]:
+    """Join a new node with its one-time token, or refresh a known node's inventory."""
+    check_registration(payload, node)
+    plain_token = None
+    with transaction.atomic():
+        if node is None:
+            token = (
+                JoinToken.objects.select_for_update()
+                .filter(token_hash=hash_token(payload["join_token"]), used_at=None)
+                .first()
+            )
+            if token is None or (token.hostname and token.hostname != payload["hostname"]):
+                raise ServiceError(
+                    "This join token is unknown, already used, or for another node. "
+                    "Ask an admin for a new one.",
+                    code="auth",
+                )
+            plain_token = "dpn_" + secrets.token_urlsafe(32)
+            node, _ = Node.objects.get_or_create(hostname=payload["hostname"])
+            node.token_hash = hash_token(plain_token)
+            token.used_at = timezone.now()
+            token.used_by = node
+            token.save(update_fields=["used_at", "used_by"])
+        now = timezone.now()
+        node.address = payload["address"]
+        node.labels = payload["labels"]
+        node.cpu_count = payload["cpu_count"]
+        node.memory_mb = payload["memory_mb"]
+        node.runtime = payload["runtime"]
+        node.agent_version = payload["agent_version"]
+        node.registered_at = now
+        node.last_heartbeat = now
+        node.save()
+        _sync_inventory(node, payload["gpus"])
+        AuditEvent.objects.create(
+            kind=AuditKind.NODE_REGISTERED,
+            actor=f"node:{node.hostname}",
+            node=node,
+            data={"gpus": len(payload["gpus"]), "runtime": payload["runtime"]},
+        )
+        _after_commit_schedule()
+    return node, plain_token
+
+
+def _after_commit_schedule() -> None:
+    from ..tasks import schedule_soon
+
+    schedule_soon()
+
+
+def _slices_for(gpu: GpuInventory) -> list[tuple[str, int, str, str, int]]:
+    """(kind, slot, profile, device uuid, memory) for each slice this GPU offers."""
+    if gpu["sharing"] == "mig" and gpu["mig_mode"]:
+        return [
+            (SliceKind.MIG, slot, mig["profile"], mig["uuid"], mig["memory_mb"])
+            for slot, mig in enumerate(gpu["mig_instances"])
+        ]
+    if gpu["sharing"] == "share":
+        count = max(1, gpu.get("share_count", 1))
+        memory = gpu.get("share_memory_mb", gpu["memory_mb"] // count)
+        return [(SliceKind.SHARE, slot, "", gpu["uuid"], memory) for slot in range(count)]
+    return [(SliceKind.WHOLE, 0, "", gpu["uuid"], gpu["memory_mb"])]
+
+
+def _sync_inventory(node: Node, gpus: list[GpuInventory]) -> None:
+    seen_gpus = []
+    for reported in gpus:
+        gpu, _ = Gpu.objects.update_or_create(
+            uuid=reported["uuid"],
+            defaults={
+                "node": node,
+                "index": reported["index"],
+                "model": reported["name"],
+                "memory_mb": reported["memory_mb"],
+                "compute_capability": reported["compute_capability"],
+                "sharing": reported["sharing"],
+                "nvlink_peers": reported["nvlink_peers"],
+                "simulated": reported["simulated"],
+                "present": True,
+            },
+        )
+        seen_gpus.append(gpu.pk)
+        seen_slices = []
+        for kind, slot, profile, device_uuid, memory in _slices_for(reported):
+            slice_, _ = Slice.objects.update_or_create(
+                gpu=gpu,
+                kind=kind,
+                slot=slot,
+                defaults={
+                    "profile": profile,
+                    "device_uuid": device_uuid,
+                    "memory_mb": memory,
+                    "present": True,
+                },
+            )
+            seen_slices.append(slice_.pk)
+        # Slices that vanished are kept (allocations refer to them) but no longer offered.
+        Slice.objects.filter(gpu=gpu).exclude(pk__in=seen_slices).update(present=False)
+    Gpu.objects.filter(node=node).exclude(pk__in=seen_gpus).update(present=False)
+
+
+def do_heartbeat(node: Node, payload: Heartbeat) -> None:
+    """Record that the node is alive, with its GPU metrics."""
+    was_healthy = node.is_healthy()
+    now = timezone.now()
+    Node.objects.filter(pk=node.pk).update(last_heartbeat=now)
+    by_uuid = {m["uuid"]: m for m in payload["gpus"]}
+    for gpu in Gpu.objects.filter(node=node, uuid__in=by_uuid):
+        gpu.metrics = dict(by_uuid[gpu.uuid])
+        gpu.save(update_fields=["metrics"])
+    if not was_healthy:
+        _after_commit_schedule()
+
+
+__all__ = [
+    "do_create_join_token",
+    "do_heartbeat",
+    "do_register",
+    "node_for_token",
+]

@@ -1,0 +1,49 @@
+"""Celery tasks of the resource side. Short, idempotent, enqueued after commit."""
+
+from __future__ import annotations
+
+import logging
+from functools import lru_cache
+
+import redis
+from celery import shared_task
+from django.conf import settings
+from django.db import transaction
+
+log = logging.getLogger(__name__)
+
+CYCLE_LOCK = "deskpool:cycle:lock"
+CYCLE_DIRTY = "deskpool:cycle:dirty"
+
+
+@lru_cache(maxsize=1)
+def lock_client() -> redis.Redis:
+    return redis.Redis.from_url(settings.LOCK_REDIS_URL)
+
+
+def schedule_soon() -> None:
+    """Ask for a scheduling cycle once the current transaction commits."""
+    transaction.on_commit(lambda: run_scheduling_cycle.delay())
+
+
+@shared_task(ignore_result=True, expires=60)
+def run_scheduling_cycle() -> int:
+    """Single-flight per pool: a cycle asked for while one runs makes that one go again."""
+    from .services.cycle import do_scheduling_cycle
+
+    client = lock_client()
+    client.set(CYCLE_DIRTY, 1)
+    cycles = 0
+    while client.get(CYCLE_DIRTY):
+        lock = client.lock(CYCLE_LOCK, timeout=120, blocking=False)
+        if not lock.acquire():
+            return cycles  # the holder sees the dirty flag and runs again
+        try:
+            while client.getdel(CYCLE_DIRTY):
+                result = do_scheduling_cycle()
+                cycles += 1
+                if result.conflicts:
+                    client.set(CYCLE_DIRTY, 1)
+        finally:
+            lock.release()
+    return cycles

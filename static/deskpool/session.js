@@ -1,0 +1,46 @@
+// Live session page: state, queue position and reason pushed over Channels, no reload.
+(function () {
+  "use strict";
+  const root = document.getElementById("session");
+  if (!root) return;
+  const sessionId = Number(root.dataset.sessionId);
+  const $ = (id) => document.getElementById(id);
+  const terminal = new Set(["ENDED", "FAILED", "EXPIRED", "CANCELLED", "LOST"]);
+
+  function render(s) {
+    const state = $("state");
+    state.textContent = s.state;
+    state.className = "state state-" + s.state.toLowerCase();
+    $("position").textContent = s.queue_position ?? "";
+    $("position-line").hidden = !s.queue_position;
+    $("reason").textContent = s.reason || "";
+    $("node").textContent = s.node || "";
+    $("slice").textContent = s.slice || "";
+    $("placement").hidden = !s.node;
+    $("simulated-note").hidden = !s.simulated;
+    $("open-desktop").hidden = !s.desktop_url || s.simulated;
+    $("stop-form").hidden = terminal.has(s.state);
+  }
+
+  render(JSON.parse($("session-data").textContent));
+
+  let delay = 500;
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    const ws = new WebSocket(scheme + location.host + "/ws/updates/");
+    ws.onopen = () => { delay = 500; $("live").textContent = "live"; };
+    ws.onmessage = (event) => {
+      const msg = JSON.parse(event.data);
+      if (msg.type === "session.update" && msg.session.id === sessionId) render(msg.session);
+    };
+    ws.onclose = () => {
+      $("live").textContent = "reconnecting…";
+      setTimeout(connect, delay);
+      delay = Math.min(delay * 2, 10000);
+      // Catch up on anything missed while disconnected.
+      fetch("/api/v1/sessions/" + sessionId + "/", { credentials: "same-origin" })
+        .then((r) => (r.ok ? r.json() : null)).then((s) => s && render(s)).catch(() => {});
+    };
+  }
+  connect();
+})();
