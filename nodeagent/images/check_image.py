@@ -123,7 +123,7 @@ async def wait_for_handshake(url: str, password: str, deadline: float, cid: str)
             return await handshake(url, password)
         except CheckFailed:
             raise
-        except (OSError, asyncio.TimeoutError, websockets.exceptions.WebSocketException) as e:
+        except (TimeoutError, OSError, websockets.exceptions.WebSocketException) as e:
             # docker-proxy accepts before websockify listens, and websockify drops the
             # client while Xvnc is still starting: both just mean "not yet".
             last_error = e
@@ -137,10 +137,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("image")
     ap.add_argument("--timeout", type=float, default=30, help="seconds to wait for the handshake")
-    ap.add_argument("--settle", type=float, default=5,
-                    help="seconds to let the desktop finish starting before measuring memory")
-    ap.add_argument("--max-stop", type=float, default=5,
-                    help="fail when `docker stop` takes longer than this (SIGTERM ignored)")
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=5,
+        help="seconds to let the desktop finish starting before measuring memory",
+    )
+    ap.add_argument(
+        "--max-stop",
+        type=float,
+        default=5,
+        help="fail when `docker stop` takes longer than this (SIGTERM ignored)",
+    )
     args = ap.parse_args()
 
     tag = secrets.token_hex(4)
@@ -164,17 +172,30 @@ def main() -> int:
         docker("volume", "create", volume)
         t0 = time.monotonic()
         cid = docker(
-            "run", "-d", "--name", name,
-            "--user", "1000:1000",
-            "--cap-drop", "ALL",
-            "--security-opt", "no-new-privileges",
-            "--pids-limit", "512",
-            "--shm-size", "256m",
-            "--memory", "2g",
-            "--cpus", "1",
-            "-v", f"{volume}:{DESKTOP_HOME}",
-            "-v", f"{vnc_dir}:{DESKTOP_PASSWORD_MOUNT}:ro",
-            "-p", f"127.0.0.1::{DESKTOP_WEBSOCKIFY_PORT}",
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--user",
+            "1000:1000",
+            "--cap-drop",
+            "ALL",
+            "--security-opt",
+            "no-new-privileges",
+            "--pids-limit",
+            "512",
+            "--shm-size",
+            "256m",
+            "--memory",
+            "2g",
+            "--cpus",
+            "1",
+            "-v",
+            f"{volume}:{DESKTOP_HOME}",
+            "-v",
+            f"{vnc_dir}:{DESKTOP_PASSWORD_MOUNT}:ro",
+            "-p",
+            f"127.0.0.1::{DESKTOP_WEBSOCKIFY_PORT}",
             args.image,
         )
         t_run = time.monotonic() - t0
@@ -182,7 +203,8 @@ def main() -> int:
         url = f"ws://{host_port}/websockify"
 
         version, types, auth = asyncio.run(
-            wait_for_handshake(url, password, t0 + args.timeout, cid))
+            wait_for_handshake(url, password, t0 + args.timeout, cid)
+        )
         t_hs = time.monotonic() - t0
         print(f"image:       {args.image}")
         print(f"docker run:  {t_run:.2f} s (returned)")
@@ -216,8 +238,9 @@ def main() -> int:
     except CheckFailed as e:
         print(f"FAIL: {e}", file=sys.stderr)
         if cid:
-            logs = subprocess.run(["docker", "logs", "--tail", "40", cid],
-                                  capture_output=True, text=True)
+            logs = subprocess.run(
+                ["docker", "logs", "--tail", "40", cid], capture_output=True, text=True
+            )
             print("--- container log (last 40 lines) ---", file=sys.stderr)
             print(logs.stdout + logs.stderr, file=sys.stderr)
     finally:

@@ -1,0 +1,99 @@
+"""``python -m nodeagent [--fleet FILE] [--node NAME] [--once]``: run the Deskpool node agent."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from dataclasses import replace
+from pathlib import Path
+from types import FrameType
+
+from nodeagent.agent import Agent, AgentExit
+from nodeagent.config import AgentConfig, ConfigError, parse_runtime
+from nodeagent.portal_client import PortalClient
+from nodeagent.probe import make_probe
+from nodeagent.probe.nvml import NvmlUnavailable
+from nodeagent.probe.simulated import FleetError
+from nodeagent.runtime import RuntimeUnavailable, make_runtime
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m nodeagent",
+        description="Deskpool node agent. Configured by DESKPOOL_* variables; flags win.",
+    )
+    parser.add_argument("--fleet", type=Path, help="simulated fleet YAML (DESKPOOL_FLEET_FILE)")
+    parser.add_argument("--node", help="node name (DESKPOOL_NODE_NAME; default: hostname)")
+    parser.add_argument("--portal", help="portal URL (DESKPOOL_PORTAL_URL)")
+    parser.add_argument("--runtime", help="docker, simulated or auto (DESKPOOL_RUNTIME)")
+    parser.add_argument("--once", action="store_true", help="register, reconcile once, exit")
+    parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    return parser.parse_args(argv)
+
+
+def config_from(args: argparse.Namespace) -> AgentConfig:
+    config = AgentConfig.from_env()
+    if args.fleet is not None:
+        config = replace(config, fleet_file=args.fleet)
+    if args.node:
+        config = replace(config, node_name=args.node)
+    if args.portal:
+        config = replace(config, portal_url=args.portal.rstrip("/"))
+    if args.runtime:
+        config = replace(config, runtime=parse_runtime(args.runtime))
+    return config
+
+
+def configure_logging(node_name: str, verbose: bool) -> None:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.DEBUG if verbose else logging.INFO,
+        format=f"%(asctime)s %(levelname)s [{node_name}] %(name)s: %(message)s",
+    )
+    for noisy in ("httpx", "httpcore", "urllib3", "websockets"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config = config_from(args)
+    except ConfigError as error:
+        print(f"deskpool agent: {error}", file=sys.stderr)
+        return 2
+    configure_logging(config.node_name, args.verbose)
+    log = logging.getLogger("nodeagent")
+    try:
+        probe = make_probe(config)
+        runtime = make_runtime(config)
+    except (FleetError, NvmlUnavailable, RuntimeUnavailable) as error:
+        log.error("%s", error)
+        if isinstance(error, NvmlUnavailable):
+            log.error("no NVIDIA driver here: pass --fleet FILE to run a simulated node")
+        return 2
+    client = PortalClient(config.portal_url)
+    agent = Agent(config, client=client, probe=probe, runtime=runtime)
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        log.info(
+            "%s received: stopping the agent (desktops keep running)", signal.Signals(signum).name
+        )
+        agent.stopping.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    try:
+        agent.run(once=args.once)
+    except AgentExit as error:
+        log.error("%s", error)
+        return error.exit_code
+    finally:
+        client.close()
+        probe.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""The agent's life: register, then poll, reconcile and heartbeat until told to stop."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass
+
+from nodeagent.config import AgentConfig
+from nodeagent.credentials import (
+    NodeCredential,
+    forget_credential,
+    load_credential,
+    save_credential,
+)
+from nodeagent.portal_client import Conflict, PortalClient, PortalUnavailable, Unauthorized
+from nodeagent.probe import GpuProbe
+from nodeagent.protocol import (
+    AGENT_VERSION,
+    PROTOCOL_VERSION,
+    Heartbeat,
+    Registration,
+    RegistrationAnswer,
+)
+from nodeagent.reconcile import Reconciler
+from nodeagent.runtime import DesktopRuntime
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_POLL_INTERVAL_S = 1.0
+DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
+
+
+class AgentExit(RuntimeError):
+    """The agent cannot go on; the message says why in plain words."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with jitter for an unreachable portal."""
+
+    base_s: float = 1.0
+    cap_s: float = 60.0
+    failures: int = 0
+
+    def next_delay(self) -> float:
+        delay = min(self.cap_s, self.base_s * 2**self.failures)
+        self.failures += 1
+        return float(delay * random.uniform(0.5, 1.0))
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+class Agent:
+    """One node agent: the glue between probe, runtime, reconciler and portal."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        client: PortalClient,
+        probe: GpuProbe,
+        runtime: DesktopRuntime,
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.probe = probe
+        self.runtime = runtime
+        self.reconciler = Reconciler(runtime, client, start_workers=config.start_workers)
+        self.stopping = threading.Event()
+        self.backoff = Backoff()
+
+    # -- registration --------------------------------------------------------------------
+
+    def registration(self, join_token: str | None) -> Registration:
+        facts = self.probe.node_facts()
+        registration = Registration(
+            protocol_version=PROTOCOL_VERSION,
+            agent_version=AGENT_VERSION,
+            hostname=self.config.node_name,
+            address=self.config.publish_address,
+            cpu_count=facts.cpu_count,
+            memory_mb=facts.memory_mb,
+            labels=dict(facts.labels),
+            runtime=self.runtime.kind,
+            gpus=self.probe.inventory(),
+        )
+        if join_token:
+            registration["join_token"] = join_token
+        return registration
+
+    def register(self) -> RegistrationAnswer:
+        """Register once: with the stored node token if there is one, else the join token."""
+        path = self.config.credential_file()
+        credential = load_credential(path)
+        if credential is not None and credential.portal_url == self.config.portal_url:
+            self.client.node_token = credential.node_token
+            try:
+                return self._register(join_token=None)
+            except Unauthorized:
+                if not self.config.join_token:
+                    raise AgentExit(
+                        f"the portal no longer accepts this node's credential ({path}); "
+                        "set DESKPOOL_JOIN_TOKEN to a new join token to register again",
+                        exit_code=3,
+                    ) from None
+                logger.warning("stored node credential refused; registering with the join token")
+                forget_credential(path)
+        if not self.config.join_token:
+            raise AgentExit(
+                f"no node credential in {path} and no DESKPOOL_JOIN_TOKEN: ask a portal admin "
+                "for a join token",
+                exit_code=3,
+            )
+        self.client.node_token = None
+        try:
+            return self._register(join_token=self.config.join_token)
+        except Unauthorized as error:
+            raise AgentExit(f"the portal refused the join token: {error}", exit_code=3) from None
+
+    def _register(self, join_token: str | None) -> RegistrationAnswer:
+        try:
+            answer = self.client.register(self.registration(join_token))
+        except Conflict as error:
+            raise AgentExit(
+                f"the portal does not speak agent protocol version {PROTOCOL_VERSION} "
+                f"(agent {AGENT_VERSION}): {error}. Upgrade the agent or the portal.",
+                exit_code=2,
+            ) from None
+        if token := answer.get("node_token"):
+            save_credential(
+                self.config.credential_file(),
+                NodeCredential(self.config.portal_url, int(answer["node_id"]), token),
+            )
+        logger.info(
+            "registered as node %s with %d GPU(s), runtime %s%s",
+            answer["node_id"],
+            len(self.probe.inventory()),
+            self.runtime.kind,
+            " (SIMULATED GPUs)" if self.probe.simulated else "",
+        )
+        return answer
+
+    def register_until_answered(self) -> RegistrationAnswer | None:
+        """Register, waiting out an unreachable portal; None if asked to stop meanwhile."""
+        while not self.stopping.is_set():
+            try:
+                answer = self.register()
+                self.backoff.reset()
+                return answer
+            except PortalUnavailable as error:
+                delay = self.backoff.next_delay()
+                logger.warning("portal unreachable (%s); retrying in %.1f s", error, delay)
+                self.stopping.wait(delay)
+        return None
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def heartbeat(self) -> None:
+        running = [c.session_id for c in self.runtime.list_managed() if c.running]
+        busy = self.reconciler.busy_devices(running)
+        self.client.heartbeat(Heartbeat(gpus=self.probe.metrics(busy), running_sessions=running))
+
+    def run(self, *, once: bool = False) -> None:
+        """Run until :attr:`stopping` is set (or one round with ``once``). Desktops stay up."""
+        if once:
+            try:
+                answer: RegistrationAnswer | None = self.register()
+            except PortalUnavailable as error:
+                raise AgentExit(f"cannot register: {error}", exit_code=1) from None
+        else:
+            answer = self.register_until_answered()
+        if answer is None:
+            return
+        poll_s = (
+            self.config.poll_interval_s or answer.get("poll_interval_s") or DEFAULT_POLL_INTERVAL_S
+        )
+        heartbeat_s = answer.get("heartbeat_interval_s") or DEFAULT_HEARTBEAT_INTERVAL_S
+        next_heartbeat = 0.0
+        while not self.stopping.is_set():
+            wait_s = poll_s
+            try:
+                sessions = self.client.desired()["sessions"]
+                summary = self.reconciler.step(sessions)
+                if not summary.is_quiet():
+                    logger.info("reconcile: %s", summary)
+                if time.monotonic() >= next_heartbeat:
+                    self.heartbeat()
+                    next_heartbeat = time.monotonic() + heartbeat_s * random.uniform(0.8, 1.2)
+                self.backoff.reset()
+            except PortalUnavailable as error:
+                wait_s = self.backoff.next_delay()
+                logger.warning(
+                    "portal unreachable (%s); desktops left alone, retry in %.1f s", error, wait_s
+                )
+            except Unauthorized as error:
+                logger.warning("portal refused our token (%s); registering again", error)
+                if self.register_until_answered() is None:
+                    break
+            except AgentExit:
+                raise
+            except Exception:
+                # E.g. the Docker engine restarting: log, back off, try the whole step again.
+                wait_s = self.backoff.next_delay()
+                logger.exception("reconcile step failed; retry in %.1f s", wait_s)
+            if once:
+                self.reconciler.wait_idle(self.config.ready_timeout_s + 30)
+                self.reconciler.flush_reports()
+                break
+            self.stopping.wait(wait_s)
+        self.reconciler.close(wait_for_actions=False)
+        logger.info("agent stopped; desktops keep running")

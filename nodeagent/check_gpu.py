@@ -1,0 +1,63 @@
+"""``python -m nodeagent.check_gpu [--json]``: what NVML sees here, or that it is absent."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from nodeagent.probe.nvml import NvmlProbe, NvmlUnavailable
+
+
+def _cell(value: object) -> str:
+    return "n/a" if value is None else str(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nodeagent.check_gpu")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    try:
+        probe = NvmlProbe()
+    except NvmlUnavailable as error:
+        print(f"No NVML on this machine: {error}")
+        print(
+            "(No NVIDIA driver is loaded. Use a simulated fleet: python -m nodeagent --fleet FILE)"
+        )
+        return 1
+    try:
+        inventory, metrics = probe.inventory(), probe.metrics()
+    finally:
+        probe.close()
+    if args.json:
+        print(json.dumps({"gpus": inventory, "metrics": metrics}, indent=2))
+        return 0
+    if not inventory:
+        print("NVML is present but reports no GPUs.")
+        return 0
+    by_uuid = {m["uuid"]: m for m in metrics}
+    print(
+        f"{'idx':>3}  {'name':<26} {'memory':>9} {'cc':>4}  {'MIG':<4} {'util%':>6} "
+        f"{'used MB':>8} {'temp C':>7} {'power W':>8}  uuid / pci"
+    )
+    for gpu in inventory:
+        m = by_uuid.get(gpu["uuid"])
+        print(
+            f"{gpu['index']:>3}  {gpu['name'][:26]:<26} {gpu['memory_mb']:>6} MB "
+            f"{gpu['compute_capability']:>4}"
+            f"  {'on' if gpu['mig_mode'] else 'off':<4} {_cell(m and m['utilization_pct']):>6} "
+            f"{_cell(m and m['memory_used_mb']):>8} {_cell(m and m['temperature_c']):>7} "
+            f"{_cell(m and m['power_w']):>8}  {gpu['uuid']} {gpu['pci_bus_id']}"
+        )
+        for instance in gpu["mig_instances"]:
+            print(
+                f"       MIG {instance['profile']:<10} {instance['memory_mb']:>6} MB  "
+                f"{instance['uuid']}"
+            )
+        if gpu["nvlink_peers"]:
+            print(f"       NVLink peers: {', '.join(gpu['nvlink_peers'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

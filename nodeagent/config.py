@@ -1,0 +1,107 @@
+"""Agent configuration, read from ``DESKPOOL_*`` environment variables (CLI flags override)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+RuntimeChoice = Literal["docker", "simulated", "auto"]
+_RUNTIME_CHOICES: tuple[RuntimeChoice, ...] = ("docker", "simulated", "auto")
+
+
+class ConfigError(ValueError):
+    """A configuration value cannot be used; the message names the variable."""
+
+
+def _default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "deskpool-agent"
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Everything the agent needs to know before it talks to the portal."""
+
+    portal_url: str = "http://127.0.0.1:8000"
+    join_token: str | None = None
+    node_name: str = field(default_factory=socket.gethostname)
+    state_dir: Path = field(default_factory=_default_state_dir)
+    fleet_file: Path | None = None
+    runtime: RuntimeChoice = "auto"
+    publish_address: str = "127.0.0.1"
+    # None: use the interval the portal hands out at registration.
+    poll_interval_s: float | None = None
+    # Extra node labels for real (non-simulated) nodes, e.g. {"rack": "r3"}.
+    labels: dict[str, str] = field(default_factory=dict)
+    stop_grace_s: float = 10.0
+    ready_timeout_s: float = 60.0
+    start_workers: int = 10
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AgentConfig:
+        """Read the ``DESKPOOL_*`` variables; unset ones keep their defaults."""
+        env = os.environ if env is None else env
+        config = cls()
+        values: dict[str, object] = {}
+        if url := env.get("DESKPOOL_PORTAL_URL"):
+            values["portal_url"] = url.rstrip("/")
+        if token := env.get("DESKPOOL_JOIN_TOKEN"):
+            values["join_token"] = token
+        if name := env.get("DESKPOOL_NODE_NAME"):
+            values["node_name"] = name
+        if state_dir := env.get("DESKPOOL_STATE_DIR"):
+            values["state_dir"] = Path(state_dir)
+        if fleet := env.get("DESKPOOL_FLEET_FILE"):
+            values["fleet_file"] = Path(fleet)
+        if runtime := env.get("DESKPOOL_RUNTIME"):
+            values["runtime"] = parse_runtime(runtime)
+        if address := env.get("DESKPOOL_PUBLISH_ADDRESS"):
+            values["publish_address"] = address
+        if interval := env.get("DESKPOOL_POLL_INTERVAL"):
+            values["poll_interval_s"] = _positive_float("DESKPOOL_POLL_INTERVAL", interval)
+        if labels := env.get("DESKPOOL_LABELS"):
+            values["labels"] = parse_labels(labels)
+        return replace(config, **values)  # type: ignore[arg-type]
+
+    def credential_file(self) -> Path:
+        """Where the node credential from the first registration is kept."""
+        return self.state_dir.resolve() / f"node-{self.node_name}.json"
+
+    def sessions_dir(self) -> Path:
+        """Parent of the per-session VNC password folders (absolute: Docker bind-mounts them)."""
+        return self.state_dir.resolve() / "sessions" / self.node_name
+
+
+def parse_runtime(value: str) -> RuntimeChoice:
+    """Validate a ``DESKPOOL_RUNTIME`` value."""
+    for choice in _RUNTIME_CHOICES:
+        if value.strip().lower() == choice:
+            return choice
+    raise ConfigError(
+        f"DESKPOOL_RUNTIME must be one of {', '.join(_RUNTIME_CHOICES)}, not {value!r}"
+    )
+
+
+def parse_labels(value: str) -> dict[str, str]:
+    """Parse ``rack=r1,cooling=air`` into a dict."""
+    labels: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        key, sep, label = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"DESKPOOL_LABELS entries look like key=value, not {item!r}")
+        labels[key.strip()] = label.strip()
+    return labels
+
+
+def _positive_float(name: str, value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, not {value!r}") from None
+    if number <= 0:
+        raise ConfigError(f"{name} must be positive, not {value!r}")
+    return number

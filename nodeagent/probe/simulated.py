@@ -1,0 +1,202 @@
+"""A SIMULATED GPU fleet, read from YAML (see ``nodeagent/fleets/demo.yaml``).
+
+Nothing here touches hardware. The inventory has the same shape as the NVML probe's,
+with ``simulated: true`` on every GPU, and the metrics drift with the number of
+sessions running on each GPU so the portal's dashboards and alert rules have
+something plausible to show.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import yaml
+
+from nodeagent.probe import NodeFacts
+from nodeagent.protocol import GpuInventory, GpuMetrics, MigInstance, SharingMode
+
+# Fixed namespace: the same node/GPU/slot always gives the same UUID.
+_UUID_NAMESPACE = uuid.UUID("6f1c9a52-3d0e-4b8e-9c4a-0de5c0a1f00d")
+
+IDLE_TEMPERATURE_C = 32.0
+# How far one busy slice pushes its GPU; a simulated desktop is a light load.
+UTILIZATION_PER_SESSION_PCT = 30.0
+MEMORY_PER_SESSION_MB = 2048
+# Fraction of the gap to the target temperature closed per metrics call.
+THERMAL_SMOOTHING = 0.35
+
+
+class FleetError(ValueError):
+    """The fleet file is malformed or does not name the requested node."""
+
+
+def simulated_gpu_uuid(node: str, index: int) -> str:
+    return f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{node}/gpu{index}')}"
+
+
+def simulated_mig_uuid(node: str, index: int, slot: int) -> str:
+    return f"MIG-{uuid.uuid5(_UUID_NAMESPACE, f'{node}/gpu{index}/mig{slot}')}"
+
+
+@dataclass(frozen=True)
+class SimulatedGpu:
+    inventory: GpuInventory
+    power_limit_w: float
+
+
+@dataclass(frozen=True)
+class SimulatedNode:
+    name: str
+    facts: NodeFacts
+    gpus: list[SimulatedGpu]
+
+
+@dataclass(frozen=True)
+class Fleet:
+    nodes: list[SimulatedNode] = field(default_factory=list)
+
+    def node(self, name: str) -> SimulatedNode:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        known = ", ".join(node.name for node in self.nodes) or "none"
+        raise FleetError(f"node {name!r} is not in the fleet file (nodes there: {known})")
+
+    def names(self) -> list[str]:
+        return [node.name for node in self.nodes]
+
+
+def load_fleet(path: Path) -> Fleet:
+    """Read a fleet YAML file into simulated nodes."""
+    try:
+        document = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise FleetError(f"cannot read fleet file {path}: {error}") from error
+    if not isinstance(document, dict) or not isinstance(document.get("nodes"), list):
+        raise FleetError(f"fleet file {path} needs a top-level 'nodes' list")
+    return Fleet(nodes=[_parse_node(raw) for raw in document["nodes"]])
+
+
+def _parse_node(raw: dict[str, Any]) -> SimulatedNode:
+    name = str(raw["name"])
+    gpus: list[SimulatedGpu] = []
+    for group in raw.get("gpus", []):
+        first = len(gpus)
+        for offset in range(int(group.get("count", 1))):
+            gpus.append(_parse_gpu(name, first + offset, group))
+        if group.get("nvlink", "none") == "all-to-all":
+            _link_all_to_all(gpus[first:])
+    facts = NodeFacts(
+        cpu_count=int(raw.get("cpu_count", 16)),
+        memory_mb=int(raw.get("memory_mb", 65536)),
+        labels={str(key): str(value) for key, value in (raw.get("labels") or {}).items()},
+    )
+    return SimulatedNode(name=name, facts=facts, gpus=gpus)
+
+
+def _parse_gpu(node: str, index: int, group: dict[str, Any]) -> SimulatedGpu:
+    sharing = str(group.get("sharing", "whole"))
+    if sharing not in ("mig", "share", "whole"):
+        raise FleetError(f"{node}: sharing must be mig, share or whole, not {sharing!r}")
+    instances = [
+        MigInstance(
+            uuid=simulated_mig_uuid(node, index, slot),
+            profile=str(instance["profile"]),
+            memory_mb=int(instance["memory_mb"]),
+        )
+        for slot, instance in enumerate(group.get("mig_instances", []) if sharing == "mig" else [])
+    ]
+    inventory = GpuInventory(
+        uuid=simulated_gpu_uuid(node, index),
+        index=index,
+        name=str(group["name"]),
+        memory_mb=int(group["memory_mb"]),
+        compute_capability=str(group["compute_capability"]),
+        mig_mode=sharing == "mig",
+        mig_instances=instances,
+        nvlink_peers=[],
+        # Same shape as NVML's bus ids; SXM boards spread the GPUs over the PCI tree.
+        pci_bus_id=f"00000000:{0x07 + index * 0x10:02X}:00.0",
+        sharing=cast(SharingMode, sharing),
+        simulated=True,
+    )
+    if sharing == "share":
+        inventory["share_count"] = int(group.get("share_count", 1))
+        inventory["share_memory_mb"] = int(group.get("share_memory_mb", inventory["memory_mb"]))
+    return SimulatedGpu(inventory=inventory, power_limit_w=float(group.get("power_limit_w", 300)))
+
+
+def _link_all_to_all(gpus: list[SimulatedGpu]) -> None:
+    uuids = [gpu.inventory["uuid"] for gpu in gpus]
+    for gpu in gpus:
+        gpu.inventory["nvlink_peers"] = [peer for peer in uuids if peer != gpu.inventory["uuid"]]
+
+
+class SimulatedProbe:
+    """Probe for one SIMULATED node of a fleet file."""
+
+    simulated = True
+
+    def __init__(self, node: SimulatedNode, seed: int | None = None) -> None:
+        self._node = node
+        self._random = random.Random(seed if seed is not None else node.name)
+        self._temperature = {gpu.inventory["uuid"]: IDLE_TEMPERATURE_C for gpu in node.gpus}
+        self._parent_of: dict[str, str] = {}
+        for gpu in node.gpus:
+            self._parent_of[gpu.inventory["uuid"]] = gpu.inventory["uuid"]
+            for instance in gpu.inventory["mig_instances"]:
+                self._parent_of[instance["uuid"]] = gpu.inventory["uuid"]
+
+    @property
+    def node(self) -> SimulatedNode:
+        return self._node
+
+    def node_facts(self) -> NodeFacts:
+        return self._node.facts
+
+    def inventory(self) -> list[GpuInventory]:
+        # Copies: callers may mutate what they get without changing the fleet.
+        return [
+            cast(
+                GpuInventory,
+                {**gpu.inventory, "mig_instances": list(gpu.inventory["mig_instances"])},
+            )
+            for gpu in self._node.gpus
+        ]
+
+    def metrics(self, busy_devices: Sequence[str] = ()) -> list[GpuMetrics]:
+        sessions_on = Counter(
+            self._parent_of[device] for device in busy_devices if device in self._parent_of
+        )
+        return [
+            self._metrics_of(gpu, sessions_on[gpu.inventory["uuid"]]) for gpu in self._node.gpus
+        ]
+
+    def _metrics_of(self, gpu: SimulatedGpu, sessions: int) -> GpuMetrics:
+        uuid_ = gpu.inventory["uuid"]
+        noise = self._random.uniform(-3.0, 3.0)
+        utilization = min(100.0, max(0.0, sessions * UTILIZATION_PER_SESSION_PCT + noise))
+        if sessions == 0:
+            utilization = self._random.uniform(0.0, 2.0)
+        memory_used = min(gpu.inventory["memory_mb"], sessions * MEMORY_PER_SESSION_MB)
+        memory_used += int(self._random.uniform(0, 64))
+        target = IDLE_TEMPERATURE_C + 0.45 * utilization
+        self._temperature[uuid_] += THERMAL_SMOOTHING * (target - self._temperature[uuid_])
+        idle_power = gpu.power_limit_w * 0.15
+        power = idle_power + (gpu.power_limit_w - idle_power) * utilization / 100.0
+        return GpuMetrics(
+            uuid=uuid_,
+            utilization_pct=round(utilization, 1),
+            memory_used_mb=memory_used,
+            temperature_c=round(self._temperature[uuid_], 1),
+            power_w=round(power, 1),
+        )
+
+    def close(self) -> None:
+        return None

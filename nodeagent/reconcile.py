@@ -1,0 +1,259 @@
+"""Converge this node's desktop containers to the portal's desired sessions.
+
+Level-triggered: every :meth:`Reconciler.step` looks at the whole picture (desired
+sessions, containers found by label) and fixes the difference, so a missed message,
+an agent restart or a killed container all heal on the next step. Starts and stops
+run in thread pools: ten desktops start in parallel and a slow start never holds up
+a stop. Reports that cannot reach the portal are kept and sent, in order, later.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from nodeagent.portal_client import Conflict, PortalError, PortalUnavailable
+from nodeagent.protocol import DesiredSession, ReportedState, SessionReport
+from nodeagent.runtime import DesktopRuntime, ManagedContainer, StartFailed
+
+logger = logging.getLogger(__name__)
+
+SendOutcome = Literal["sent", "conflict", "queued"]
+
+
+class SessionReporter(Protocol):
+    """The part of the portal the reconciler talks to (PortalClient, or a fake in tests)."""
+
+    def report(self, session_id: int, report: SessionReport) -> str: ...
+
+
+@dataclass
+class StepSummary:
+    """What one step set in motion (for logs and tests)."""
+
+    starting: list[int] = field(default_factory=list)
+    stopping: list[int] = field(default_factory=list)
+    lost: list[int] = field(default_factory=list)
+    adopted: list[int] = field(default_factory=list)
+
+    def is_quiet(self) -> bool:
+        return not (self.starting or self.stopping or self.lost or self.adopted)
+
+
+class Reconciler:
+    """Owns the desktops of one node for the lifetime of one agent process."""
+
+    def __init__(
+        self,
+        runtime: DesktopRuntime,
+        reporter: SessionReporter,
+        *,
+        start_workers: int = 10,
+        stop_workers: int = 4,
+    ) -> None:
+        self._runtime = runtime
+        self._reporter = reporter
+        self._starts = ThreadPoolExecutor(start_workers, thread_name_prefix="desktop-start")
+        self._stops = ThreadPoolExecutor(stop_workers, thread_name_prefix="desktop-stop")
+        self._lock = threading.Lock()
+        self._report_lock = threading.Lock()
+        self._in_flight: dict[int, Future[None]] = {}
+        # Sessions this process will not start again while they stay desired (FAILED, LOST, ...).
+        self._finished: dict[int, ReportedState] = {}
+        # Sessions reported RUNNING by this process (started here or adopted).
+        self._announced: set[int] = set()
+        self._pending: dict[int, list[SessionReport]] = {}
+        self._desired: dict[int, DesiredSession] = {}
+
+    # -- the step ------------------------------------------------------------------------
+
+    def step(self, desired: Sequence[DesiredSession]) -> StepSummary:
+        """Compare desired sessions with the containers found and act on the difference."""
+        self.flush_reports()
+        summary = StepSummary()
+        wanted = {session["session_id"]: session for session in desired}
+        # In-flight first, then the listing: an action that ends in between is then
+        # visible in the listing, so it can never be started twice.
+        with self._lock:
+            self._desired = wanted
+            busy = set(self._in_flight)
+        containers = {c.session_id: c for c in self._runtime.list_managed()}
+        for session_id, container in containers.items():
+            if session_id in busy:
+                continue
+            if session_id not in wanted:
+                summary.stopping.append(session_id)
+                self._submit_stop(session_id, report_ended=True)
+            elif not container.running:
+                if self._finished.get(session_id) != "LOST":
+                    summary.lost.append(session_id)
+                    self._report_lost(session_id, container.exit_reason())
+                # Keep the home volume, drop the dead container.
+                self._submit_stop(session_id, report_ended=False)
+            elif session_id not in self._announced:
+                summary.adopted.append(session_id)
+                self._adopt(container)
+        for session_id, session in wanted.items():
+            if session_id in containers or session_id in busy or session_id in self._finished:
+                continue
+            if session_id in self._announced:
+                summary.lost.append(session_id)
+                self._report_lost(session_id, "desktop container disappeared")
+                continue
+            summary.starting.append(session_id)
+            self._submit(self._starts, session_id, lambda s=session: self._start(s))  # type: ignore[misc]
+        self._forget_undesired(wanted, containers)
+        return summary
+
+    def _forget_undesired(
+        self, wanted: dict[int, DesiredSession], containers: dict[int, ManagedContainer]
+    ) -> None:
+        with self._lock:
+            for session_id in list(self._finished):
+                if session_id not in wanted and session_id not in containers:
+                    del self._finished[session_id]
+            self._announced &= set(wanted) | set(self._in_flight)
+
+    # -- actions -------------------------------------------------------------------------
+
+    def _start(self, session: DesiredSession) -> None:
+        session_id = session["session_id"]
+        if self._send(session_id, SessionReport(state="STARTING")) == "conflict":
+            logger.info("session %s: portal no longer wants it, not starting", session_id)
+            self._finished[session_id] = "ENDED"
+            return
+        try:
+            container = self._runtime.start(session)
+        except StartFailed as error:
+            logger.warning("session %s: start failed: %s", session_id, error)
+            self._finished[session_id] = "FAILED"
+            self._send(session_id, SessionReport(state="FAILED", reason=str(error)))
+            return
+        logger.info("session %s: desktop running on port %s", session_id, container.port)
+        self._announced.add(session_id)
+        if self._send(session_id, running_report(container)) == "conflict":
+            self._finished[session_id] = "ENDED"
+            self._runtime.stop(session_id)
+
+    def _adopt(self, container: ManagedContainer) -> None:
+        logger.info(
+            "session %s: adopting running container %s",
+            container.session_id,
+            container.container_id[:12],
+        )
+        self._announced.add(container.session_id)
+        if self._send(container.session_id, running_report(container)) == "conflict":
+            self._submit_stop(container.session_id, report_ended=False)
+
+    def _report_lost(self, session_id: int, reason: str) -> None:
+        logger.warning("session %s: LOST: %s", session_id, reason)
+        self._finished[session_id] = "LOST"
+        self._announced.discard(session_id)
+        self._send(session_id, SessionReport(state="LOST", reason=reason))
+
+    def _submit_stop(self, session_id: int, *, report_ended: bool) -> None:
+        def stop() -> None:
+            self._runtime.stop(session_id)
+            self._announced.discard(session_id)
+            if report_ended:
+                logger.info("session %s: desktop stopped", session_id)
+                self._send(session_id, SessionReport(state="ENDED"))
+
+        self._submit(self._stops, session_id, stop)
+
+    def _submit(self, pool: ThreadPoolExecutor, session_id: int, task: Callable[[], None]) -> None:
+        def run() -> None:
+            try:
+                task()
+            except Exception:
+                # Level-triggered: the next step sees the same difference and tries again.
+                logger.exception("session %s: reconcile action failed", session_id)
+            finally:
+                with self._lock:
+                    self._in_flight.pop(session_id, None)
+
+        with self._lock:
+            self._in_flight[session_id] = pool.submit(run)
+
+    # -- reports -------------------------------------------------------------------------
+
+    def _send(self, session_id: int, report: SessionReport) -> SendOutcome:
+        with self._report_lock:
+            self._pending.setdefault(session_id, []).append(report)
+            return self._flush_session(session_id)
+
+    def flush_reports(self) -> None:
+        """Send reports held back while the portal was unreachable."""
+        with self._report_lock:
+            for session_id in list(self._pending):
+                if self._flush_session(session_id) == "queued":
+                    break  # still unreachable: don't wait for a timeout per session
+
+    def _flush_session(self, session_id: int) -> SendOutcome:
+        queue = self._pending.get(session_id, [])
+        outcome: SendOutcome = "sent"
+        while queue:
+            report = queue[0]
+            try:
+                self._reporter.report(session_id, report)
+            except PortalUnavailable as error:
+                logger.warning(
+                    "session %s: %s report kept for later: %s", session_id, report["state"], error
+                )
+                return "queued"
+            except Conflict as error:
+                logger.info(
+                    "session %s: portal refused %s (%s)", session_id, report["state"], error
+                )
+                outcome = "conflict"
+            except PortalError as error:
+                logger.error(
+                    "session %s: portal rejected %s: %s", session_id, report["state"], error
+                )
+            queue.pop(0)
+        self._pending.pop(session_id, None)
+        return outcome
+
+    # -- views for the heartbeat ---------------------------------------------------------
+
+    def busy_devices(self, running_ids: Sequence[int]) -> list[str]:
+        """GPU/MIG UUIDs held by running sessions, one entry per session slice."""
+        with self._lock:
+            return [
+                device
+                for session_id in running_ids
+                if (session := self._desired.get(session_id)) is not None
+                for device in session["gpu_devices"]
+            ]
+
+    def in_flight(self) -> set[int]:
+        with self._lock:
+            return set(self._in_flight)
+
+    def wait_idle(self, timeout_s: float = 60.0) -> bool:
+        """Wait for the starts and stops in flight (tests, and a tidy shutdown)."""
+        with self._lock:
+            futures = list(self._in_flight.values())
+        _, not_done = wait(futures, timeout=timeout_s)
+        return not not_done
+
+    def close(self, *, wait_for_actions: bool = False) -> None:
+        """Stop taking work. Desktops keep running: they outlive the agent."""
+        self._starts.shutdown(wait=wait_for_actions, cancel_futures=not wait_for_actions)
+        self._stops.shutdown(wait=wait_for_actions, cancel_futures=not wait_for_actions)
+
+
+def running_report(container: ManagedContainer) -> SessionReport:
+    report = SessionReport(
+        state="RUNNING",
+        host=container.host,
+        port=container.port,
+        container_id=container.container_id,
+    )
+    if container.simulated:
+        report["reason"] = "SIMULATED desktop: no container runs on this node"
+    return report

@@ -1,0 +1,94 @@
+"""Desktop runtimes: Docker containers, or a simulated stand-in where no engine runs."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from nodeagent.config import AgentConfig
+from nodeagent.protocol import DesiredSession
+
+logger = logging.getLogger(__name__)
+
+RuntimeKind = Literal["docker", "simulated"]
+
+
+def container_name(session_id: int) -> str:
+    return f"deskpool-s{session_id}"
+
+
+@dataclass(frozen=True)
+class ManagedContainer:
+    """A desktop container the agent manages, as found by its labels."""
+
+    session_id: int
+    container_id: str
+    running: bool
+    status: str  # the engine's word: created, running, exited, dead, ...
+    host: str
+    port: int | None  # published websockify port; None when simulated
+    exit_code: int | None = None
+    oom_killed: bool = False
+    error: str = ""
+    simulated: bool = False  # True: no container exists, the simulated runtime made it up
+
+    def exit_reason(self) -> str:
+        """Why a container is not running, in words for the portal and the user."""
+        if self.oom_killed:
+            return f"desktop ran out of memory (OOMKilled, exit code {self.exit_code})"
+        if self.error:
+            return f"desktop container failed: {self.error}"
+        if self.exit_code is not None:
+            return f"desktop container exited with code {self.exit_code} (status {self.status})"
+        return f"desktop container is {self.status}"
+
+
+class StartFailed(RuntimeError):
+    """A desktop did not start; everything the attempt created has been removed again."""
+
+
+class DesktopRuntime(Protocol):
+    """What the reconciler needs from a runtime. Implementations are thread-safe."""
+
+    kind: RuntimeKind
+
+    def list_managed(self) -> list[ManagedContainer]:
+        """Containers of this node, running or not, found by label."""
+        ...
+
+    def start(self, session: DesiredSession) -> ManagedContainer:
+        """Create, start and wait for the desktop to answer a VNC handshake; raise StartFailed."""
+        ...
+
+    def stop(self, session_id: int) -> None:
+        """Stop (with a grace period) and remove the container; keep the home volume."""
+        ...
+
+
+class RuntimeUnavailable(RuntimeError):
+    """The requested runtime cannot be used on this machine."""
+
+
+def make_runtime(config: AgentConfig) -> DesktopRuntime:
+    """Docker, simulated, or (``auto``) Docker when an engine answers and simulated otherwise."""
+    from nodeagent.runtime.simulated_runtime import SimulatedRuntime
+
+    if config.runtime == "simulated":
+        return SimulatedRuntime.from_config(config)
+    from nodeagent.runtime.docker_runtime import DockerRuntime, docker_client
+
+    try:
+        client = docker_client()
+    except RuntimeUnavailable as error:
+        if config.runtime == "docker":
+            raise
+        logger.warning(
+            "!!! No Docker engine answers (%s). Desktops on node %s are SIMULATED: no "
+            "containers will run and users get no real desktop. Set DESKPOOL_RUNTIME=docker "
+            "to refuse to start without an engine. !!!",
+            error,
+            config.node_name,
+        )
+        return SimulatedRuntime.from_config(config)
+    return DockerRuntime.from_config(config, client)

@@ -1,0 +1,349 @@
+"""Desktops as Docker containers, through the Docker SDK.
+
+One container per session, named ``deskpool-s<session_id>`` and labelled with the
+``deskpool.*`` keys from :mod:`nodeagent.protocol`, so a restarted agent finds (adopts)
+what it started before. The home volume outlives the container; the VNC password
+lives in a file under the state directory, bind-mounted read-only, never in the
+environment (it would show in ``docker inspect``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.models.containers import Container
+
+from nodeagent.config import AgentConfig
+from nodeagent.protocol import (
+    DESKTOP_HOME,
+    DESKTOP_PASSWORD_MOUNT,
+    DESKTOP_WEBSOCKIFY_PORT,
+    LABEL_COURSE,
+    LABEL_MANAGED,
+    LABEL_NODE,
+    LABEL_SESSION,
+    LABEL_USER,
+    DesiredSession,
+)
+from nodeagent.readiness import DesktopNotReady, wait_for_desktop
+from nodeagent.runtime import (
+    ManagedContainer,
+    RuntimeKind,
+    RuntimeUnavailable,
+    StartFailed,
+    container_name,
+)
+
+logger = logging.getLogger(__name__)
+
+PASSWORD_FILE_NAME = "passwd"
+DESKTOP_USER = "1000:1000"
+_PORT_KEY = f"{DESKTOP_WEBSOCKIFY_PORT}/tcp"
+
+ReadinessCheck = Callable[..., object]
+
+
+def docker_client() -> docker.DockerClient:
+    """A client for the local engine, or RuntimeUnavailable when none answers."""
+    try:
+        client = docker.from_env(timeout=30)
+        client.ping()
+    except DockerException as error:
+        raise RuntimeUnavailable(f"Docker engine not reachable: {error}") from error
+    return client
+
+
+def nvidia_runtime_available(client: docker.DockerClient) -> bool:
+    """True when ``docker info`` lists the ``nvidia`` runtime."""
+    try:
+        return "nvidia" in (client.info().get("Runtimes") or {})
+    except DockerException:
+        return False
+
+
+@dataclass
+class _Attempt:
+    """What one start attempt created, so a failure removes exactly that."""
+
+    password_dir: Path
+    created_volume: bool = False
+
+
+class DockerRuntime:
+    """Starts, lists and stops one node's desktop containers."""
+
+    kind: RuntimeKind = "docker"
+
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        *,
+        node_name: str,
+        sessions_dir: Path,
+        publish_address: str = "127.0.0.1",
+        stop_grace_s: float = 10.0,
+        ready_timeout_s: float = 60.0,
+        readiness: ReadinessCheck = wait_for_desktop,
+    ) -> None:
+        self._client = client
+        self._node = node_name
+        self._sessions_dir = sessions_dir.resolve()
+        self._publish_address = publish_address
+        self._stop_grace_s = stop_grace_s
+        self._ready_timeout_s = ready_timeout_s
+        self._readiness = readiness
+        self.gpu_enabled = nvidia_runtime_available(client)
+        if not self.gpu_enabled:
+            logger.warning(
+                "Docker has no 'nvidia' runtime on node %s: desktops start WITHOUT a GPU "
+                "(their GPU slice is simulated).",
+                node_name,
+            )
+
+    @classmethod
+    def from_config(cls, config: AgentConfig, client: docker.DockerClient) -> DockerRuntime:
+        return cls(
+            client,
+            node_name=config.node_name,
+            sessions_dir=config.sessions_dir(),
+            publish_address=config.publish_address,
+            stop_grace_s=config.stop_grace_s,
+            ready_timeout_s=config.ready_timeout_s,
+        )
+
+    # -- listing -------------------------------------------------------------------------
+
+    def _label_filter(self) -> dict[str, Any]:
+        return {"label": [f"{LABEL_MANAGED}=true", f"{LABEL_NODE}={self._node}"]}
+
+    def list_managed(self) -> list[ManagedContainer]:
+        found = []
+        for container in self._client.containers.list(all=True, filters=self._label_filter()):
+            managed = self._describe(container)
+            if managed is not None:
+                found.append(managed)
+        return found
+
+    def _describe(self, container: Container) -> ManagedContainer | None:
+        try:
+            session_id = int(container.labels.get(LABEL_SESSION, ""))
+        except ValueError:
+            return None
+        state = container.attrs.get("State", {})
+        running = bool(state.get("Running"))
+        return ManagedContainer(
+            session_id=session_id,
+            container_id=container.id or "",
+            running=running,
+            status=str(state.get("Status", container.status)),
+            host=self._publish_address,
+            port=_published_port(container.attrs),
+            exit_code=None if running else state.get("ExitCode"),
+            oom_killed=bool(state.get("OOMKilled")),
+            error=str(state.get("Error") or ""),
+        )
+
+    # -- starting ------------------------------------------------------------------------
+
+    def start(self, session: DesiredSession) -> ManagedContainer:
+        session_id = session["session_id"]
+        self._require_image(session["image"])
+        attempt = _Attempt(password_dir=self._sessions_dir / f"s{session_id}")
+        container: Container | None = None
+        try:
+            self._remove_stale(session_id)
+            attempt.created_volume = self._ensure_home_volume(session)
+            self._write_password(attempt.password_dir, session["vnc_password"])
+            container = self._client.containers.create(**self._create_args(session, attempt))
+            container.start()
+            container.reload()
+            port = _published_port(container.attrs)
+            if port is None:
+                raise StartFailed("the engine published no port for websockify")
+            self._readiness(
+                _connect_host(self._publish_address),
+                port,
+                self._ready_timeout_s,
+                abort_reason=lambda: self._exit_reason(container),
+            )
+            container.reload()
+        except (DockerException, OSError, DesktopNotReady, StartFailed) as error:
+            self._clean_up_failed(session, container, attempt)
+            raise StartFailed(_start_error_text(error)) from error
+        except BaseException:
+            self._clean_up_failed(session, container, attempt)
+            raise
+        described = self._describe(container)
+        assert described is not None  # we set the session label ourselves
+        return described
+
+    def _require_image(self, image: str) -> None:
+        try:
+            self._client.images.get(image)
+        except ImageNotFound:
+            # No registry is reachable from the nodes: images are built locally.
+            raise StartFailed(f"image {image} is not present on node {self._node}") from None
+        except DockerException as error:
+            raise StartFailed(f"cannot look up image {image}: {error}") from error
+
+    def _remove_stale(self, session_id: int) -> None:
+        # A leftover container of the same name (e.g. removed labels, crashed agent) blocks create.
+        with contextlib.suppress(NotFound):
+            self._client.containers.get(container_name(session_id)).remove(force=True)
+
+    def _ensure_home_volume(self, session: DesiredSession) -> bool:
+        """Create the home volume unless it exists; True when this call created it."""
+        name = session["home_volume"]
+        try:
+            self._client.volumes.get(name)
+            return False
+        except NotFound:
+            pass
+        self._client.volumes.create(
+            name=name,
+            labels={
+                LABEL_MANAGED: "true",
+                LABEL_USER: session["user"],
+                LABEL_NODE: self._node,
+            },
+        )
+        return True
+
+    def _write_password(self, directory: Path, password: str) -> None:
+        # The parent is root-only (0700) so host users cannot read passwords; the container
+        # only sees the mounted session folder, which uid 1000 must be able to read.
+        self._sessions_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self._sessions_dir, 0o700)
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(mode=0o755)
+        os.chmod(directory, 0o755)
+        password_file = directory / PASSWORD_FILE_NAME
+        password_file.write_text(password[:8] + "\n")
+        os.chmod(password_file, 0o444)
+
+    def _create_args(self, session: DesiredSession, attempt: _Attempt) -> dict[str, Any]:
+        session_id = session["session_id"]
+        environment = {"DESKPOOL_SESSION_ID": str(session_id)}
+        args: dict[str, Any] = {
+            "image": session["image"],
+            "name": container_name(session_id),
+            "detach": True,
+            "labels": {
+                LABEL_MANAGED: "true",
+                LABEL_SESSION: str(session_id),
+                LABEL_USER: session["user"],
+                LABEL_NODE: self._node,
+                LABEL_COURSE: session["course"],
+            },
+            "nano_cpus": int(session["cpus"] * 1_000_000_000),
+            "mem_limit": f"{session['memory_mb']}m",
+            "pids_limit": session["pids_limit"],
+            "shm_size": f"{session['shm_mb']}m",
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "user": DESKTOP_USER,
+            "ports": {_PORT_KEY: (self._publish_address, None)},
+            "volumes": {
+                session["home_volume"]: {"bind": DESKTOP_HOME, "mode": "rw"},
+                str(attempt.password_dir): {"bind": DESKTOP_PASSWORD_MOUNT, "mode": "ro"},
+            },
+            "environment": environment,
+        }
+        devices = session["gpu_devices"]
+        if devices and self.gpu_enabled:
+            args["runtime"] = "nvidia"
+            environment["NVIDIA_VISIBLE_DEVICES"] = ",".join(devices)
+            environment["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility,graphics"
+        else:
+            # "void": an image that defaults to "all" (CUDA bases do) must not see any GPU.
+            environment["NVIDIA_VISIBLE_DEVICES"] = "void"
+            if devices:
+                environment["DESKPOOL_SIMULATED_GPU_DEVICES"] = ",".join(devices)
+                logger.info(
+                    "session %s: no NVIDIA runtime, GPU slice %s is simulated",
+                    session_id,
+                    ",".join(devices),
+                )
+        return args
+
+    def _exit_reason(self, container: Container) -> str | None:
+        try:
+            container.reload()
+        except DockerException as error:
+            return f"container vanished while starting: {error}"
+        described = self._describe(container)
+        if described is None or described.running:
+            return None
+        return described.exit_reason() + _log_tail(container)
+
+    def _clean_up_failed(
+        self, session: DesiredSession, container: Container | None, attempt: _Attempt
+    ) -> None:
+        if container is not None:
+            try:
+                container.remove(force=True)
+            except NotFound:
+                pass
+            except DockerException as error:
+                logger.error("could not remove failed container %s: %s", container.name, error)
+        shutil.rmtree(attempt.password_dir, ignore_errors=True)
+        if attempt.created_volume:
+            try:
+                self._client.volumes.get(session["home_volume"]).remove()
+            except DockerException as error:
+                logger.error("could not remove volume %s: %s", session["home_volume"], error)
+
+    # -- stopping ------------------------------------------------------------------------
+
+    def stop(self, session_id: int) -> None:
+        try:
+            container = self._client.containers.get(container_name(session_id))
+        except NotFound:
+            container = None
+        if container is not None:
+            try:
+                if container.status == "running":
+                    container.stop(timeout=int(self._stop_grace_s))
+                container.remove(v=False)
+            except NotFound:
+                pass
+            except APIError as error:
+                if error.status_code != 409:  # 409: removal already in progress
+                    raise
+        shutil.rmtree(self._sessions_dir / f"s{session_id}", ignore_errors=True)
+
+
+def _published_port(attrs: dict[str, Any]) -> int | None:
+    bindings = (attrs.get("NetworkSettings", {}).get("Ports") or {}).get(_PORT_KEY) or []
+    for binding in bindings:
+        if binding.get("HostPort"):
+            return int(binding["HostPort"])
+    return None
+
+
+def _connect_host(publish_address: str) -> str:
+    # Published on every interface: the loopback reaches it from the agent.
+    return "127.0.0.1" if publish_address in ("0.0.0.0", "", "::") else publish_address
+
+
+def _log_tail(container: Container, lines: int = 5) -> str:
+    try:
+        tail = container.logs(tail=lines).decode(errors="replace").strip()
+    except DockerException:
+        return ""
+    return f"; last output: {tail}" if tail else ""
+
+
+def _start_error_text(error: BaseException) -> str:
+    if isinstance(error, APIError):
+        return f"the Docker engine refused the desktop: {error.explanation or error}"
+    return str(error)

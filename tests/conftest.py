@@ -1,0 +1,145 @@
+"""Fixtures shared by the portal and scheduling tests: people, profiles and a small pool.
+
+These tests run on the real PostgreSQL and Redis named by DATABASE_URL and REDIS_URL
+(``make test`` points them at the local services).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+TEST_IMAGE = "deskpool/tiny:latest"
+
+
+def pytest_configure(config) -> None:
+    os.makedirs("test-output", exist_ok=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _clean_redis():
+    """Start from an empty Redis database: no stale Celery messages or locks."""
+    from django.conf import settings
+
+    if settings.EMBEDDED:
+        yield
+        return
+    import redis
+
+    for url in (settings.CELERY_BROKER_URL, settings.LOCK_REDIS_URL):
+        redis.Redis.from_url(url).flushdb()
+    yield
+
+
+@pytest.fixture
+def make_user(db):
+    from django.contrib.auth import get_user_model
+
+    def make(username: str, **fields):
+        user = get_user_model().objects.create_user(username, password="pw-" + username, **fields)
+        return user
+
+    return make
+
+
+@pytest.fixture
+def owner(make_user):
+    return make_user("ada")
+
+
+@pytest.fixture
+def stranger(make_user):
+    return make_user("ben")
+
+
+@pytest.fixture
+def admin_user(make_user):
+    return make_user("root", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def profile(db):
+    from scheduling.models import DesktopProfile
+
+    return DesktopProfile.objects.create(
+        slug="painting",
+        name="AI painting",
+        image=TEST_IMAGE,
+        cpus=0.5,
+        memory_mb=512,
+        gpu_count=1,
+        gpu_memory_min_mb=4000,
+        allowed_kinds=["mig", "share"],
+        pids_limit=256,
+        shm_mb=64,
+    )
+
+
+def gpu_inventory(uuid: str, index: int, *, mig_slices: int = 0, shares: int = 0) -> dict:
+    """One GPU as an agent reports it (simulated): MIG instances or time-sliced shares."""
+    mig = [
+        {"uuid": f"MIG-{uuid}-{slot}", "profile": "1g.10gb", "memory_mb": 9984}
+        for slot in range(mig_slices)
+    ]
+    gpu = {
+        "uuid": uuid,
+        "index": index,
+        "name": "NVIDIA A100-SXM4-80GB" if mig_slices else "Tesla T4",
+        "memory_mb": 81920 if mig_slices else 15360,
+        "compute_capability": "8.0" if mig_slices else "7.5",
+        "mig_mode": bool(mig_slices),
+        "mig_instances": mig,
+        "nvlink_peers": [],
+        "pci_bus_id": f"00000000:{index:02x}:00.0",
+        "sharing": "mig" if mig_slices else "share",
+        "simulated": True,
+    }
+    if shares:
+        gpu.update(share_count=shares, share_memory_mb=15360 // shares)
+    return gpu
+
+
+def registration(hostname: str, gpus: list[dict], join_token: str | None = None) -> dict:
+    from nodeagent.protocol import AGENT_VERSION, PROTOCOL_VERSION
+
+    body = {
+        "protocol_version": PROTOCOL_VERSION,
+        "agent_version": AGENT_VERSION,
+        "hostname": hostname,
+        "address": "127.0.0.1",
+        "cpu_count": 64,
+        "memory_mb": 262144,
+        "labels": {"rack": "r1"},
+        "runtime": "simulated",
+        "gpus": gpus,
+    }
+    if join_token:
+        body["join_token"] = join_token
+    return body
+
+
+@pytest.fixture
+def register_node(db):
+    """Register a node through the service the agent API uses; returns (node, node token)."""
+    from scheduling.services.nodes import do_create_join_token, do_register
+
+    def register(hostname: str, gpus: list[dict]):
+        token = do_create_join_token(hostname, actor="test")
+        return do_register(registration(hostname, gpus, token), None)
+
+    return register
+
+
+@pytest.fixture
+def pool(register_node):
+    """Ten slices: one node with 2 MIG GPUs × 4 instances and 1 T4 with 2 shares."""
+    node, token = register_node(
+        "node-1",
+        [
+            gpu_inventory("GPU-a", 0, mig_slices=4),
+            gpu_inventory("GPU-b", 1, mig_slices=4),
+            gpu_inventory("GPU-c", 2, shares=2),
+        ],
+    )
+    return node

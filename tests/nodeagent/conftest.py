@@ -1,0 +1,127 @@
+"""Fixtures for the node agent tests: a real Docker engine, the tiny image, and cleanup."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nodeagent.protocol import LABEL_MANAGED, LABEL_NODE, DesiredSession, SessionReport
+
+TINY_IMAGE = "deskpool/tiny:latest"
+# The image is built by nodeagent/images/build.sh; wait for a build in progress this long.
+IMAGE_WAIT_S = float(os.environ.get("DESKPOOL_TEST_IMAGE_WAIT_S", "1500"))
+
+
+@pytest.fixture(scope="session")
+def docker_client():  # type: ignore[no-untyped-def]
+    """A client for the local engine; skips the test when none answers."""
+    docker = pytest.importorskip("docker")
+    try:
+        client = docker.from_env(timeout=30)
+        client.ping()
+    except docker.errors.DockerException as error:
+        pytest.skip(f"no Docker engine answers here: {error}")
+    return client
+
+
+@pytest.fixture(scope="session")
+def tiny_image(docker_client) -> str:  # type: ignore[no-untyped-def]
+    """The tiny desktop image; waits for a build in progress, then skips with a reason."""
+    from docker.errors import ImageNotFound
+
+    deadline = time.monotonic() + IMAGE_WAIT_S
+    while True:
+        try:
+            docker_client.images.get(TINY_IMAGE)
+            return TINY_IMAGE
+        except ImageNotFound:
+            if time.monotonic() > deadline:
+                pytest.skip(
+                    f"{TINY_IMAGE} not built after {IMAGE_WAIT_S:.0f} s: "
+                    "run nodeagent/images/build.sh tiny"
+                )
+            time.sleep(10)
+
+
+@pytest.fixture
+def node_name(docker_client) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """A node name unique to the test; every container and volume labelled with it is removed."""
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    yield name
+    labels = [f"{LABEL_MANAGED}=true", f"{LABEL_NODE}={name}"]
+    for container in docker_client.containers.list(all=True, filters={"label": labels}):
+        container.remove(force=True)
+    for volume in docker_client.volumes.list(filters={"label": labels}):
+        volume.remove(force=True)
+
+
+@pytest.fixture
+def sessions_dir(tmp_path: Path) -> Path:
+    return tmp_path / "state" / "sessions"
+
+
+def desired_session(
+    session_id: int, *, image: str = TINY_IMAGE, **overrides: object
+) -> DesiredSession:
+    """A desired session as the portal would send it, with test-friendly limits."""
+    session = DesiredSession(
+        session_id=session_id,
+        user="alice",
+        course="cs101",
+        image=image,
+        cpus=0.5,
+        memory_mb=256,
+        pids_limit=256,
+        shm_mb=64,
+        gpu_devices=["MIG-00000000-0000-0000-0000-000000000001"],
+        vnc_password="s3cretpw",
+        home_volume=f"deskpool-test-home-{uuid.uuid4().hex[:8]}",
+    )
+    session.update(overrides)  # type: ignore[typeddict-item]
+    return session
+
+
+@pytest.fixture
+def make_session():  # type: ignore[no-untyped-def]
+    return desired_session
+
+
+class FakePortal:
+    """The portal's report endpoint, in process: records reports, can answer 409 or be down."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.reports: list[tuple[int, SessionReport]] = []
+        self.unwanted: set[int] = set()  # sessions answered with 409
+        self.down = False
+        self._lock = threading.Lock()
+
+    def report(self, session_id: int, report: SessionReport) -> str:
+        from nodeagent.portal_client import Conflict, PortalUnavailable
+
+        if self.down:
+            raise PortalUnavailable("fake portal is down")
+        with self._lock:
+            if session_id in self.unwanted:
+                raise Conflict("session no longer wanted", state="ENDED")
+            self.reports.append((session_id, dict(report)))  # type: ignore[arg-type]
+        return report["state"]
+
+    def states(self, session_id: int) -> list[str]:
+        with self._lock:
+            return [r["state"] for sid, r in self.reports if sid == session_id]
+
+    def last(self, session_id: int) -> SessionReport:
+        with self._lock:
+            return [r for sid, r in self.reports if sid == session_id][-1]
+
+
+@pytest.fixture
+def fake_portal() -> FakePortal:
+    return FakePortal()

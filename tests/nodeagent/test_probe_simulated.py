@@ -1,0 +1,110 @@
+"""The SIMULATED fleet probe and the demo fleet file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import nodeagent
+from nodeagent.probe.simulated import FleetError, SimulatedProbe, load_fleet
+
+DEMO_FLEET = Path(nodeagent.__file__).parent / "fleets" / "demo.yaml"
+INVENTORY_KEYS = {
+    "uuid", "index", "name", "memory_mb", "compute_capability", "mig_mode",
+    "mig_instances", "nvlink_peers", "pci_bus_id", "sharing", "simulated",
+}  # fmt: skip
+
+
+def test_demo_fleet_file_says_it_is_simulated() -> None:
+    first_line = DEMO_FLEET.read_text().splitlines()[0]
+    assert "SIMULATED" in first_line
+
+
+def test_demo_fleet_has_four_a100_nodes_and_one_t4_node() -> None:
+    fleet = load_fleet(DEMO_FLEET)
+    assert fleet.names() == ["gpu-a01", "gpu-a02", "gpu-a03", "gpu-a04", "gpu-t01"]
+
+
+@pytest.mark.parametrize("node", ["gpu-a01", "gpu-a02", "gpu-a03", "gpu-a04"])
+def test_a100_nodes_have_eight_mig_partitioned_gpus_linked_all_to_all(node: str) -> None:
+    probe = SimulatedProbe(load_fleet(DEMO_FLEET).node(node))
+    gpus = probe.inventory()
+    assert len(gpus) == 8
+    uuids = {gpu["uuid"] for gpu in gpus}
+    for gpu in gpus:
+        assert set(gpu) >= INVENTORY_KEYS
+        assert gpu["simulated"] is True
+        assert gpu["name"] == "NVIDIA A100-SXM4-80GB"
+        assert (gpu["memory_mb"], gpu["compute_capability"]) == (81920, "8.0")
+        assert gpu["mig_mode"] is True and gpu["sharing"] == "mig"
+        assert [m["profile"] for m in gpu["mig_instances"]] == [
+            "3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb",
+        ]  # fmt: skip
+        assert sum(m["memory_mb"] for m in gpu["mig_instances"]) <= gpu["memory_mb"]
+        assert all(m["uuid"].startswith("MIG-") for m in gpu["mig_instances"])
+        assert gpu["uuid"].startswith("GPU-")
+        assert set(gpu["nvlink_peers"]) == uuids - {gpu["uuid"]}
+    facts = probe.node_facts()
+    assert facts.labels["cooling"] == "liquid"
+    assert facts.labels["network_plane"] == "ib0"
+    assert facts.labels["rack"] in {"r1", "r2"}
+
+
+def test_t4_node_offers_time_sliced_shares() -> None:
+    probe = SimulatedProbe(load_fleet(DEMO_FLEET).node("gpu-t01"))
+    gpus = probe.inventory()
+    assert [gpu["name"] for gpu in gpus] == ["Tesla T4"] * 3
+    for gpu in gpus:
+        assert (gpu["memory_mb"], gpu["compute_capability"]) == (15360, "7.5")
+        assert gpu["sharing"] == "share" and gpu["mig_mode"] is False
+        assert (gpu.get("share_count"), gpu.get("share_memory_mb")) == (4, 3840)
+        assert gpu["mig_instances"] == [] and gpu["nvlink_peers"] == []
+    assert probe.node_facts().labels == {"rack": "r3", "cooling": "air", "network_plane": "eth0"}
+
+
+def test_uuids_are_unique_across_the_fleet_and_stable_across_loads() -> None:
+    def all_uuids() -> list[str]:
+        fleet = load_fleet(DEMO_FLEET)
+        found = []
+        for node in fleet.nodes:
+            for gpu in SimulatedProbe(node).inventory():
+                found.append(gpu["uuid"])
+                found.extend(m["uuid"] for m in gpu["mig_instances"])
+        return found
+
+    first, second = all_uuids(), all_uuids()
+    assert first == second
+    assert len(set(first)) == len(first) == 4 * 8 * 5 + 3
+
+
+def test_metrics_follow_running_sessions() -> None:
+    probe = SimulatedProbe(load_fleet(DEMO_FLEET).node("gpu-a01"), seed=1)
+    gpus = probe.inventory()
+    busy_gpu, idle_gpu = gpus[0], gpus[1]
+    busy = [m["uuid"] for m in busy_gpu["mig_instances"][:3]]  # three sessions on GPU 0
+    for _ in range(10):  # temperatures approach their target over several heartbeats
+        metrics = {m["uuid"]: m for m in probe.metrics(busy)}
+    hot, cold = metrics[busy_gpu["uuid"]], metrics[idle_gpu["uuid"]]
+    assert set(hot) == {"uuid", "utilization_pct", "memory_used_mb", "temperature_c", "power_w"}
+    assert hot["utilization_pct"] is not None and hot["utilization_pct"] > 80
+    assert cold["utilization_pct"] is not None and cold["utilization_pct"] < 5
+    assert (hot["memory_used_mb"] or 0) > (cold["memory_used_mb"] or 0) + 5000
+    assert (hot["temperature_c"] or 0) > (cold["temperature_c"] or 0) + 20
+    assert (hot["power_w"] or 0) > (cold["power_w"] or 0) + 200
+    # The sessions end: the GPU cools down again.
+    for _ in range(15):
+        metrics = {m["uuid"]: m for m in probe.metrics([])}
+    assert (metrics[busy_gpu["uuid"]]["temperature_c"] or 99) < 34
+
+
+def test_unknown_node_names_the_known_ones() -> None:
+    with pytest.raises(FleetError, match="gpu-a01"):
+        load_fleet(DEMO_FLEET).node("gpu-z99")
+
+
+def test_malformed_fleet_file_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "fleet.yaml"
+    bad.write_text("just: a mapping\n")
+    with pytest.raises(FleetError, match="nodes"):
+        load_fleet(bad)

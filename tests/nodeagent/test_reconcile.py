@@ -1,0 +1,226 @@
+"""The reconcile step, with an in-process fake portal: simulated runtime and real Docker."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from nodeagent.reconcile import Reconciler
+from nodeagent.runtime.docker_runtime import DockerRuntime
+from nodeagent.runtime.simulated_runtime import SimulatedRuntime
+
+
+def converge(reconciler: Reconciler, desired: list, steps: int = 1) -> None:  # type: ignore[type-arg]
+    for _ in range(steps):
+        reconciler.step(desired)
+        assert reconciler.wait_idle(90), "reconcile actions did not finish"
+
+
+@pytest.fixture
+def simulated(tmp_path: Path) -> SimulatedRuntime:
+    return SimulatedRuntime(
+        node_name="sim-node", state_file=tmp_path / "sim.json", start_delay_s=0.01
+    )
+
+
+# -- simulated runtime (no engine needed) ---------------------------------------------------
+
+
+def test_missing_session_is_started_and_reported_running(
+    simulated, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    reconciler = Reconciler(simulated, fake_portal)
+    session = make_session(1)
+
+    converge(reconciler, [session], steps=3)
+
+    assert fake_portal.states(1) == ["STARTING", "RUNNING"]
+    running = fake_portal.last(1)
+    assert running["port"] is None and "SIMULATED" in running["reason"]
+    assert [c.session_id for c in simulated.list_managed()] == [1]
+
+
+def test_undesired_session_is_stopped_and_reported_ended(
+    simulated, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    reconciler = Reconciler(simulated, fake_portal)
+    converge(reconciler, [make_session(1), make_session(2)])
+
+    converge(reconciler, [make_session(2)], steps=2)
+
+    assert fake_portal.states(1) == ["STARTING", "RUNNING", "ENDED"]
+    assert fake_portal.states(2) == ["STARTING", "RUNNING"]
+    assert [c.session_id for c in simulated.list_managed()] == [2]
+
+
+def test_dead_desktop_is_reported_lost_once_and_not_restarted(
+    simulated, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    reconciler = Reconciler(simulated, fake_portal)
+    session = make_session(3)
+    converge(reconciler, [session])
+    simulated.simulate_exit(3, 137, oom_killed=True)
+
+    converge(reconciler, [session], steps=3)
+
+    assert fake_portal.states(3) == ["STARTING", "RUNNING", "LOST"]
+    assert "OOMKilled" in fake_portal.last(3)["reason"]
+    assert simulated.list_managed() == []
+
+
+def test_restarted_agent_adopts_its_desktops_without_duplicates(
+    tmp_path, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    state = tmp_path / "sim.json"
+    before = Reconciler(SimulatedRuntime(node_name="n", state_file=state), fake_portal)
+    converge(before, [make_session(4)])
+    before.close()
+
+    runtime = SimulatedRuntime(node_name="n", state_file=state)
+    after = Reconciler(runtime, fake_portal)
+    summary = after.step([make_session(4)])
+    converge(after, [make_session(4)], steps=2)
+
+    assert summary.adopted == [4] and summary.starting == []
+    assert fake_portal.states(4) == ["STARTING", "RUNNING", "RUNNING"]
+    assert len(runtime.list_managed()) == 1
+
+
+def test_failed_start_is_reported_and_not_retried(tmp_path, fake_portal, make_session) -> None:  # type: ignore[no-untyped-def]
+    runtime = SimulatedRuntime(node_name="n", known_images={"deskpool/tiny:latest"})
+    reconciler = Reconciler(runtime, fake_portal)
+
+    converge(reconciler, [make_session(5, image="nope:latest")], steps=3)
+
+    assert fake_portal.states(5) == ["STARTING", "FAILED"]
+    assert "not present" in fake_portal.last(5)["reason"]
+    assert runtime.list_managed() == []
+
+
+def test_conflict_on_adopted_desktop_stops_it(simulated, fake_portal, make_session) -> None:  # type: ignore[no-untyped-def]
+    simulated.start(make_session(6))
+    fake_portal.unwanted.add(6)
+
+    converge(Reconciler(simulated, fake_portal), [make_session(6)])
+
+    assert simulated.list_managed() == []
+
+
+def test_conflict_on_starting_means_no_start(simulated, fake_portal, make_session) -> None:  # type: ignore[no-untyped-def]
+    fake_portal.unwanted.add(7)
+
+    converge(Reconciler(simulated, fake_portal), [make_session(7)], steps=2)
+
+    assert simulated.list_managed() == []
+
+
+def test_reports_wait_for_the_portal_and_keep_their_order(
+    simulated, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    reconciler = Reconciler(simulated, fake_portal)
+    fake_portal.down = True
+    converge(reconciler, [make_session(8)])
+    assert [c.session_id for c in simulated.list_managed()] == [8]  # started anyway
+    assert fake_portal.reports == []
+
+    fake_portal.down = False
+    converge(reconciler, [make_session(8)])
+
+    assert fake_portal.states(8) == ["STARTING", "RUNNING"]
+
+
+def test_ten_desktops_start_in_parallel_and_a_slow_start_does_not_block_a_stop(
+    simulated, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    simulated.start(make_session(100))
+    simulated.start_delay_s = 1.0
+    reconciler = Reconciler(simulated, fake_portal)
+    wanted = [make_session(i) for i in range(1, 11)]
+
+    started = time.monotonic()
+    reconciler.step(wanted)  # 100 is not wanted: it must stop while the ten start
+    deadline = time.monotonic() + 0.8
+    while 100 in {c.session_id for c in simulated.list_managed()} and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert 100 not in {c.session_id for c in simulated.list_managed()}
+    assert reconciler.wait_idle(10)
+    elapsed = time.monotonic() - started
+
+    assert elapsed < 3.0, f"ten 1 s starts took {elapsed:.1f} s: not parallel"
+    assert all(fake_portal.states(i) == ["STARTING", "RUNNING"] for i in range(1, 11))
+    assert fake_portal.states(100) == ["ENDED"]
+
+
+# -- real Docker -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def docker_runtime(docker_client, node_name, sessions_dir) -> DockerRuntime:  # type: ignore[no-untyped-def]
+    return DockerRuntime(
+        docker_client, node_name=node_name, sessions_dir=sessions_dir, ready_timeout_s=30
+    )
+
+
+@pytest.mark.docker
+def test_docker_start_stop_lost_and_adopt(
+    docker_runtime, docker_client, tiny_image, node_name, sessions_dir, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    keep, end, die = (make_session(i, image=tiny_image) for i in (5001, 5002, 5003))
+    reconciler = Reconciler(docker_runtime, fake_portal)
+
+    # start
+    converge(reconciler, [keep, end, die])
+    for sid in (5001, 5002, 5003):
+        assert fake_portal.states(sid) == ["STARTING", "RUNNING"]
+        report = fake_portal.last(sid)
+        assert report["host"] == "127.0.0.1" and isinstance(report["port"], int)
+        assert docker_client.containers.get(report["container_id"]).status == "running"
+
+    # lost: the desktop is killed behind the agent's back
+    docker_client.containers.get("deskpool-s5003").kill()
+    # stop: 5002 is no longer desired
+    converge(reconciler, [keep, die], steps=2)
+    assert fake_portal.states(5002)[-1] == "ENDED"
+    assert fake_portal.states(5003)[-1] == "LOST"
+    assert "137" in fake_portal.last(5003)["reason"]
+    assert sorted(c.session_id for c in docker_runtime.list_managed()) == [5001]
+    reconciler.close()
+
+    # adopt: a new agent process finds 5001 and does not start a second one
+    restarted = Reconciler(
+        DockerRuntime(docker_client, node_name=node_name, sessions_dir=sessions_dir), fake_portal
+    )
+    summary = restarted.step([keep])
+    converge(restarted, [keep])
+    assert summary.adopted == [5001] and summary.starting == []
+    assert fake_portal.states(5001) == ["STARTING", "RUNNING", "RUNNING"]
+    assert len(docker_client.containers.list(all=True, filters={"name": "deskpool-s5001"})) == 1
+
+
+@pytest.mark.docker
+def test_docker_failed_start_cleans_up(
+    docker_runtime, docker_client, node_name, sessions_dir, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    session = make_session(5004, image="deskpool/no-such-image:latest")
+
+    converge(Reconciler(docker_runtime, fake_portal), [session], steps=2)
+
+    assert fake_portal.states(5004) == ["STARTING", "FAILED"]
+    assert docker_client.containers.list(all=True, filters={"name": "deskpool-s5004"}) == []
+    assert docker_client.volumes.list(filters={"name": session["home_volume"]}) == []
+    assert not (sessions_dir / "s5004").exists()
+
+
+@pytest.mark.docker
+def test_docker_ten_desktops_start_together(
+    docker_runtime, tiny_image, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    wanted = [make_session(5100 + i, image=tiny_image) for i in range(10)]
+
+    converge(Reconciler(docker_runtime, fake_portal), wanted)
+
+    assert all(fake_portal.states(s["session_id"]) == ["STARTING", "RUNNING"] for s in wanted)
+    ports = {fake_portal.last(s["session_id"])["port"] for s in wanted}
+    assert len(ports) == 10

@@ -1,0 +1,62 @@
+"""Browser events leave only after the transaction commits."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.db import connection, transaction
+
+from portal import events
+from scheduling.services.sessions import check_submit, do_submit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """Every event handed to the channel layer, with whether a transaction was still open."""
+    record = []
+    real_send = events._send
+
+    def recording_send(group, payload):
+        record.append((group, payload, connection.in_atomic_block))
+        real_send(group, payload)
+
+    monkeypatch.setattr(events, "_send", recording_send)
+    return record
+
+
+def test_session_update_is_sent_after_commit_and_not_before(owner, profile, sent):
+    with transaction.atomic():
+        session = do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
+        assert sent == []
+    assert [(group, payload["session"]["id"], open_tx) for group, payload, open_tx in sent] == [
+        (events.user_group(owner.pk), session.pk, False)
+    ]
+
+
+def test_a_rolled_back_submission_sends_nothing(owner, profile, sent):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
+        raise RuntimeError("boom")
+    assert sent == []
+
+
+def test_the_owners_group_receives_the_update_through_redis(owner, profile):
+    async def listen_and_submit():
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add(events.user_group(owner.pk), channel)
+        session = await database_sync_to_async(
+            lambda: do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
+        )()
+        message = await asyncio.wait_for(layer.receive(channel), timeout=5)
+        return session, message
+
+    session, message = async_to_sync(listen_and_submit)()
+    assert message["type"] == "session.update"
+    assert (message["session"]["id"], message["session"]["state"]) == (session.pk, "QUEUED")

@@ -1,0 +1,124 @@
+"""The agent API: one-time join, node tokens, desired state and reports."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from scheduling.choices import SessionState
+from scheduling.models import Allocation, Node, Session
+from scheduling.services.cycle import do_scheduling_cycle
+from scheduling.services.nodes import do_create_join_token
+from scheduling.services.sessions import check_submit, do_stop, do_submit
+
+from ..conftest import gpu_inventory, registration
+
+pytestmark = pytest.mark.django_db
+
+
+def agent(token: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Node " + token)
+    return client
+
+
+def test_join_token_works_once_and_the_node_token_re_registers():
+    join = do_create_join_token("gpu-x", actor="test")
+    body = registration("gpu-x", [gpu_inventory("GPU-x", 0, mig_slices=2)], join)
+    first = APIClient().post("/api/agent/v1/register/", body, format="json")
+    assert first.status_code == 201, first.content
+    node_token = first.json()["node_token"]
+    assert Node.objects.get().token_hash != node_token  # stored hashed
+
+    again = APIClient().post("/api/agent/v1/register/", body, format="json")
+    assert again.status_code == 401
+
+    body.pop("join_token")
+    body["gpus"] = [gpu_inventory("GPU-x", 0, mig_slices=3)]
+    refreshed = agent(node_token).post("/api/agent/v1/register/", body, format="json")
+    assert refreshed.status_code == 200
+    assert "node_token" not in refreshed.json()
+    assert Node.objects.get().gpus.get().slices.filter(present=True).count() == 3
+
+
+def test_a_protocol_version_the_portal_does_not_speak_is_refused_with_409():
+    join = do_create_join_token("gpu-y", actor="test")
+    body = registration("gpu-y", [], join)
+    body["protocol_version"] = 99
+    answer = APIClient().post("/api/agent/v1/register/", body, format="json")
+    assert answer.status_code == 409
+    assert "protocol" in answer.json()["detail"]
+
+
+def test_a_bad_registration_gets_field_errors():
+    answer = APIClient().post("/api/agent/v1/register/", {"hostname": "x"}, format="json")
+    assert answer.status_code == 400
+    assert "gpus" in answer.json()
+
+
+def test_agent_endpoints_need_a_node_token():
+    assert APIClient().get("/api/agent/v1/desired/").status_code == 401
+    assert agent("dpn_wrong").get("/api/agent/v1/desired/").status_code == 401
+
+
+def test_placed_session_is_desired_then_reported_running_then_stopped(
+    owner, profile, register_node
+):
+    node, token = register_node("gpu-z", [gpu_inventory("GPU-z", 0, mig_slices=1)])
+    session = do_submit(owner, check_submit(owner, profile.pk, "thesis", None))
+    do_scheduling_cycle()
+
+    desired = agent(token).get("/api/agent/v1/desired/").json()["sessions"]
+    assert [d["session_id"] for d in desired] == [session.pk]
+    assert desired[0]["gpu_devices"] == ["MIG-GPU-z-0"]
+    assert len(desired[0]["vnc_password"]) == 8
+    assert desired[0]["home_volume"] == "deskpool-home-ada"
+
+    report = f"/api/agent/v1/sessions/{session.pk}/report/"
+    assert agent(token).post(report, {"state": "STARTING"}, format="json").json() == {
+        "state": "STARTING"
+    }
+    running = agent(token).post(
+        report, {"state": "RUNNING", "host": "127.0.0.1", "port": 32000}, format="json"
+    )
+    assert running.json() == {"state": "RUNNING"}
+    session.refresh_from_db()
+    assert (session.desktop_port, session.started_at is not None) == (32000, True)
+
+    do_stop(owner, session)
+    assert agent(token).get("/api/agent/v1/desired/").json()["sessions"] == []
+    assert Allocation.objects.filter(released_at=None).count() == 1  # held until it is gone
+    ended = agent(token).post(report, {"state": "ENDED"}, format="json")
+    assert ended.json() == {"state": "ENDED"}
+    assert Allocation.objects.filter(released_at=None).count() == 0
+
+    late = agent(token).post(report, {"state": "RUNNING", "port": 32000}, format="json")
+    assert late.status_code == 409
+    assert late.json()["state"] == "ENDED"
+
+
+def test_a_failed_start_frees_the_slice_with_the_reason(owner, profile, register_node):
+    _, token = register_node("gpu-f", [gpu_inventory("GPU-f", 0, mig_slices=1)])
+    session = do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
+    do_scheduling_cycle()
+    answer = agent(token).post(
+        f"/api/agent/v1/sessions/{session.pk}/report/",
+        {"state": "FAILED", "reason": "image not found"},
+        format="json",
+    )
+    assert answer.json() == {"state": "FAILED"}
+    session.refresh_from_db()
+    assert (session.state, session.reason) == (SessionState.FAILED, "image not found")
+    assert not Allocation.objects.filter(released_at=None).exists()
+
+
+def test_another_nodes_session_is_not_found(owner, profile, register_node):
+    register_node("gpu-1", [gpu_inventory("GPU-1", 0, mig_slices=1)])
+    _, other_token = register_node("gpu-2", [])
+    session = do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
+    do_scheduling_cycle()
+    assert Session.objects.get(pk=session.pk).node.hostname == "gpu-1"
+    answer = agent(other_token).post(
+        f"/api/agent/v1/sessions/{session.pk}/report/", {"state": "RUNNING"}, format="json"
+    )
+    assert answer.status_code == 404
