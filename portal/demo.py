@@ -92,12 +92,15 @@ def ensure_desktop_image(client) -> bool:
     return build.returncode == 0
 
 
-def remove_demo_containers(client) -> int:
+def remove_demo_containers(client, node_names: list[str]) -> int:
     """Stop and remove every desktop container the demo's agents started."""
     removed = 0
-    for container in client.containers.list(all=True, filters={"label": "deskpool.managed"}):
-        container.remove(force=True)
-        removed += 1
+    for name in node_names:
+        for container in client.containers.list(
+            all=True, filters={"label": f"deskpool.node={name}"}
+        ):
+            container.remove(force=True)
+            removed += 1
     return removed
 
 
@@ -174,7 +177,7 @@ def main() -> int:
         if client is None:
             say(
                 "NO DOCKER ENGINE answers: the node agents run a SIMULATED runtime. You can "
-                "explore the queue, but no real desktop starts. Start dockerd and rerun for real ones."
+                "explore the queue, but no real desktop starts. Start dockerd and rerun."
             )
         elif not ensure_desktop_image(client):
             say(
@@ -281,7 +284,8 @@ def main() -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         supervisor.stop_all()
         if client is not None:
-            removed = remove_demo_containers(client)
+            nodes = [n["name"] for n in yaml.safe_load(FLEET_FILE.read_text())["nodes"]]
+            removed = remove_demo_containers(client, nodes)
             if removed:
                 say(f"removed {removed} desktop containers; home volumes are kept")
         shutil.rmtree(var_dir / "agents" / "sessions", ignore_errors=True)

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import websockets
 from websockets.asyncio.client import connect
+from websockets.typing import Subprotocol
 
 # Keep in step with nodeagent/protocol.py (this script runs without the package on the path).
 DESKTOP_WEBSOCKIFY_PORT = 6080
@@ -91,7 +92,7 @@ def vnc_response(password: str, challenge: bytes) -> bytes | None:
 
 async def handshake(url: str, password: str) -> tuple[str, list[int], str]:
     """One RFB handshake; returns (server version, security types, auth result)."""
-    async with connect(url, subprotocols=["binary"], open_timeout=2, close_timeout=1) as ws:
+    async with connect(url, subprotocols=[Subprotocol("binary")], open_timeout=2, close_timeout=1) as ws:
         r = WsReader(ws)
         banner = await asyncio.wait_for(r.read(12), 5)
         if not banner.startswith(b"RFB 003.") or not banner.endswith(b"\n"):
@@ -111,7 +112,9 @@ async def handshake(url: str, password: str) -> tuple[str, list[int], str]:
             return banner.decode().strip(), types, "skipped (no cryptography module)"
         await ws.send(bytes([VNC_AUTH]))
         challenge = await r.read(16)
-        await ws.send(vnc_response(password, challenge))
+        answer = vnc_response(password, challenge)
+        assert answer is not None  # checked above
+        await ws.send(answer)
         result = int.from_bytes(await r.read(4), "big")
         return banner.decode().strip(), types, "OK" if result == 0 else f"FAILED ({result})"
 

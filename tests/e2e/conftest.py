@@ -1,0 +1,73 @@
+"""Browser fixtures for the end-to-end tests: Debian's chromium driven by Playwright.
+
+The real stack (daphne portal, Celery worker, node agent) comes from the integration
+fixtures; these tests only add a browser in front of it. No browser is ever downloaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import (  # noqa: F401 - fixtures and the report hook
+    docker_engine,
+    pytest_runtest_makereport,
+    require_image,
+    stack,
+)
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+@pytest.fixture
+def browser(stack, monkeypatch):  # noqa: F811 - the imported fixture
+    """A headless chromium for one test, started after the stack (and its environment)."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"the browser tests drive Debian's chromium: {CHROMIUM} is missing")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    # Playwright's sync API keeps an event loop running in this thread; the test's own
+    # ORM calls are still plain synchronous ones. Set only now, so the stack's processes
+    # (their environment was copied when the stack was made) keep Django's async checks.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def new_page(browser, stack):  # noqa: F811 - the imported fixture
+    """Make a page in a fresh browser context (its own cookies) on the stack's portal."""
+    contexts = []
+
+    def make():
+        context = browser.new_context(base_url=stack.url, viewport={"width": 1280, "height": 900})
+        context.set_default_timeout(15_000)
+        contexts.append(context)
+        return context.new_page()
+
+    yield make
+    for context in contexts:
+        context.close()
+
+
+def log_in(page, username: str, password: str) -> None:
+    """Log in through the real login form and land on the home page."""
+    page.goto("/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    with page.expect_navigation():
+        page.click("form button[type=submit]")
+    assert page.locator("header nav").inner_text().startswith(username), page.content()
