@@ -82,3 +82,21 @@ def test_desktop_websocket_lets_the_owner_through_to_the_desktop(owner, running_
     connected, code = _connect_desktop(owner, running_session.pk)
     assert not connected
     assert code == 4502
+
+
+def test_a_guardian_grant_lets_an_instructor_read_but_not_open_or_stop(
+    make_user, running_session
+):
+    from guardian.shortcuts import assign_perm
+
+    instructor = make_user("ines")
+    client = client_for(instructor)
+    assert client.get(f"/api/v1/sessions/{running_session.pk}/").status_code == 404
+    assign_perm("scheduling.view_session", instructor, running_session)
+    answer = client.get(f"/api/v1/sessions/{running_session.pk}/")
+    assert answer.status_code == 200
+    assert answer.json()["state"] == "RUNNING"
+    browser = Client()
+    browser.force_login(instructor)
+    assert browser.get(f"/desktop/{running_session.pk}/").status_code == 404
+    assert browser.post(f"/sessions/{running_session.pk}/stop/").status_code == 404
