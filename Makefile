@@ -12,12 +12,16 @@ $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Deskpool needs $(PYTHON) (Python 3.11) on PATH"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed-dev
 
-demo: venv
+demo: $(VENV)/.installed
 	$(PY) -m portal.demo
 
 images:
