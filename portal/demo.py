@@ -138,6 +138,7 @@ def main() -> int:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         if not env.get("REDIS_URL"):
             socket_path = var_dir / "redis.sock"

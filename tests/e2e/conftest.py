@@ -49,18 +49,27 @@ def browser(stack, monkeypatch):  # noqa: F811 - the imported fixture
 
 @pytest.fixture
 def new_page(browser, stack):  # noqa: F811 - the imported fixture
-    """Make a page in a fresh browser context (its own cookies) on the stack's portal."""
+    """Make a page in a fresh browser context (its own cookies) on the stack's portal.
+
+    What the pages log to their console, and their uncaught errors, are printed at the
+    end, so that a failing test shows them.
+    """
     contexts = []
+    console: list[str] = []
 
     def make():
         context = browser.new_context(base_url=stack.url, viewport={"width": 1280, "height": 900})
         context.set_default_timeout(15_000)
         contexts.append(context)
-        return context.new_page()
+        page = context.new_page()
+        page.on("console", lambda m: console.append(f"[{m.type}] {m.text} ({page.url})"))
+        page.on("pageerror", lambda e: console.append(f"[pageerror] {e} ({page.url})"))
+        return page
 
     yield make
     for context in contexts:
         context.close()
+    print("--- browser console ---", *console, sep="\n")
 
 
 def log_in(page, username: str, password: str) -> None:
