@@ -53,6 +53,10 @@ def _desktop_endpoint(user, session_id: int) -> tuple[str, int] | None:
 class DesktopProxyConsumer(AsyncWebsocketConsumer):
     """Relays noVNC's WebSocket to the session's websockify, for its owner and admins only."""
 
+    # No channel layer: the proxy gets nothing through it, and listening on it would tie
+    # every open desktop to a blocking Redis read (one that redis-py's default 5 s socket
+    # timeout breaks, dropping the desktop).
+    channel_layer_alias = None
     upstream: websockets.ClientConnection | None = None
     pump: asyncio.Task | None = None
 

@@ -113,30 +113,29 @@ SERVE_STATIC = env.bool("DESKPOOL_SERVE_STATIC", default=True)
 # --- channels, celery -------------------------------------------------------------------
 
 
-def _redis_url_for(db: int) -> str:
-    """The Redis URL with another database number, for the embedded socket or TCP."""
+def _redis_url_for(offset: int) -> str:
+    """REDIS_URL moved ``offset`` databases up (the broker uses its own, the rest the next)."""
     if REDIS_URL.startswith("unix://"):
-        return f"{REDIS_URL}?db={db}"
-    base = REDIS_URL.rstrip("/")
-    head, _, tail = base.rpartition("/")
+        path, _, query = REDIS_URL.partition("?db=")
+        return f"{path}?db={int(query or 0) + offset}"
+    head, _, tail = REDIS_URL.rstrip("/").rpartition("/")
     if head.count("/") >= 2 and tail.isdigit():
-        base = head
-    return f"{base}/{db}"
+        return f"{head}/{int(tail) + offset}"
+    return f"{REDIS_URL.rstrip('/')}/{offset}"
 
 
-REDIS_DB = env.int("DESKPOOL_REDIS_DB", default=0)
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [_redis_url_for(REDIS_DB + 1)], "prefix": "deskpool"},
+        "CONFIG": {
+            # channels-redis blocks 5 s on each receive: the socket must wait longer than that.
+            "hosts": [{"address": _redis_url_for(1), "socket_timeout": 15}],
+            "prefix": "deskpool",
+        },
     }
 }
-LOCK_REDIS_URL = _redis_url_for(REDIS_DB + 1)
-CELERY_BROKER_URL = (
-    REDIS_URL.replace("unix://", "redis+socket://", 1)
-    if REDIS_URL.startswith("unix://")
-    else _redis_url_for(REDIS_DB)
-)
+LOCK_REDIS_URL = _redis_url_for(1)
+CELERY_BROKER_URL = REDIS_URL.replace("unix://", "redis+socket://", 1)
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False

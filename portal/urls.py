@@ -8,8 +8,8 @@ from . import views
 urlpatterns = [
     path("", views.home, name="home"),
     path("sessions/new/", views.submit_session, name="session-submit"),
-    path("sessions/<int:session_id>/", views.session_detail, name="session-detail"),
-    path("sessions/<int:session_id>/stop/", views.stop_session, name="session-stop"),
+    path("sessions/<int:session_id>/", views.session_detail, name="session-page"),
+    path("sessions/<int:session_id>/stop/", views.stop_session, name="session-page-stop"),
     path("desktop/<int:session_id>/", views.desktop, name="desktop"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -71,7 +71,7 @@ def submit_session(request: HttpRequest) -> HttpResponse:
         context = _home_context(request, form=form, error=error)
         return render(request, "portal/home.html", context, status=400)
     session = do_submit(request.user, submit)
-    return redirect("session-detail", session_id=session.pk)
+    return redirect("session-page", session_id=session.pk)
 
 
 @login_required
@@ -93,7 +93,7 @@ def stop_session(request: HttpRequest, session_id: int) -> HttpResponse:
         do_stop(request.user, session)
     except ServiceError as error:
         messages.warning(request, error.message)
-    return redirect("session-detail", session_id=session.pk)
+    return redirect("session-page", session_id=session.pk)
 
 
 @login_required
@@ -101,7 +101,7 @@ def desktop(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _my_session(request, session_id, to_open=True)
     if session.state != SessionState.RUNNING:
         messages.info(request, "This desktop is not running yet; its page shows its progress.")
-        return redirect("session-detail", session_id=session.pk)
+        return redirect("session-page", session_id=session.pk)
     simulated = session.node is not None and session.node.runtime == "simulated"
     return render(
         request,

@@ -92,7 +92,9 @@ def vnc_response(password: str, challenge: bytes) -> bytes | None:
 
 async def handshake(url: str, password: str) -> tuple[str, list[int], str]:
     """One RFB handshake; returns (server version, security types, auth result)."""
-    async with connect(url, subprotocols=[Subprotocol("binary")], open_timeout=2, close_timeout=1) as ws:
+    async with connect(
+        url, subprotocols=[Subprotocol("binary")], open_timeout=2, close_timeout=1
+    ) as ws:
         r = WsReader(ws)
         banner = await asyncio.wait_for(r.read(12), 5)
         if not banner.startswith(b"RFB 003.") or not banner.endswith(b"\n"):

@@ -7,7 +7,6 @@ the XFCE desktop image); only the GPU fleet is a simulated file.
 from __future__ import annotations
 
 import re
-import time
 from contextlib import suppress
 
 import pytest
@@ -15,7 +14,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from scheduling.services.nodes import do_create_join_token
 
-from ..integration.stack import ROOT, write_fleet
+from ..integration.stack import ROOT, wait_for, write_fleet
 from .conftest import log_in
 
 DESKTOP_IMAGE = "deskpool/desktop:latest"
@@ -37,18 +36,21 @@ WATCH_STATE = """
 }
 """
 
-# How many distinct colours a 16 × 12 grid over the noVNC canvas finds (0: no canvas yet).
+# How many distinct colours a 64 × 48 grid over the noVNC canvas finds (0: no canvas yet).
+# A black or blank framebuffer gives 1; XFCE's panel, icons and text give dozens.
 CANVAS_COLOURS = """
 () => {
   const canvas = document.querySelector("#screen canvas");
   if (!canvas || !canvas.width || !canvas.height) return 0;
-  const ctx = canvas.getContext("2d");
+  const {width, height} = canvas;
+  const pixels = canvas.getContext("2d").getImageData(0, 0, width, height).data;
   const colours = new Set();
-  for (let gx = 0; gx < 16; gx++) {
-    for (let gy = 0; gy < 12; gy++) {
-      const x = Math.floor((gx + 0.5) * canvas.width / 16);
-      const y = Math.floor((gy + 0.5) * canvas.height / 12);
-      colours.add(Array.from(ctx.getImageData(x, y, 1, 1).data).join(","));
+  for (let gx = 0; gx < 64; gx++) {
+    for (let gy = 0; gy < 48; gy++) {
+      const x = Math.floor((gx + 0.5) * width / 64);
+      const y = Math.floor((gy + 0.5) * height / 48);
+      const i = (y * width + x) * 4;
+      colours.add((pixels[i] << 16) | (pixels[i + 1] << 8) | pixels[i + 2]);
     }
   }
   return colours.size;
@@ -77,16 +79,6 @@ def session_containers(client, session_id: int) -> list:
     return client.containers.list(all=True, filters={"label": f"deskpool.session={session_id}"})
 
 
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def expect_state(page, state: str, timeout_s: float) -> None:
     """Wait for #state to read ``state``; fail at once should it reach another end state."""
     page.wait_for_function(
@@ -100,30 +92,39 @@ def expect_state(page, state: str, timeout_s: float) -> None:
     )
 
 
-def wait_until_connected(page, attempts: int = 3) -> None:
-    """Wait for noVNC to connect, reloading only when chromium dropped the page's requests.
+def open_desktop(page, session_id: int, attempts: int = 5) -> None:
+    """Open the desktop page and wait for noVNC to connect.
 
-    Docker adds a veth interface (and its IPv6 address, a moment later) as the desktop's
+    Docker adds a veth interface (and, a moment later, its IPv6 address) as the desktop's
     container starts; chromium takes that for a network change and fails the requests
-    in flight, loopback ones included, with ERR_NETWORK_CHANGED. A user's browser is not
-    on the Docker host, so that is this test machine's quirk: reload for it, nothing else.
+    then in flight, loopback ones included, with ERR_NETWORK_CHANGED, so some of noVNC's
+    modules never load. A user's browser is not on the Docker host: that is this test
+    machine's quirk, and only for it is the page loaded again.
     """
     dropped: list[str] = []
-    page.on(
-        "requestfailed",
-        lambda r: dropped.append(r.url) if "ERR_NETWORK_CHANGED" in (r.failure or "") else None,
-    )
-    connected = "document.getElementById('desktop-status').textContent === 'connected'"
-    for attempt in range(1, attempts + 1):
-        try:
-            page.wait_for_function(connected, timeout=15_000)
-            return
-        except PlaywrightTimeout:
-            if not dropped or attempt == attempts:
-                raise
-            print(f"chromium dropped {dropped} (ERR_NETWORK_CHANGED): reloading")
+
+    def on_failed(request) -> None:
+        if "ERR_NETWORK_CHANGED" in (request.failure or ""):
+            dropped.append(request.url)
+
+    page.on("requestfailed", on_failed)
+    connected = "document.getElementById('desktop-status')?.textContent === 'connected'"
+    try:
+        with page.expect_navigation():
+            page.click("#open-desktop")
+        for attempt in range(1, attempts + 1):
+            assert page.url.endswith(f"/desktop/{session_id}/"), page.url
+            try:
+                page.wait_for_function(connected, timeout=5_000)
+                return
+            except PlaywrightTimeout:
+                if not dropped or attempt == attempts:
+                    raise
+            print(f"chromium dropped {len(dropped)} requests (ERR_NETWORK_CHANGED): reload")
             dropped.clear()
             page.reload()
+    finally:
+        page.remove_listener("requestfailed", on_failed)
 
 
 @pytest.mark.browser
@@ -147,6 +148,7 @@ def test_a_person_starts_uses_and_stops_a_desktop_in_the_browser(
     session_id = int(match.group(1))
     assert page.inner_text("h1").startswith("XFCE desktop")
     assert page.inner_text("#state") == "QUEUED"
+    assert page.is_hidden("#open-desktop")
     page.wait_for_function("document.getElementById('live').textContent === 'live'")
     marker = page.evaluate(WATCH_STATE)
 
@@ -170,16 +172,17 @@ def test_a_person_starts_uses_and_stops_a_desktop_in_the_browser(
         assert [c.status for c in containers] == ["running"]
 
         # The desktop: noVNC through the portal's proxy paints a real XFCE screen.
-        with page.expect_navigation():
-            page.click("#open-desktop")
-        assert page.url.endswith(f"/desktop/{session_id}/")
-        wait_until_connected(page)
-        page.wait_for_function(f"({CANVAS_COLOURS})() >= 6", timeout=30_000, polling=500)
-        page.screenshot(path=str(OUTPUT / "e2e-desktop.png"))
+        open_desktop(page, session_id)
+        try:
+            page.wait_for_function(f"({CANVAS_COLOURS})() >= 8", timeout=30_000, polling=500)
+        finally:
+            page.screenshot(path=str(OUTPUT / "e2e-desktop.png"))
+        assert page.inner_text("#desktop-status") == "connected"
 
         # Back to the session page and stop it; ENDED arrives live.
         with page.expect_navigation():
-            page.click(f"a[href='/sessions/{session_id}/']")
+            page.get_by_role("link", name=f"Session #{session_id}").click()
+        assert page.url == f"{stack.url}/sessions/{session_id}/", page.url
         assert page.inner_text("#state") == "RUNNING"
         with page.expect_navigation():
             page.click("#stop")
@@ -204,24 +207,29 @@ def test_a_person_starts_uses_and_stops_a_desktop_in_the_browser(
                 docker_engine.volumes.get(volume).remove(force=True)
 
 
-@pytest.mark.browser
-@pytest.mark.integration
-def test_another_person_gets_404_on_someone_elses_session(
-    stack, owner, profile, make_user, new_page
-):
+@pytest.fixture
+def adas_session(stack, owner, profile):
+    """A queued session of ada's, made before the browser starts (its broadcast is sync)."""
     from scheduling.services.sessions import check_submit, do_submit
 
-    session = do_submit(owner, check_submit(owner, profile.pk, "thesis", None))
+    return do_submit(owner, check_submit(owner, profile.pk, "thesis", None))
+
+
+@pytest.mark.browser
+@pytest.mark.integration
+def test_another_person_gets_404_on_someone_elses_session(adas_session, make_user, new_page):
+    session_id = adas_session.pk
     make_user("ben")
 
     ada = new_page()
     log_in(ada, "ada", "pw-ada")
-    assert ada.goto(f"/sessions/{session.pk}/").status == 200
+    assert ada.goto(f"/sessions/{session_id}/").status == 200
+    assert ada.inner_text("#state") == "QUEUED"
 
     ben = new_page()
     log_in(ben, "ben", "pw-ben")
-    for path in (f"/sessions/{session.pk}/", f"/desktop/{session.pk}/"):
+    for path in (f"/sessions/{session_id}/", f"/desktop/{session_id}/"):
         response = ben.goto(path)
         assert response.status == 404, (path, response.status)
         assert "QUEUED" not in ben.content()
-    assert f"#{session.pk}" not in ben.goto("/").text()
+    assert f"#{session_id}" not in ben.goto("/").text()

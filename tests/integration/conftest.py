@@ -12,7 +12,8 @@ def database_url() -> str:
     if s["ENGINE"] != "django.db.backends.postgresql":
         pytest.skip("the integration tests run on PostgreSQL: set DATABASE_URL")
     password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
-    return f"postgres://{s['USER']}{password}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+    host = f"{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}"
+    return f"postgres://{s['USER']}{password}@{host}/{s['NAME']}"
 
 
 @pytest.fixture

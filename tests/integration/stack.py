@@ -49,6 +49,17 @@ def image_present(client, image: str) -> bool:
         return False
 
 
+def wait_for(predicate, timeout: float, what: str):
+    """Poll ``predicate`` until it returns something true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
 def write_fleet(path: Path, node: str, mig_instances: int) -> Path:
     fleet = {
         "simulated": True,
@@ -114,13 +125,33 @@ class Stack:
         python = sys.executable
         self._spawn(
             "portal",
-            [python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-             "portal.asgi:application"],
+            [
+                python,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "portal.asgi:application",
+            ],
         )
         self._spawn(
             "worker",
-            [python, "-m", "celery", "-A", "portal", "worker", "--pool", "threads",
-             "--concurrency", "2", "--loglevel", "INFO"],
+            [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "portal",
+                "worker",
+                "--pool",
+                "threads",
+                "--concurrency",
+                "2",
+                "--loglevel",
+                "INFO",
+            ],
         )
         self.wait_http("/login/")
 
@@ -143,9 +174,8 @@ class Stack:
             for name, process in self.processes.items():
                 if process.poll() is not None:
                     raise RuntimeError(f"{name} exited early:\n{self.log_tail(name)}")
-            with suppress(OSError):
-                with urllib.request.urlopen(self.url + path, timeout=2):
-                    return
+            with suppress(OSError), urllib.request.urlopen(self.url + path, timeout=2):
+                return
             time.sleep(0.2)
         raise TimeoutError(f"{self.url}{path} did not answer in {timeout} s")
 

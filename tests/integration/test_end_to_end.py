@@ -7,8 +7,6 @@ container is gone and the allocation released.
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import pytest
 
@@ -16,19 +14,9 @@ from scheduling.models import Allocation, AuditEvent, Session
 from scheduling.services.nodes import do_create_join_token
 
 from ..conftest import TEST_IMAGE
-from .stack import write_fleet
+from .stack import wait_for, write_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def api_client(stack, username: str) -> httpx.Client:
@@ -45,8 +33,8 @@ def test_submitted_session_runs_in_a_real_container_and_stops_cleanly(
 ):
     require_image(TEST_IMAGE)
     stack.start_agent(
-        do_create_join_token(stack.node, actor="test"), write_fleet(tmp_path / "fleet.yaml",
-                                                                    stack.node, 2)
+        do_create_join_token(stack.node, actor="test"),
+        write_fleet(tmp_path / "fleet.yaml", stack.node, 2),
     )
     client = api_client(stack, "ada")
     wait_for(lambda: client.get("/api/v1/profiles/").status_code == 200, 10, "the API")
@@ -91,9 +79,11 @@ def test_submitted_session_runs_in_a_real_container_and_stops_cleanly(
         "ENDED",
     )
     wait_for(
-        lambda: not any(
-            c.labels.get("deskpool.session") == str(session_id)
-            for c in stack.node_containers(docker_engine)
+        lambda: (
+            not any(
+                c.labels.get("deskpool.session") == str(session_id)
+                for c in stack.node_containers(docker_engine)
+            )
         ),
         20,
         "the container to be removed",

@@ -50,6 +50,8 @@ def test_owner_sees_the_desktop_page(owner, running_session):
     page = browser.get(f"/desktop/{running_session.pk}/")
     assert page.status_code == 200
     assert b'id="screen"' in page.content
+    # The way back leads to the session page, not to the API route of the same shape.
+    assert f'href="/sessions/{running_session.pk}/"'.encode() in page.content
 
 
 def _connect_desktop(user, session_id: int) -> tuple[bool, int | None]:
@@ -84,9 +86,7 @@ def test_desktop_websocket_lets_the_owner_through_to_the_desktop(owner, running_
     assert code == 4502
 
 
-def test_a_guardian_grant_lets_an_instructor_read_but_not_open_or_stop(
-    make_user, running_session
-):
+def test_a_guardian_grant_lets_an_instructor_read_but_not_open_or_stop(make_user, running_session):
     from guardian.shortcuts import assign_perm
 
     instructor = make_user("ines")
