@@ -23,3 +23,9 @@ def _beat_entries(sender: Celery, **_: object) -> None:
         sender.signature("scheduling.tasks.run_scheduling_cycle", options={"expires": every}),
         name="scheduling-cycle",
     )
+    sweep = settings.NODE_SWEEP_SECONDS
+    sender.add_periodic_task(
+        sweep,
+        sender.signature("scheduling.tasks.sweep_nodes", options={"expires": sweep}),
+        name="node-health-sweep",
+    )

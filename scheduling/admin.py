@@ -1,12 +1,41 @@
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
 from .models import AuditEvent, DesktopProfile, Gpu, JoinToken, Node, Session, Slice
+from .services.health import do_clear_cordon, do_cordon
 
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ["hostname", "address", "runtime", "last_heartbeat", "cordoned"]
+    list_display = [
+        "hostname",
+        "address",
+        "runtime",
+        "last_heartbeat",
+        "cordoned",
+        "failures_in_a_row",
+    ]
+    list_filter = ["cordoned"]
     exclude = ["token_hash"]
+    # Changed only through the actions below, so that every change is audited.
+    readonly_fields = ["cordoned", "failures_in_a_row"]
+    actions = ["cordon", "clear_cordon"]
+
+    @admin.action(description="Cordon (place nothing new)", permissions=["change"])
+    def cordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        actor = f"user:{request.user.get_username()}"
+        done = [node.hostname for node in queryset if do_cordon(node, actor)]
+        self.message_user(request, f"Cordoned: {', '.join(done) or 'none (already cordoned)'}.")
+
+    @admin.action(description="Clear cordon", permissions=["change"])
+    def clear_cordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        actor = f"user:{request.user.get_username()}"
+        cleared = [node.hostname for node in queryset if do_clear_cordon(node, actor)]
+        if cleared:
+            self.message_user(request, f"Cordon cleared on {', '.join(cleared)}.")
+        else:
+            self.message_user(request, "None of these nodes was cordoned.", messages.WARNING)
 
 
 @admin.register(Gpu)

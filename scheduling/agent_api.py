@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 
 from portal.api.errors import as_api_error
 
-from .models import Node
+from .models import Node, Session
 from .services import ServiceError
 from .services.agent_sessions import desired_sessions, do_report
 from .services.nodes import do_heartbeat, do_register, node_for_token
@@ -169,9 +169,8 @@ class ReportView(AgentView):
         except ServiceError as error:
             api_error = as_api_error(error)
             if api_error.status_code == status.HTTP_409_CONFLICT:
-                current = self.node.session_set.filter(pk=session_id).values_list(
-                    "state", flat=True
-                )
+                # A conflict is only ever about a session this node holds or once held.
+                current = Session.objects.filter(pk=session_id).values_list("state", flat=True)
                 return Response(
                     {"detail": error.message, "state": current.first()},
                     status=status.HTTP_409_CONFLICT,

@@ -32,6 +32,8 @@ TERMINAL_STATES = frozenset(
 # States in which a session holds its allocation and the node should run its desktop.
 ON_NODE_STATES = frozenset({SessionState.PLACED, SessionState.STARTING, SessionState.RUNNING})
 WAITING_STATES = frozenset({SessionState.QUEUED, SessionState.PREEMPTED})
+# States in which a desktop may still exist on the node (what a silent node's sweep moves).
+NODE_BOUND_STATES = ON_NODE_STATES | {SessionState.STOPPING, SessionState.PREEMPTING}
 
 
 class Purpose(models.TextChoices):
@@ -55,5 +57,8 @@ class AuditKind(models.TextChoices):
     SESSION_TRANSITION = "session.transition"
     SESSION_PLACED = "session.placed"
     NODE_REGISTERED = "node.registered"
+    NODE_SILENT = "node.silent"
+    NODE_CORDONED = "node.cordoned"
+    NODE_CORDON_CLEARED = "node.cordon_cleared"
     JOIN_TOKEN_CREATED = "node.join_token_created"
     CYCLE = "scheduler.cycle"

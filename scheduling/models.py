@@ -44,6 +44,9 @@ class Node(models.Model):
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     registered_at = models.DateTimeField(null=True, blank=True)
     cordoned = models.BooleanField(default=False)
+    failures_in_a_row = models.PositiveIntegerField(
+        default=0, help_text="Sessions reported FAILED since the last one reached RUNNING here."
+    )
 
     class Meta:
         ordering = ["hostname"]

@@ -47,3 +47,14 @@ def run_scheduling_cycle() -> int:
         finally:
             lock.release()
     return cycles
+
+
+@shared_task(ignore_result=True, expires=15)
+def sweep_nodes() -> int:
+    """Requeue the sessions of nodes that stopped answering; returns how many moved."""
+    from django.utils import timezone
+
+    from .services.health import do_sweep_silent_nodes
+
+    result = do_sweep_silent_nodes(timezone.now())
+    return result.requeued + result.ended

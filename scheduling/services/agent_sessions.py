@@ -7,8 +7,9 @@ from django.utils import timezone
 from nodeagent.protocol import DesiredSession, SessionReport
 
 from ..choices import ON_NODE_STATES, TERMINAL_STATES, SessionState
-from ..models import Node, Session
+from ..models import Allocation, Node, Session
 from . import Conflict, NotFound
+from .health import do_record_session_failed, do_record_session_running
 from .lifecycle import do_transition
 
 S = SessionState
@@ -48,6 +49,9 @@ def do_report(node: Node, session_id: int, report: SessionReport) -> Session:
     """Apply an agent's report; Conflict means the portal no longer wants that desktop."""
     session = Session.objects.filter(pk=session_id, node=node).first()
     if session is None:
+        if Allocation.objects.filter(session_id=session_id, node=node).exists():
+            # It was here once (requeued off a silent node, say): this desktop must stop.
+            raise Conflict(f"Session {session_id} was moved off {node.hostname}; stop its desktop.")
         raise NotFound(f"Session {session_id} is not assigned to {node.hostname}.")
     actor = f"node:{node.hostname}"
     state = report["state"]
@@ -61,7 +65,7 @@ def do_report(node: Node, session_id: int, report: SessionReport) -> Session:
     if state == "RUNNING":
         if session.state == S.RUNNING:
             return session
-        return do_transition(
+        running = do_transition(
             session_id,
             S.RUNNING,
             actor=actor,
@@ -70,7 +74,12 @@ def do_report(node: Node, session_id: int, report: SessionReport) -> Session:
             container_id=report.get("container_id", ""),
             started_at=timezone.now(),
         )
+        do_record_session_running(node)
+        return running
     if session.state in TERMINAL_STATES:
         return session  # a late ENDED/FAILED/LOST after the portal already ended it
     target = {"ENDED": S.ENDED, "FAILED": S.FAILED, "LOST": S.LOST}[state]
-    return do_transition(session_id, target, actor=actor, reason=reason)
+    ended = do_transition(session_id, target, actor=actor, reason=reason)
+    if target == S.FAILED:
+        do_record_session_failed(node)
+    return ended

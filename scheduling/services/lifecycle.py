@@ -1,8 +1,9 @@
 """The one module that moves sessions between lifecycle states.
 
 Every transition is a single conditional UPDATE (so two racing writers cannot both win),
-is audited, releases allocations on entering a terminal state, and is broadcast to the
-session's owner after the transaction commits.
+is audited, releases allocations on entering a terminal state or on going back to the queue
+(a requeued session keeps its ``created_at``, so its age, and forgets its node and desktop),
+and is broadcast to the session's owner after the transaction commits.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from ..choices import TERMINAL_STATES, AuditKind, SessionState
+from ..choices import TERMINAL_STATES, WAITING_STATES, AuditKind, SessionState
 from ..models import Allocation, AuditEvent, Session
 from . import Conflict
 
@@ -21,11 +22,25 @@ S = SessionState
 ALLOWED: dict[SessionState, frozenset[SessionState]] = {
     S.QUEUED: frozenset({S.PLACED, S.CANCELLED}),
     S.PLACED: frozenset({S.STARTING, S.RUNNING, S.ENDED, S.FAILED, S.LOST, S.QUEUED}),
-    S.STARTING: frozenset({S.RUNNING, S.STOPPING, S.FAILED, S.LOST, S.ENDED}),
-    S.RUNNING: frozenset({S.STOPPING, S.ENDED, S.FAILED, S.LOST, S.EXPIRED, S.PREEMPTING}),
+    # ... -> QUEUED: the node went silent; the session waits again with its age kept.
+    S.STARTING: frozenset({S.RUNNING, S.STOPPING, S.FAILED, S.LOST, S.ENDED, S.QUEUED}),
+    S.RUNNING: frozenset(
+        {S.STOPPING, S.ENDED, S.FAILED, S.LOST, S.EXPIRED, S.PREEMPTING, S.QUEUED}
+    ),
     S.STOPPING: frozenset({S.ENDED, S.FAILED, S.LOST}),
     S.PREEMPTING: frozenset({S.PREEMPTED, S.ENDED, S.FAILED, S.LOST}),
     S.PREEMPTED: frozenset({S.PLACED, S.CANCELLED}),
+}
+
+REQUEUE_CLEARS: dict[str, Any] = {
+    "node": None,
+    "queue_position": None,
+    "placed_at": None,
+    "started_at": None,
+    "desktop_host": "",
+    "desktop_port": None,
+    "container_id": "",
+    "vnc_password": "",
 }
 
 
@@ -52,16 +67,21 @@ def do_transition(
     if target in TERMINAL_STATES:
         changes.setdefault("ended_at", now)
         changes.setdefault("queue_position", None)
+    if target in WAITING_STATES:
+        # Back in the queue: the next placement picks a node, a slice and a password anew.
+        for name, empty in REQUEUE_CLEARS.items():
+            changes.setdefault(name, empty)
     if reason or target in TERMINAL_STATES or target == S.RUNNING:
         changes.setdefault("reason", reason)
     with transaction.atomic():
-        current = Session.objects.filter(pk=session_id).values_list("state", flat=True).first()
-        if current is None:
+        row = Session.objects.filter(pk=session_id).values_list("state", "node_id").first()
+        if row is None:
             raise Conflict(f"Session {session_id} does not exist.")
+        current, node_id = row
         updated = Session.objects.filter(pk=session_id, state__in=sources).update(**changes)
         if updated != 1:
             raise Conflict(f"Session {session_id} is {current}; it cannot become {target}.")
-        if target in TERMINAL_STATES:
+        if target in TERMINAL_STATES or target in WAITING_STATES:
             released = Allocation.objects.filter(session_id=session_id, released_at=None).update(
                 released_at=now
             )
@@ -71,9 +91,10 @@ def do_transition(
             kind=AuditKind.SESSION_TRANSITION,
             actor=actor,
             session_id=session_id,
-            data={"from": current, "to": target, "reason": reason},
+            node_id=node_id,  # the node it was on, also when a requeue clears it
+            data={"from": current, "to": target, "reason": reason, "released": released},
         )
-        _after_commit(session_id, capacity_released=released > 0 or target == S.QUEUED)
+        _after_commit(session_id, capacity_released=released > 0 or target in WAITING_STATES)
     return Session.objects.select_related("profile", "node", "user").get(pk=session_id)
 
 

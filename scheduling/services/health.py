@@ -1,0 +1,190 @@
+"""Node health: requeue the sessions of a silent node, cordon a node that keeps failing.
+
+A node whose heartbeat is older than ``NODE_HEARTBEAT_TIMEOUT_S`` is unhealthy and gets
+nothing new (``Node.is_healthy``). After ``NODE_LOST_AFTER_S`` of silence the sweep moves
+its sessions off it: the ones it was starting or running go back to the queue with their
+age kept, the ones the user was stopping end. ``CORDON_AFTER_FAILURES`` sessions FAILED in a
+row on one node cordon it until an admin clears it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from ..choices import NODE_BOUND_STATES, AuditKind, SessionState
+from ..models import AuditEvent, Node, Session
+from . import Conflict
+from .lifecycle import do_transition
+
+log = logging.getLogger(__name__)
+
+S = SessionState
+
+# Where each state goes when its node stops answering.
+ON_SILENCE: dict[SessionState, SessionState] = {
+    S.PLACED: S.QUEUED,
+    S.STARTING: S.QUEUED,
+    S.RUNNING: S.QUEUED,
+    S.PREEMPTING: S.PREEMPTED,
+    S.STOPPING: S.ENDED,
+}
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    nodes: tuple[str, ...]  # hostnames of the silent nodes whose sessions were moved
+    requeued: int
+    ended: int
+
+
+def _reason(node: Node, target: SessionState) -> str:
+    since = timezone.localtime(node.last_heartbeat).strftime("%H:%M")
+    if target == S.ENDED:
+        return f"node {node.hostname} stopped answering at {since}; your session was ended"
+    return (
+        f"node {node.hostname} stopped answering at {since}; your session was requeued "
+        "and keeps its place by age"
+    )
+
+
+def do_sweep_silent_nodes(now: datetime | None = None) -> SweepResult:
+    """Move the sessions off every node silent for longer than ``NODE_LOST_AFTER_S``."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.NODE_LOST_AFTER_S)
+    silent = Node.objects.filter(
+        last_heartbeat__lt=cutoff, session__state__in=NODE_BOUND_STATES
+    ).distinct()
+    hostnames: list[str] = []
+    requeued = ended = 0
+    for node_id in silent.values_list("pk", flat=True):
+        moved = _sweep_node(node_id, cutoff)
+        if moved is None:
+            continue
+        hostname, node_requeued, node_ended = moved
+        hostnames.append(hostname)
+        requeued += node_requeued
+        ended += node_ended
+    return SweepResult(nodes=tuple(hostnames), requeued=requeued, ended=ended)
+
+
+def _sweep_node(node_id: int, cutoff: datetime) -> tuple[str, int, int] | None:
+    """One node in one transaction; None if it answered again or has nothing to move."""
+    with transaction.atomic():
+        # The row lock makes a heartbeat arriving now wait until the sessions have moved.
+        node = Node.objects.select_for_update().filter(pk=node_id).first()
+        if node is None or node.last_heartbeat is None or node.last_heartbeat >= cutoff:
+            return None
+        requeued = ended = 0
+        sessions = Session.objects.filter(node=node, state__in=NODE_BOUND_STATES).order_by("pk")
+        for session_id, state in sessions.values_list("pk", "state"):
+            target = ON_SILENCE[SessionState(state)]
+            try:
+                do_transition(
+                    session_id,
+                    target,
+                    actor="health",
+                    reason=_reason(node, target),
+                    only_from=frozenset({SessionState(state)}),
+                )
+            except Conflict:
+                continue  # a report moved it meanwhile; nothing left to do for it
+            if target == S.ENDED:
+                ended += 1
+            else:
+                requeued += 1
+        if not requeued and not ended:
+            return None
+        AuditEvent.objects.create(
+            kind=AuditKind.NODE_SILENT,
+            actor="health",
+            node=node,
+            data={
+                "last_heartbeat": node.last_heartbeat.isoformat(),
+                "requeued": requeued,
+                "ended": ended,
+            },
+        )
+    log.warning(
+        "node %s silent since %s: %d session(s) requeued, %d ended",
+        node.hostname,
+        node.last_heartbeat,
+        requeued,
+        ended,
+    )
+    return node.hostname, requeued, ended
+
+
+def do_record_session_failed(node: Node) -> bool:
+    """Count one more FAILED session on this node; True if that cordoned it."""
+    with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(failures_in_a_row=F("failures_in_a_row") + 1)
+        # Only the writer that flips the flag audits it, however many failures race.
+        cordoned = (
+            Node.objects.filter(
+                pk=node.pk,
+                cordoned=False,
+                failures_in_a_row__gte=settings.CORDON_AFTER_FAILURES,
+            ).update(cordoned=True)
+            == 1
+        )
+        if cordoned:
+            failures = Node.objects.filter(pk=node.pk).values_list("failures_in_a_row", flat=True)
+            AuditEvent.objects.create(
+                kind=AuditKind.NODE_CORDONED,
+                actor="health",
+                node=node,
+                data={"failures_in_a_row": failures.first()},
+            )
+    if cordoned:
+        log.warning("node %s cordoned after repeated session failures", node.hostname)
+    return cordoned
+
+
+def do_record_session_running(node: Node) -> None:
+    """A desktop reached RUNNING here: the node's run of failures is over."""
+    Node.objects.filter(pk=node.pk, failures_in_a_row__gt=0).update(failures_in_a_row=0)
+
+
+def do_cordon(node: Node, actor: str) -> bool:
+    """An admin takes the node out of placement by hand; False if it was cordoned already."""
+    with transaction.atomic():
+        cordoned = Node.objects.filter(pk=node.pk, cordoned=False).update(cordoned=True) == 1
+        if cordoned:
+            AuditEvent.objects.create(
+                kind=AuditKind.NODE_CORDONED, actor=actor, node=node, data={"by_hand": True}
+            )
+    return cordoned
+
+
+def do_clear_cordon(node: Node, actor: str) -> bool:
+    """An admin puts the node back in service; False if it was not cordoned."""
+    from ..tasks import schedule_soon
+
+    with transaction.atomic():
+        cleared = (
+            Node.objects.filter(pk=node.pk, cordoned=True).update(
+                cordoned=False, failures_in_a_row=0
+            )
+            == 1
+        )
+        if cleared:
+            AuditEvent.objects.create(kind=AuditKind.NODE_CORDON_CLEARED, actor=actor, node=node)
+            schedule_soon()
+    return cleared
+
+
+__all__ = [
+    "SweepResult",
+    "do_clear_cordon",
+    "do_cordon",
+    "do_record_session_failed",
+    "do_record_session_running",
+    "do_sweep_silent_nodes",
+]
