@@ -18,6 +18,8 @@ import math
 import random
 from collections.abc import Sequence
 
+from scheduling.engine.scoring import FragmentationModel, Weights, score_placement, target_shapes
+
 from .cluster import Cluster, exclusive_gpus
 from .trace import MILLI, Pod
 from .workload import TypicalPod
@@ -210,7 +212,66 @@ class FGDPolicy(Policy):
         return _sigmoid_score(before - frag(model, cpu_after, tuple(sorted(after)))), None
 
 
-POLICIES = ("random", "bestfit", "fgd")
+class DeskpoolPolicy(Policy):
+    """Fragmentation delta (unrounded, demand-weighted target) with packing tie-breaks.
+
+    Scoring lives in :mod:`scheduling.engine.scoring`; see ``docs/sim.md``.
+    """
+
+    name = "deskpool"
+
+    def __init__(self, typical: Sequence[TypicalPod], weights: Weights | None = None):
+        super().__init__()
+        self.weights = weights or Weights()
+        shapes = [(t.cpu_milli, t.gpu_milli, t.num_gpu, t.allowed_models, t.share) for t in typical]
+        self.frag = FragmentationModel(target_shapes(shapes, self.weights.demand_mix))
+        self.memo: dict[tuple, tuple[float, int | None]] = {}
+
+    def evaluate(self, j, pod, cluster):
+        lefts = cluster.gpu_left[j]
+        model, cpu = cluster.models[j], cluster.cpu_left[j]
+        state = tuple(sorted(lefts))
+        key = (model, cpu, state, pod.cpu_milli, pod.num_gpu, pod.gpu_milli)
+        got = self.memo.get(key)
+        if got is None:
+            got = self.memo[key] = score_placement(
+                self.frag, model, cpu, state, pod.cpu_milli, pod.num_gpu, pod.gpu_milli,
+                self.weights,
+            )  # fmt: skip
+        score, value = got
+        if pod.is_share:
+            return score, (lefts.index(value),)
+        return score, exclusive_gpus(lefts, pod.num_gpu)
+
+    def choose(self, pod, cluster):
+        if cluster is not self.cluster:
+            self.reset(cluster, self.rng)
+        entry = self._shapes.get(pod.kind)
+        n_changes = len(cluster.changes)
+        if entry is None:
+            scores, gpus = [_NO] * len(cluster.nodes), [None] * len(cluster.nodes)
+            todo: Sequence[int] = range(len(cluster.nodes))
+            self._shapes[pod.kind] = [scores, gpus, n_changes]
+        else:
+            scores, gpus, seen = entry
+            todo = set(cluster.changes[seen:])
+            entry[2] = n_changes
+        fits = cluster.fits
+        for j in todo:
+            if fits(j, pod):
+                scores[j], gpus[j] = self.evaluate(j, pod, cluster)
+            else:
+                scores[j], gpus[j] = _NO, None
+        best = max(scores)
+        if best == _NO:
+            return None
+        j = scores.index(best)
+        return j, gpus[j]
+
+
+_NO = float("-inf")
+
+POLICIES = ("random", "bestfit", "fgd", "deskpool")
 
 
 def make_policy(name: str, typical: Sequence[TypicalPod]) -> Policy:
@@ -220,4 +281,6 @@ def make_policy(name: str, typical: Sequence[TypicalPod]) -> Policy:
         return BestFitPolicy()
     if name == "fgd":
         return FGDPolicy(typical)
+    if name == "deskpool":
+        return DeskpoolPolicy(typical)
     raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
