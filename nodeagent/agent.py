@@ -31,6 +31,11 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_POLL_INTERVAL_S = 1.0
 DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
+# Longest wait between retries while the portal is unreachable. The agent normally polls
+# every second, so one request per 10 s per node is no load for a portal coming back, and
+# desktop states catch up within seconds of it answering again (a 60 s cap meant up to a
+# minute more after a one-minute outage).
+MAX_RETRY_S = 10.0
 
 
 class AgentExit(RuntimeError):
@@ -75,7 +80,7 @@ class Agent:
         self.runtime = runtime
         self.reconciler = Reconciler(runtime, client, start_workers=config.start_workers)
         self.stopping = threading.Event()
-        self.backoff = Backoff()
+        self.backoff = Backoff(cap_s=MAX_RETRY_S)
 
     # -- registration --------------------------------------------------------------------
 

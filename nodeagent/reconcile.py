@@ -88,6 +88,15 @@ class Reconciler:
             if session_id not in wanted:
                 summary.stopping.append(session_id)
                 self._submit_stop(session_id, report_ended=True)
+            elif (
+                not container.running
+                and container.status == "created"
+                and (session_id not in self._announced and session_id not in self._finished)
+            ):
+                # Created, never started: an agent died between create and start. Start
+                # afresh (the start removes the leftover); it never ran, so it is not LOST.
+                summary.starting.append(session_id)
+                self._submit(self._starts, session_id, lambda s=wanted[session_id]: self._start(s))  # type: ignore[misc]
             elif not container.running:
                 if self._finished.get(session_id) != "LOST":
                     summary.lost.append(session_id)
@@ -145,9 +154,31 @@ class Reconciler:
             container.session_id,
             container.container_id[:12],
         )
-        self._announced.add(container.session_id)
-        if self._send(container.session_id, running_report(container)) == "conflict":
-            self._submit_stop(container.session_id, report_ended=False)
+        wait_ready = getattr(self._runtime, "wait_ready", None)
+        if wait_ready is None:  # e.g. the simulated runtime: nothing to wait for
+            self._announced.add(container.session_id)
+            if self._send(container.session_id, running_report(container)) == "conflict":
+                self._submit_stop(container.session_id, report_ended=False)
+            return
+
+        def adopt() -> None:
+            # An agent killed mid-start leaves containers that run but may not answer yet:
+            # RUNNING promises a VNC handshake, so check before saying so.
+            try:
+                ready = wait_ready(container)
+            except StartFailed as error:
+                session_id = container.session_id
+                logger.warning("session %s: adopted desktop not ready: %s", session_id, error)
+                self._finished[session_id] = "FAILED"
+                self._runtime.stop(session_id)
+                self._send(session_id, SessionReport(state="FAILED", reason=str(error)))
+                return
+            self._announced.add(ready.session_id)
+            if self._send(ready.session_id, running_report(ready)) == "conflict":
+                self._finished[ready.session_id] = "ENDED"
+                self._runtime.stop(ready.session_id)
+
+        self._submit(self._starts, container.session_id, adopt)
 
     def _report_lost(self, session_id: int, reason: str) -> None:
         logger.warning("session %s: LOST: %s", session_id, reason)

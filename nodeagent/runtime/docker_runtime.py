@@ -186,6 +186,22 @@ class DockerRuntime:
         assert described is not None  # we set the session label ourselves
         return described
 
+    def wait_ready(self, managed: ManagedContainer) -> ManagedContainer:
+        """Wait for a container found running (adopted) to answer a VNC handshake."""
+        try:
+            container = self._client.containers.get(managed.container_id)
+            if managed.port is None:
+                raise StartFailed("the desktop container publishes no websockify port")
+            self._readiness(
+                _connect_host(self._publish_address),
+                managed.port,
+                self._ready_timeout_s,
+                abort_reason=lambda: self._exit_reason(container),
+            )
+        except (DockerException, OSError, DesktopNotReady) as error:
+            raise StartFailed(_start_error_text(error)) from error
+        return managed
+
     def _require_image(self, image: str) -> None:
         try:
             self._client.images.get(image)

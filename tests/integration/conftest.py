@@ -25,12 +25,18 @@ def docker_engine():
 
 
 @pytest.fixture
-def stack(transactional_db, tmp_path, request):
+def stack_options() -> dict:
+    """Keyword arguments for :class:`Stack` (node name, extra env); override per module."""
+    return {}
+
+
+@pytest.fixture
+def stack(transactional_db, tmp_path, request, stack_options):
     from django.conf import settings
 
     if settings.EMBEDDED:
         pytest.skip("the integration tests need the real Redis: set REDIS_URL")
-    running = Stack(tmp_path, database_url(), settings.REDIS_URL)
+    running = Stack(tmp_path, database_url(), settings.REDIS_URL, **stack_options)
     client = docker_client()
     try:
         running.start_portal_and_worker()
@@ -39,7 +45,7 @@ def stack(transactional_db, tmp_path, request):
         running.close(client)
         failed = getattr(request.node, "rep_call", None)
         if failed is not None and failed.failed:
-            for name in ["portal", "worker", "agent"]:
+            for name in ["portal", "worker", *sorted(running.agent_envs)]:
                 print(f"--- {name} log ---\n{running.log_tail(name)}")
 
 

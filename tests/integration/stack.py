@@ -90,9 +90,19 @@ def write_fleet(path: Path, node: str, mig_instances: int) -> Path:
 class Stack:
     """Starts the processes; ``close()`` stops them and removes this node's containers."""
 
-    def __init__(self, workdir: Path, database_url: str, redis_url: str, node: str = "it-node"):
+    def __init__(
+        self,
+        workdir: Path,
+        database_url: str,
+        redis_url: str,
+        node: str = "it-node",
+        extra_env: dict[str, str] | None = None,
+    ):
         self.workdir = workdir
         self.node = node
+        self.nodes = {node}
+        # Also remove the home volumes of this stack's nodes on close (fault tests).
+        self.remove_volumes = False
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.logs = workdir / "logs"
@@ -104,9 +114,11 @@ class Stack:
             "DESKPOOL_VAR_DIR": str(workdir / "var"),
             "PYTHONUNBUFFERED": "1",
             "DESKPOOL_AGENT_POLL_INTERVAL_S": "0.25",
+            **(extra_env or {}),
         }
         self.processes: dict[str, subprocess.Popen] = {}
         self.agent_env: dict[str, str] = {}
+        self.agent_envs: dict[str, dict[str, str]] = {}
 
     def _spawn(self, name: str, argv: list[str], **env: str) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
@@ -122,11 +134,16 @@ class Stack:
         return process
 
     def start_portal_and_worker(self) -> None:
-        python = sys.executable
+        self.start_portal(wait=False)
+        self.start_worker()
+        self.wait_http("/login/")
+
+    def start_portal(self, *, wait: bool = True) -> None:
+        """The ASGI portal (daphne) on :attr:`port`; the same port every time."""
         self._spawn(
             "portal",
             [
-                python,
+                sys.executable,
                 "-m",
                 "daphne",
                 "-b",
@@ -136,10 +153,20 @@ class Stack:
                 "portal.asgi:application",
             ],
         )
+        if wait:
+            self.wait_http("/login/")
+
+    def restart_portal(self, down_s: float = 0.0) -> None:
+        """Stop daphne, leave it down for ``down_s`` seconds, start it on the same port."""
+        self.stop("portal")
+        time.sleep(down_s)
+        self.start_portal()
+
+    def start_worker(self) -> None:
         self._spawn(
             "worker",
             [
-                python,
+                sys.executable,
                 "-m",
                 "celery",
                 "-A",
@@ -153,20 +180,44 @@ class Stack:
                 "INFO",
             ],
         )
-        self.wait_http("/login/")
 
-    def start_agent(self, join_token: str | None, fleet: Path, runtime: str = "docker") -> None:
-        self.agent_env = {
+    def start_agent(
+        self,
+        join_token: str | None,
+        fleet: Path,
+        runtime: str = "docker",
+        *,
+        node: str | None = None,
+        name: str = "agent",
+    ) -> None:
+        """An agent process ``name`` for ``node`` (default: this stack's node)."""
+        node = node or self.node
+        self.nodes.add(node)
+        env = {
             "DESKPOOL_PORTAL_URL": self.url,
-            "DESKPOOL_NODE_NAME": self.node,
+            "DESKPOOL_NODE_NAME": node,
             "DESKPOOL_STATE_DIR": str(self.workdir / "agent-state"),
             "DESKPOOL_FLEET_FILE": str(fleet),
             "DESKPOOL_RUNTIME": runtime,
             "DESKPOOL_POLL_INTERVAL": "0.25",
         }
         if join_token:
-            self.agent_env["DESKPOOL_JOIN_TOKEN"] = join_token
-        self._spawn("agent", [sys.executable, "-m", "nodeagent", "-v"], **self.agent_env)
+            env["DESKPOOL_JOIN_TOKEN"] = join_token
+        self.agent_envs[name] = env
+        if name == "agent":
+            self.agent_env = env
+        self._spawn(name, [sys.executable, "-m", "nodeagent", "-v"], **env)
+
+    def restart_agent(self, name: str = "agent") -> None:
+        """Start agent ``name`` again with the same state dir and no join token: it must
+        register with the credential it stored the first time."""
+        self.stop(name)
+        env = {k: v for k, v in self.agent_envs[name].items() if k != "DESKPOOL_JOIN_TOKEN"}
+        self._spawn(name, [sys.executable, "-m", "nodeagent", "-v"], **env)
+
+    def send_signal(self, name: str, sig: int) -> None:
+        """Send ``sig`` to process ``name`` and return at once (e.g. SIGSTOP, SIGCONT)."""
+        self.processes[name].send_signal(sig)
 
     def wait_http(self, path: str, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -190,21 +241,37 @@ class Stack:
         if process is None or process.poll() is not None:
             return
         process.send_signal(sig)
+        with suppress(OSError):
+            process.send_signal(signal.SIGCONT)  # a SIGSTOPped process handles sig only now
         try:
             process.wait(timeout)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
 
-    def node_containers(self, client, *, all_states: bool = True) -> list:
-        return client.containers.list(
-            all=all_states, filters={"label": f"deskpool.node={self.node}"}
-        )
+    def node_containers(self, client, *, all_states: bool = True, node: str | None = None) -> list:
+        import docker
+
+        for _ in range(10):
+            try:
+                return client.containers.list(
+                    all=all_states, filters={"label": f"deskpool.node={node or self.node}"}
+                )
+            except docker.errors.NotFound:
+                time.sleep(0.05)  # one was removed between listing and inspecting it
+        raise AssertionError("containers keep vanishing while being listed")
 
     def close(self, client=None) -> None:
-        for name in ["agent", "worker", "portal"]:
+        for name in [n for n in self.processes if n not in ("worker", "portal")]:
+            self.stop(name)
+        for name in ["worker", "portal"]:
             self.stop(name)
         if client is not None:
-            for container in self.node_containers(client):
-                with suppress(Exception):
-                    container.remove(force=True)
+            for node in sorted(self.nodes):
+                for container in self.node_containers(client, node=node):
+                    with suppress(Exception):
+                        container.remove(force=True)
+                if self.remove_volumes:
+                    for volume in client.volumes.list(filters={"label": f"deskpool.node={node}"}):
+                        with suppress(Exception):
+                            volume.remove(force=True)

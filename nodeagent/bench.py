@@ -1,0 +1,182 @@
+"""``python -m nodeagent.bench [--image IMAGE]``: node-agent figures on this machine's dockerd.
+
+Drives :class:`~nodeagent.runtime.docker_runtime.DockerRuntime` directly (no portal, no
+Django), with the real readiness check (a VNC handshake through websockify):
+
+1. assignment → RUNNING: ``runtime.start(desired_session)`` until the handshake works,
+   20 desktops one at a time (each stopped before the next), median and p95;
+2. throughput: 10 desktops started in parallel (as the agent's 10 start workers do),
+   desktops per minute from the first start call to the last handshake;
+3. memory: those 10 left idle for 10 s, then the memory of each container's cgroup as
+   ``docker stats`` reports it (usage, and usage less inactive file cache, which is what
+   the ``docker stats`` command line shows), mean.
+
+Every container, volume and password folder it makes is removed at the end, also on
+Ctrl-C. Containers are labelled ``deskpool.node=<--node>`` (default ``bench-<pid>``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
+from pathlib import Path
+
+from nodeagent.protocol import LABEL_NODE, DesiredSession
+from nodeagent.runtime.docker_runtime import DockerRuntime, docker_client
+
+SESSION_ID_BASE = 900_000
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m nodeagent.bench", description=__doc__)
+    parser.add_argument("--image", default="deskpool/desktop:latest")
+    parser.add_argument("--sequential", type=int, default=20, help="desktops one at a time")
+    parser.add_argument("--parallel", type=int, default=10, help="desktops started together")
+    parser.add_argument("--idle-s", type=float, default=10.0, help="idle time before memory")
+    parser.add_argument("--cpus", type=float, default=1.0)
+    parser.add_argument("--memory-mb", type=int, default=2048)
+    parser.add_argument("--node", default=f"bench-{os.getpid()}")
+    return parser.parse_args(argv)
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.client = docker_client()
+        self.state_dir = Path(tempfile.mkdtemp(prefix="deskpool-bench-"))
+        self.runtime = DockerRuntime(
+            self.client,
+            node_name=args.node,
+            sessions_dir=self.state_dir / "sessions",
+            stop_grace_s=2,
+            ready_timeout_s=120,
+        )
+        self.next_id = SESSION_ID_BASE + (os.getpid() % 1000) * 100
+        self.volumes: set[str] = set()
+
+    def session(self) -> DesiredSession:
+        self.next_id += 1
+        volume = f"deskpool-bench-{self.args.node}-{self.next_id}"
+        self.volumes.add(volume)
+        return DesiredSession(
+            session_id=self.next_id,
+            user=f"bench{self.next_id}",
+            course="",
+            image=self.args.image,
+            cpus=self.args.cpus,
+            memory_mb=self.args.memory_mb,
+            pids_limit=1024,
+            shm_mb=256,
+            gpu_devices=[],
+            vnc_password="bench123",
+            home_volume=volume,
+        )
+
+    def timed_start(self, session: DesiredSession) -> float:
+        started = time.perf_counter()
+        self.runtime.start(session)
+        return time.perf_counter() - started
+
+    def sequential(self) -> list[float]:
+        times = []
+        for _ in range(self.args.sequential):
+            session = self.session()
+            times.append(self.timed_start(session))
+            self.runtime.stop(session["session_id"])
+        return times
+
+    def parallel(self) -> tuple[float, list[float]]:
+        sessions = [self.session() for _ in range(self.args.parallel)]
+        started = time.perf_counter()
+        with ThreadPoolExecutor(len(sessions)) as pool:
+            each = list(pool.map(self.timed_start, sessions))
+        return time.perf_counter() - started, each
+
+    def idle_memory(self) -> tuple[list[float], list[float]]:
+        time.sleep(self.args.idle_s)
+        usage, less_cache = [], []
+        for container in self.client.containers.list(
+            filters={"label": f"{LABEL_NODE}={self.args.node}"}
+        ):
+            memory = container.stats(stream=False)["memory_stats"]
+            raw = memory.get("usage", 0)
+            stats = memory.get("stats", {})
+            cache = stats.get("inactive_file", stats.get("total_inactive_file", 0))
+            usage.append(raw / 2**20)
+            less_cache.append((raw - cache) / 2**20)
+        return usage, less_cache
+
+    def clean_up(self) -> None:
+        for container in self.client.containers.list(
+            all=True, filters={"label": f"{LABEL_NODE}={self.args.node}"}
+        ):
+            with suppress(Exception):
+                container.remove(force=True)
+        for name in self.volumes:
+            with suppress(Exception):
+                self.client.volumes.get(name).remove(force=True)
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(0.95 * len(ordered)) - 1))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)
+    bench = Bench(args)
+    try:
+        bench.client.images.get(args.image)
+    except Exception:
+        print(f"image {args.image} is not present: bash nodeagent/images/build.sh all")
+        return 2
+    info = bench.client.info()
+    try:
+        sequential = bench.sequential()
+        wall, each = bench.parallel()
+        usage, less_cache = bench.idle_memory()
+    finally:
+        bench.clean_up()
+    rows = [
+        (
+            f"assignment -> RUNNING, {len(sequential)} one at a time",
+            f"median {statistics.median(sequential):.2f} s, p95 {p95(sequential):.2f} s, "
+            f"min {min(sequential):.2f} s, max {max(sequential):.2f} s",
+        ),
+        (
+            f"{len(each)} started in parallel",
+            f"all RUNNING after {wall:.2f} s = {len(each) / wall * 60:.0f} desktops/min "
+            f"(each {min(each):.2f}-{max(each):.2f} s)",
+        ),
+        (
+            f"host memory per idle desktop ({len(usage)} idle, {args.idle_s:.0f} s)",
+            f"mean {statistics.mean(less_cache):.0f} MiB without page cache "
+            f"(min {min(less_cache):.0f}, max {max(less_cache):.0f}); "
+            f"{statistics.mean(usage):.0f} MiB with it",
+        ),
+    ]
+    print(
+        f"nodeagent.bench: image {args.image}, {args.cpus:g} CPU / {args.memory_mb} MB "
+        f"per desktop; host {info.get('NCPU')} CPUs, {info.get('MemTotal', 0) / 2**30:.0f} GiB, "
+        f"dockerd {info.get('ServerVersion')}, cgroup v{info.get('CgroupVersion', '?')}"
+    )
+    width = max(len(name) for name, _ in rows)
+    print(f"| {'figure'.ljust(width)} | value |")
+    print(f"|{'-' * (width + 2)}|-------|")
+    for name, value in rows:
+        print(f"| {name.ljust(width)} | {value} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
