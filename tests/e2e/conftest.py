@@ -15,6 +15,7 @@ from tests.integration.conftest import (  # noqa: F401 - fixtures and the report
     pytest_runtest_makereport,
     require_image,
     stack,
+    stack_options,
 )
 
 CHROMIUM = Path("/usr/bin/chromium")
