@@ -125,41 +125,14 @@ class BestFitPolicy(Policy):
         return value, exclusive_gpus(lefts, pod.num_gpu)
 
 
-class Fragmentation:
+def Fragmentation(typical: Sequence[TypicalPod]) -> FragmentationModel:  # noqa: N802
     """Node fragmentation F_n(M) = sum_m p_m * (GPU milli on n that task m cannot use).
 
-    For a task m of k GPUs x g milli (CPU c, model set S): if the node's model is outside S, or
-    fewer than k GPUs have >= g left, or CPU left < c, all the node's idle GPU milli is fragment
-    for m; otherwise only the GPUs with < g left are. CPU-only tasks count all idle GPU milli.
-    Memoised by (model, cpu left, sorted GPU lefts).
+    The engine's model (:class:`scheduling.engine.scoring.FragmentationModel`) with the
+    trace's typical pods as the target workload, weighted by their share.
     """
-
-    def __init__(self, typical: Sequence[TypicalPod]):
-        self.types = [
-            (t.share, t.cpu_milli, t.gpu_milli, t.num_gpu, t.allowed_models) for t in typical
-        ]
-        self.memo: dict[tuple, float] = {}
-
-    def __call__(self, model: str, cpu_left: int, lefts: tuple[int, ...]) -> float:
-        key = (model, cpu_left, lefts)
-        got = self.memo.get(key)
-        if got is not None:
-            return got
-        total = sum(lefts)
-        frag = 0.0
-        if total:
-            usable: dict[int, tuple[int, int]] = {}
-            for p, c, g, k, allowed in self.types:
-                if g == 0 or (allowed is not None and model not in allowed) or cpu_left < c:
-                    frag += p * total
-                    continue
-                u = usable.get(g)
-                if u is None:
-                    n_fit = sum(1 for v in lefts if v >= g)
-                    u = usable[g] = (n_fit, sum(v for v in lefts if v < g))
-                frag += p * (u[1] if u[0] >= k else total)
-        self.memo[key] = frag
-        return frag
+    shapes = [(t.cpu_milli, t.gpu_milli, t.num_gpu, t.allowed_models, t.share) for t in typical]
+    return FragmentationModel(target_shapes(shapes, 0.0))
 
 
 def _sigmoid_score(delta: float) -> int:

@@ -7,12 +7,12 @@ import random
 
 from scheduling.engine.scoring import FragmentationModel, TargetShape, score_placement
 from scheduling.sim import Cluster, FGDPolicy, Node, make_policy, typical_pods
-from scheduling.sim.policies import DeskpoolPolicy, Fragmentation
+from scheduling.sim.policies import DeskpoolPolicy
 from scheduling.sim.runner import run_openb, simulate
 from scheduling.sim.trace import load_nodes, load_pods, make_pod
 from scheduling.sim.workload import TypicalPod
 
-from .test_sim import _hand_typical, _replay, _write_synthetic
+from .test_sim import _replay, _write_synthetic
 
 
 def test_deskpool_placements_are_feasible(tmp_path):
@@ -35,19 +35,6 @@ def test_deskpool_is_deterministic_per_seed(tmp_path):
     c = simulate(trace, node_list, "deskpool", 6, typical)
     assert a[1] == b[1] and a[0]["unallocated_pct_at_100"] == b[0]["unallocated_pct_at_100"]
     assert a[1] != c[1]
-
-
-def test_engine_fragmentation_matches_the_simulators_fgd():
-    typical = _hand_typical()
-    sim = Fragmentation(typical)
-    shapes = [TargetShape(t.cpu_milli, t.gpu_milli, t.num_gpu, t.allowed_models, t.share)
-              for t in typical]  # fmt: skip
-    eng = FragmentationModel(shapes)
-    rng = random.Random(3)
-    for _ in range(200):
-        lefts = tuple(sorted(rng.choice([0, 100, 300, 500, 700, 1000]) for _ in range(4)))
-        model, cpu = rng.choice(["T4", "V100M32"]), rng.choice([0, 4000, 8000, 16000])
-        assert eng(model, cpu, lefts) == sim(model, cpu, lefts)
 
 
 def test_fractional_pod_takes_the_tightest_of_equally_good_gpus():
