@@ -6,6 +6,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from nodeagent.config import AgentConfig
@@ -17,6 +18,7 @@ from nodeagent.credentials import (
 )
 from nodeagent.portal_client import Conflict, PortalClient, PortalUnavailable, Unauthorized
 from nodeagent.probe import GpuProbe
+from nodeagent.probe.host import host_labels, merged_labels
 from nodeagent.protocol import (
     AGENT_VERSION,
     PROTOCOL_VERSION,
@@ -73,8 +75,11 @@ class Agent:
         client: PortalClient,
         probe: GpuProbe,
         runtime: DesktopRuntime,
+        read_host_labels: Callable[[], dict[str, str]] = host_labels,
     ) -> None:
         self.config = config
+        # CPU and NUMA facts of the real host, read afresh at every registration.
+        self.read_host_labels = read_host_labels
         self.client = client
         self.probe = probe
         self.runtime = runtime
@@ -93,7 +98,8 @@ class Agent:
             address=self.config.publish_address,
             cpu_count=facts.cpu_count,
             memory_mb=facts.memory_mb,
-            labels=dict(facts.labels),
+            # Host facts under the fleet file's labels under DESKPOOL_LABELS: explicit wins.
+            labels=merged_labels(self.read_host_labels(), facts.labels, self.config.labels),
             runtime=self.runtime.kind,
             gpus=self.probe.inventory(),
         )
