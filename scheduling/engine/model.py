@@ -1,11 +1,39 @@
-"""Plain data the engine reads and writes."""
+"""Plain data the engine reads and writes (no Django, no I/O).
+
+A :class:`Snapshot` is the pool at one instant: nodes with their CPU/RAM headroom, the free
+slices, the sessions holding slices, the waiting requests, class bookings, quotas and the
+admin's :class:`Policy`. :func:`scheduling.engine.plan` turns it into a :class:`Plan`.
+
+Units: GPU capacity in *milli-GPU* (1000 = one whole GPU; a 1g.10gb MIG instance of an A100
+is 1000/7, a share of a 4-share GPU 250); compute in normalised compute units (CU, see
+``scheduling.engine.compute``); times are aware datetimes and durations seconds.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from .scoring import TargetShape
+
+TIER_BOOKED = 0
 TIER_NAMES = {0: "booked class", 1: "thesis", 2: "coursework", 3: "hobby"}
+TIER_THESIS = 1
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The admin-editable knobs (``scheduling.models.PoolPolicy`` holds them in the portal)."""
+
+    warn_utilisation: float = 0.80  # alert above this share of GPU capacity in use
+    block_utilisation: float = 0.90  # refuse new hobby requests above this
+    temperature_limit_c: float = 85.0  # no new work on a GPU at or above this
+    protected_runtime_s: int = 15 * 60  # never preempt a session younger than this
+    grace_s: int = 5 * 60  # a preempted desktop keeps running this long
+    aging_s_per_gpu_hour: float = 15 * 60  # waiting this long offsets one GPU-hour of usage
+    booking_hold_horizon_s: int = 24 * 3600  # bookings starting within this hold capacity
+    default_duration_s: int = 4 * 3600  # expected run time when a request gives none
+    heavy_duration_s: int = 4 * 3600  # at least this long and whole GPUs: "long, heavy work"
 
 
 @dataclass(frozen=True)
@@ -15,28 +43,102 @@ class NodeState:
     healthy: bool
     cpus_free: float
     memory_free_mb: int
+    rack: str = ""
+    network_plane: str = ""
+    high_power: bool = False  # high-power or liquid-cooled rack: preferred for heavy work
+    # Pairs of GPU ids joined by NVLink (either order).
+    nvlink: frozenset[tuple[int, int]] = frozenset()
 
 
 @dataclass(frozen=True)
 class FreeSlice:
+    """A slice (MIG instance, share or whole GPU); free when in ``Snapshot.free_slices``."""
+
     slice_id: int
     node_id: int
     gpu_id: int
     kind: str  # mig | share | whole
     memory_mb: int
     gpu_model: str
+    milli: int = 1000  # the part of its GPU this slice is
+    compute_units: float = 1.0
+    temperature_c: float | None = None  # of its GPU, when the agent reports it
+    power_w: float = 0.0  # added rack draw when the slice is busy
+
+
+@dataclass(frozen=True)
+class Rack:
+    name: str
+    budget_w: float
+    draw_w: float
 
 
 @dataclass(frozen=True)
 class QueuedRequest:
     session_id: int
-    tier: int  # lower is served first
+    tier: int  # lower is served first (1 thesis, 2 coursework, 3 hobby)
     submitted_at: datetime
     gpu_count: int
     gpu_memory_min_mb: int
     allowed_kinds: tuple[str, ...]
     cpus: float
     memory_mb: int
+    user: str = ""
+    course: str = ""
+    department: str = ""
+    booking_id: int | None = None
+    duration_s: int = 0  # expected run time; 0 = the policy's default
+    gpu_models: tuple[str, ...] = ()  # empty = any model
+    compute_min: float = 0.0  # CU per GPU
+    usage_gpu_hours: float = 0.0  # the user's recent usage, decayed (fair share)
+    multi_node: bool = False  # may span nodes of one network plane
+
+
+@dataclass(frozen=True)
+class RunningSession:
+    """A session holding capacity now (placed, starting, running or in its preemption grace)."""
+
+    session_id: int
+    tier: int
+    node_id: int
+    slices: tuple[FreeSlice, ...]
+    cpus: float
+    memory_mb: int
+    started_at: datetime
+    ends_at: datetime  # expected end (max duration, or the preemption deadline)
+    user: str = ""
+    course: str = ""
+    department: str = ""
+    booking_id: int | None = None
+    preempted_for: int | None = None  # set while in its grace countdown
+
+
+@dataclass(frozen=True)
+class Booking:
+    """An instructor's booking: ``seats`` desktops of one shape in ``[starts_at, ends_at)``."""
+
+    booking_id: int
+    course: str
+    seats: int
+    starts_at: datetime
+    ends_at: datetime
+    shape: QueuedRequest  # session_id is ignored
+
+
+@dataclass(frozen=True)
+class Quota:
+    """Limits for one user, course or department, with what is in use now.
+
+    ``key`` ``"*"`` is the default for every member of the scope without a quota of its own.
+    """
+
+    scope: str  # user | course | department
+    key: str
+    max_sessions: int | None = None
+    max_gpu_hours_week: float | None = None
+    max_slice_memory_mb: int | None = None
+    sessions: int = 0  # sessions holding capacity now
+    gpu_hours_week: float = 0.0  # CU-normalised GPU-hours used in the last 7 days
 
 
 @dataclass(frozen=True)
@@ -44,6 +146,13 @@ class Snapshot:
     nodes: tuple[NodeState, ...]
     free_slices: tuple[FreeSlice, ...]
     queue: tuple[QueuedRequest, ...]
+    running: tuple[RunningSession, ...] = ()
+    bookings: tuple[Booking, ...] = ()
+    quotas: tuple[Quota, ...] = ()
+    racks: tuple[Rack, ...] = ()
+    policy: Policy = Policy()
+    # The target workload of the fragmentation score; empty = the queue's and bookings' mix.
+    workload: tuple[TargetShape, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,6 +160,16 @@ class Placement:
     session_id: int
     node_id: int
     slice_ids: tuple[int, ...]
+    # Multi-node placements: the other nodes' (node_id, slice_ids), same network plane.
+    others: tuple[tuple[int, tuple[int, ...]], ...] = ()
+
+
+@dataclass(frozen=True)
+class Preemption:
+    victim_id: int
+    for_session_id: int
+    deadline: datetime
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -58,9 +177,21 @@ class QueueEntry:
     session_id: int
     position: int
     reason: str
+    eta: datetime | None = None
+    blocked: bool = False  # by a quota or a rule: it will not start until that changes
+
+
+@dataclass(frozen=True)
+class Alert:
+    level: str  # ok | warn | block
+    utilisation: float
+    message: str
 
 
 @dataclass
 class Plan:
     placements: list[Placement] = field(default_factory=list)
     queue: list[QueueEntry] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    alert: Alert | None = None
+    notes: list[str] = field(default_factory=list)  # e.g. a booking that cannot be held

@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from scheduling.engine import FreeSlice, NodeState, QueuedRequest, Snapshot, plan
+from scheduling.engine import (
+    Booking,
+    FreeSlice,
+    NodeState,
+    Policy,
+    QueuedRequest,
+    Quota,
+    Rack,
+    RunningSession,
+    Snapshot,
+    admission_block,
+    alert_for,
+    plan,
+    quota_block,
+)
+from scheduling.engine.planner import index_quotas
 
 NOW = datetime(2026, 12, 2, 9, 58, tzinfo=UTC)
 
@@ -28,8 +44,26 @@ def node(node_id: int, healthy: bool = True, cpus: float = 64) -> NodeState:
     return NodeState(node_id, f"n{node_id}", healthy, cpus, 262144)
 
 
-def mig(slice_id: int, node_id: int = 1, gpu_id: int = 1, memory: int = 9984) -> FreeSlice:
-    return FreeSlice(slice_id, node_id, gpu_id, "mig", memory, "A100")
+def mig(slice_id: int, node_id: int = 1, gpu_id: int = 1, memory: int = 9984, **kw) -> FreeSlice:
+    return FreeSlice(slice_id, node_id, gpu_id, "mig", memory, "A100", **kw)
+
+
+def whole(slice_id: int, node_id: int, gpu_id: int, **kw) -> FreeSlice:
+    return FreeSlice(slice_id, node_id, gpu_id, "whole", 81920, "A100", **kw)
+
+
+def running(session_id: int, tier: int, slices, minutes: int = 60, ends_in: int = 60, **kw):
+    return RunningSession(
+        session_id=session_id,
+        tier=tier,
+        node_id=slices[0].node_id if slices else 1,
+        slices=tuple(slices),
+        cpus=1.0,
+        memory_mb=1024,
+        started_at=NOW - timedelta(minutes=minutes),
+        ends_at=NOW + timedelta(minutes=ends_in),
+        **kw,
+    )
 
 
 def test_thesis_request_overtakes_an_older_hobby_request():
@@ -77,8 +111,157 @@ def test_cpu_only_requests_need_node_headroom_not_slices():
 
 def test_positions_count_every_tier_ahead():
     queue = (request(1, 3, 5), request(2, 2, 4), request(3, 2, 3), request(4, 1, 1))
-    result = plan(Snapshot((node(1),), (), queue), NOW)
+    busy = running(50, tier=1, slices=(mig(9),))
+    result = plan(Snapshot((node(1),), (), queue, running=(busy,)), NOW)
     assert [(q.session_id, q.position) for q in result.queue] == [(4, 1), (2, 2), (3, 3), (1, 4)]
     assert result.queue[2].reason == (
         "waiting for a free slice: 1 ahead of you in coursework, 1 in higher tiers"
     )
+
+
+def test_within_a_tier_less_recent_usage_goes_first_and_waiting_makes_up_for_it():
+    policy = Policy(aging_s_per_gpu_hour=15 * 60)
+    heavy_user = request(1, 2, minutes_ago=10, usage_gpu_hours=2.0)  # 2 h = 30 min of waiting
+    light_user = request(2, 2, minutes_ago=5)
+    result = plan(Snapshot((node(1),), (mig(1),), (heavy_user, light_user), policy=policy), NOW)
+    assert [p.session_id for p in result.placements] == [2]
+    patient = request(1, 2, minutes_ago=40, usage_gpu_hours=2.0)
+    result = plan(Snapshot((node(1),), (mig(1),), (patient, light_user), policy=policy), NOW)
+    assert [p.session_id for p in result.placements] == [1]
+
+
+def test_a_hot_gpu_gets_no_new_work_and_the_reason_says_so():
+    hot = mig(1, temperature_c=88.0)
+    result = plan(Snapshot((node(1),), (hot,), (request(1, 2),)), NOW)
+    assert result.placements == []
+    assert "85 °C" in result.queue[0].reason
+    cooler = mig(2, gpu_id=2, temperature_c=70.0)
+    result = plan(Snapshot((node(1),), (hot, cooler), (request(1, 2),)), NOW)
+    assert result.placements[0].slice_ids == (2,)
+
+
+def test_warmer_gpus_and_racks_near_their_budget_are_avoided_when_there_is_a_choice():
+    slices = (mig(1, node_id=1, gpu_id=1, temperature_c=80.0), mig(2, node_id=2, gpu_id=2))
+    result = plan(Snapshot((node(1), node(2)), slices, (request(1, 2),)), NOW)
+    assert result.placements[0].slice_ids == (2,)
+    racks = (Rack("r1", 10_000, 1_000), Rack("r2", 10_000, 9_500))
+    nodes = (replace(node(1), rack="r2"), replace(node(2), rack="r1"))
+    slices = (mig(1, node_id=1, gpu_id=1, power_w=100), mig(2, node_id=2, gpu_id=2, power_w=100))
+    result = plan(Snapshot(nodes, slices, (request(1, 2),), racks=racks), NOW)
+    assert result.placements[0].node_id == 2
+
+
+def test_a_rack_without_power_headroom_takes_no_more_gpu_work():
+    nodes = (replace(node(1), rack="r1"),)
+    slices = (mig(1, power_w=400),)
+    result = plan(Snapshot(nodes, slices, (request(1, 2),), racks=(Rack("r1", 1000, 700),)), NOW)
+    assert result.placements == []
+
+
+def test_multi_gpu_prefers_nvlink_peers_and_may_span_one_network_plane():
+    links = frozenset({(1, 2), (3, 4)})
+    n1 = replace(node(1), nvlink=links)
+    slices = (whole(1, 1, 1), whole(2, 1, 3), whole(3, 1, 4), whole(4, 1, 2))
+    two = request(1, 1, gpu_count=2, allowed_kinds=("whole",), gpu_memory_min_mb=40000)
+    placement = plan(Snapshot((n1,), slices[:3], (two,)), NOW).placements[0]
+    assert set(placement.slice_ids) == {2, 3}  # GPUs 3 and 4 are peers; 1 has none free
+    nodes = (replace(node(1), network_plane="ib0"), replace(node(2), network_plane="ib0"),
+             replace(node(3), network_plane="eth"))  # fmt: skip
+    slices = (whole(1, 1, 1), whole(2, 2, 2), whole(3, 3, 3))
+    three = replace(two, gpu_count=3)
+    assert plan(Snapshot(nodes, slices, (three,)), NOW).placements == []
+    spread = plan(Snapshot(nodes, slices, (replace(three, multi_node=True),)), NOW)
+    assert spread.placements == []  # only two GPUs on plane ib0: all or nothing
+    pair = replace(two, multi_node=True)
+    placement = plan(Snapshot(nodes, slices, (pair,)), NOW).placements[0]
+    assert {placement.node_id, *(n for n, _ in placement.others)} == {1, 2}
+
+
+def test_quotas_block_with_a_reason_at_submit_and_at_placement():
+    quotas = (
+        Quota("user", "ada", max_sessions=1, sessions=1),
+        Quota("course", "cs101", max_gpu_hours_week=40, gpu_hours_week=40.5),
+        Quota("department", "*", max_slice_memory_mb=10000),
+    )
+    index = index_quotas(quotas)
+    assert "1 concurrent" in quota_block(request(1, 2, user="ada"), index)
+    assert "40 GPU-hours" in quota_block(request(1, 2, user="ben", course="cs101"), index)
+    big = request(1, 2, user="ben", department="physics", gpu_memory_min_mb=20000)
+    assert "largest slice" in quota_block(big, index)
+    assert quota_block(request(1, 2, user="ben", department="physics"), index) is None
+    result = plan(Snapshot((node(1),), (mig(1),), (request(1, 2, user="ada"),), quotas=quotas), NOW)
+    assert result.placements == [] and result.queue[0].blocked
+    assert result.queue[0].reason.startswith("blocked: your quota")
+
+
+def test_admission_refuses_hobby_above_the_block_threshold_and_alerts_above_warning():
+    policy = Policy(warn_utilisation=0.8, block_utilisation=0.9)
+    assert admission_block(3, 0.92, policy) is not None
+    assert admission_block(2, 0.99, policy) is None and admission_block(1, 0.99, policy) is None
+    assert admission_block(3, 0.85, policy) is None
+    assert alert_for(0.85, policy).level == "warn"
+    assert alert_for(0.95, policy).level == "block"
+    assert alert_for(0.5, policy).level == "ok"
+    busy = [running(100 + i, 3, (mig(10 + i, gpu_id=10 + i),)) for i in range(9)]
+    result = plan(Snapshot((node(1),), (mig(1),), (), running=tuple(busy)), NOW)
+    assert result.alert.level == "block" and result.alert.utilisation == 0.9
+
+
+def test_preemption_takes_hobby_first_with_least_lost_work_and_respects_protection():
+    old_hobby = running(11, 3, (mig(1, gpu_id=1),), minutes=120)
+    young_hobby = running(12, 3, (mig(2, gpu_id=2),), minutes=20)
+    coursework = running(13, 2, (mig(3, gpu_id=3),), minutes=30)
+    fresh_hobby = running(14, 3, (mig(4, gpu_id=4),), minutes=5)  # protected
+    thesis_busy = (old_hobby, young_hobby, coursework, fresh_hobby)
+    result = plan(Snapshot((node(1),), (), (request(1, 1),), running=thesis_busy), NOW)
+    assert [p.victim_id for p in result.preemptions] == [12]
+    assert result.queue[0].eta == NOW + timedelta(minutes=5)
+    assert "grace" in result.queue[0].reason
+    # Hobby requests never preempt; thesis work is never preempted.
+    assert (
+        plan(Snapshot((node(1),), (), (request(2, 3),), running=thesis_busy), NOW).preemptions == []
+    )
+    thesis = running(15, 1, (mig(5),), minutes=120)
+    assert (
+        plan(Snapshot((node(1),), (), (request(3, 0),), running=(thesis,)), NOW).preemptions == []
+    )
+    # While its victims' grace runs, the request does not preempt again.
+    pending = replace(young_hobby, preempted_for=1, ends_at=NOW + timedelta(minutes=3))
+    again = plan(Snapshot((node(1),), (), (request(1, 1),), running=(old_hobby, pending)), NOW)
+    assert again.preemptions == [] and again.queue[0].eta == NOW + timedelta(minutes=3)
+
+
+def test_a_booking_holds_its_seats_and_lets_short_requests_backfill():
+    shape = request(0, 2)
+    booking = Booking(7, "cs101", 2, NOW + timedelta(hours=1), NOW + timedelta(hours=3), shape)
+    slices = (mig(1, gpu_id=1), mig(2, gpu_id=2), mig(3, gpu_id=3))
+    long_ones = (request(1, 1, duration_s=4 * 3600), request(2, 1, duration_s=4 * 3600))
+    result = plan(Snapshot((node(1),), slices, long_ones, bookings=(booking,)), NOW)
+    assert [p.session_id for p in result.placements] == [1]
+    assert "held for a class booking" in result.queue[0].reason
+    short = request(3, 3, duration_s=30 * 60)
+    result = plan(Snapshot((node(1),), slices, (*long_ones, short), bookings=(booking,)), NOW)
+    assert sorted(p.session_id for p in result.placements) == [1, 3]
+    # In its window, the class's own requests come first, ahead of thesis.
+    during = NOW + timedelta(hours=1, minutes=5)
+    seat = request(4, 2, booking_id=7)
+    result = plan(
+        Snapshot((node(1),), slices[:1], (long_ones[0], seat), bookings=(booking,)), during
+    )
+    assert [p.session_id for p in result.placements] == [4]
+
+
+def test_estimated_starts_follow_running_ends_and_the_queue_ahead():
+    busy = (
+        running(11, 2, (mig(1, gpu_id=1),), ends_in=30),
+        running(12, 2, (mig(2, gpu_id=2),), ends_in=90),
+    )
+    queue = (request(1, 2, 3, duration_s=3600), request(2, 2, 2, duration_s=3600), request(3, 2, 1))
+    result = plan(Snapshot((node(1),), (), queue, running=busy), NOW)
+    etas = {q.session_id: q.eta for q in result.queue}
+    assert etas[1] == NOW + timedelta(minutes=30)
+    assert etas[2] == NOW + timedelta(minutes=90)
+    assert etas[3] == NOW + timedelta(minutes=90)  # slice 1 again, after request 1's hour
+    nothing_fits = request(4, 2, gpu_memory_min_mb=200_000)
+    result = plan(Snapshot((node(1),), (), (nothing_fits,), running=busy), NOW)
+    assert result.queue[0].eta is None and "no healthy node" in result.queue[0].reason

@@ -3,20 +3,37 @@
 from __future__ import annotations
 
 import random
-from collections import Counter, defaultdict
+from collections import Counter
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduling.engine import FreeSlice, NodeState, Plan, QueuedRequest, Snapshot, plan
-from scheduling.engine.model import TIER_NAMES, Placement, QueueEntry
+from scheduling.engine import (
+    Booking,
+    FreeSlice,
+    NodeState,
+    QueuedRequest,
+    Quota,
+    RunningSession,
+    Snapshot,
+    TargetShape,
+    plan,
+)
 
 NOW = datetime(2026, 12, 2, 9, 58, tzinfo=UTC)
 KINDS = ("mig", "share", "whole")
 SLICE_MEMORY = (2048, 4864, 9984, 20096, 40192, 81920)
 
 PROPS = settings(max_examples=200, deadline=None)
+# A fixed target workload for the fragmentation score, so that removing requests from the
+# queue does not change how the others are scored (the portal passes its catalogue's mix).
+WORKLOAD = (
+    TargetShape(1000, 143, 1, None, 0.5),
+    TargetShape(2000, 1000, 1, None, 0.3),
+    TargetShape(4000, 1000, 2, None, 0.2),
+)
 
 
 @st.composite
@@ -69,7 +86,7 @@ def snapshots(draw) -> Snapshot:
             session_ids, requests, strict=True
         )
     )
-    return Snapshot(nodes, free, queue)
+    return Snapshot(nodes, free, queue, workload=WORKLOAD)
 
 
 def _order_key(r: QueuedRequest):
@@ -93,74 +110,6 @@ def _fits(request: QueuedRequest, node: NodeState, cpus, memory, free: list[Free
     if request.gpu_count <= 1:
         return n_slices >= request.gpu_count
     return len(gpus) >= request.gpu_count
-
-
-def _reference_plan(snapshot: Snapshot, now: datetime) -> Plan:
-    """The planner's first version, kept verbatim in spirit: a plain scan of every node."""
-    nodes = {n.node_id: n for n in snapshot.nodes}
-    cpus_free = {n.node_id: n.cpus_free for n in snapshot.nodes}
-    memory_free = {n.node_id: n.memory_free_mb for n in snapshot.nodes}
-    free_by_node: dict[int, list[FreeSlice]] = defaultdict(list)
-    for s in snapshot.free_slices:
-        free_by_node[s.node_id].append(s)
-    result = Plan()
-    waiting = []
-    for request in sorted(snapshot.queue, key=_order_key):
-        placement = None
-        for node_id in sorted(nodes):
-            if not nodes[node_id].healthy:
-                continue
-            if cpus_free[node_id] < request.cpus or memory_free[node_id] < request.memory_mb:
-                continue
-            if request.gpu_count == 0:
-                placement = Placement(request.session_id, node_id, ())
-                break
-            fitting = [
-                s
-                for s in free_by_node[node_id]
-                if s.kind in request.allowed_kinds and s.memory_mb >= request.gpu_memory_min_mb
-            ]
-            if len(fitting) < request.gpu_count:
-                continue
-            fitting.sort(key=lambda s: (s.memory_mb, s.gpu_id, s.slice_id))
-            chosen: list[FreeSlice] = []
-            used: set[int] = set()
-            for c in fitting:
-                if request.gpu_count > 1 and c.gpu_id in used:
-                    continue
-                chosen.append(c)
-                used.add(c.gpu_id)
-                if len(chosen) == request.gpu_count:
-                    placement = Placement(
-                        request.session_id, node_id, tuple(s.slice_id for s in chosen)
-                    )
-                    break
-            if placement is not None:
-                break
-        if placement is None:
-            waiting.append(request)
-            continue
-        result.placements.append(placement)
-        cpus_free[placement.node_id] -= request.cpus
-        memory_free[placement.node_id] -= request.memory_mb
-        taken = set(placement.slice_ids)
-        free_by_node[placement.node_id] = [
-            s for s in free_by_node[placement.node_id] if s.slice_id not in taken
-        ]
-    ahead_in_tier: dict[int, int] = defaultdict(int)
-    for position, request in enumerate(waiting, start=1):
-        tier_name = TIER_NAMES.get(request.tier, f"tier {request.tier}")
-        ahead = ahead_in_tier[request.tier]
-        ahead_in_tier[request.tier] += 1
-        reason = (
-            f"waiting for a free slice: {ahead} ahead of you in {tier_name}"
-            if ahead
-            else f"waiting for a free slice: next in {tier_name}"
-        )
-        if position > ahead + 1:
-            reason += f", {position - ahead - 1} in higher tiers"
-        result.queue.append(QueueEntry(request.session_id, position, reason))
-    return result
 
 
 @PROPS
@@ -200,7 +149,7 @@ def test_lower_tiers_never_change_what_higher_tiers_get(snapshot, tier):
     full = plan(snapshot, NOW)
     kept = tuple(r for r in snapshot.queue if r.tier <= tier)
     ids = {r.session_id for r in kept}
-    alone = plan(Snapshot(snapshot.nodes, snapshot.free_slices, kept), NOW)
+    alone = plan(replace(snapshot, queue=kept), NOW)
     assert alone.placements == [p for p in full.placements if p.session_id in ids]
 
 
@@ -236,7 +185,12 @@ def test_the_plan_is_deterministic_and_ignores_input_order(snapshot, rnd: random
     shuffled = [list(snapshot.nodes), list(snapshot.free_slices), list(snapshot.queue)]
     for part in shuffled:
         rnd.shuffle(part)
-    again = Snapshot(tuple(shuffled[0]), tuple(shuffled[1]), tuple(shuffled[2]))
+    again = replace(
+        snapshot,
+        nodes=tuple(shuffled[0]),
+        free_slices=tuple(shuffled[1]),
+        queue=tuple(shuffled[2]),
+    )
     assert plan(again, NOW) == first
 
 
@@ -252,7 +206,159 @@ def test_queue_positions_are_dense_and_in_tier_then_age_order(snapshot):
     assert sorted(everyone) == sorted(requests)
 
 
+# -- quotas ---------------------------------------------------------------------------------
+
+
+@st.composite
+def with_quotas(draw) -> Snapshot:
+    """A snapshot whose requests belong to users u0-u2 and courses c0-c1, with quotas."""
+    base = draw(snapshots())
+    queue = tuple(
+        replace(r, user=f"u{draw(st.integers(0, 2))}", course=f"c{draw(st.integers(0, 1))}")
+        for r in base.queue
+    )
+    quotas = []
+    for scope, keys in (("user", ("u0", "u1", "u2", "*")), ("course", ("c0", "c1"))):
+        for key in keys:
+            if draw(st.booleans()):
+                quotas.append(
+                    Quota(
+                        scope,
+                        key,
+                        max_sessions=draw(st.none() | st.integers(0, 3)),
+                        max_gpu_hours_week=draw(st.none() | st.sampled_from((1.0, 10.0))),
+                        sessions=draw(st.integers(0, 2)),
+                        gpu_hours_week=draw(st.sampled_from((0.0, 5.0, 20.0))),
+                    )
+                )
+    return replace(base, queue=queue, quotas=tuple(quotas))
+
+
+def _quota(snapshot: Snapshot, scope: str, key: str) -> Quota | None:
+    by_key = {(q.scope, q.key): q for q in snapshot.quotas}
+    return by_key.get((scope, key)) or by_key.get((scope, "*"))
+
+
 @PROPS
-@given(snapshots())
-def test_the_indexed_planner_matches_a_plain_scan(snapshot):
-    assert plan(snapshot, NOW) == _reference_plan(snapshot, NOW)
+@given(with_quotas())
+def test_quotas_hold(snapshot):
+    result = plan(snapshot, NOW)
+    requests = {r.session_id: r for r in snapshot.queue}
+    started: Counter[tuple[str, str]] = Counter()
+    for p in result.placements:
+        r = requests[p.session_id]
+        for scope, key in (("user", r.user), ("course", r.course)):
+            q = _quota(snapshot, scope, key)
+            if q is None:
+                continue
+            started[(scope, q.key)] += 1
+            if q.max_sessions is not None:
+                assert q.sessions + started[(scope, q.key)] <= q.max_sessions
+            if q.max_gpu_hours_week is not None and r.gpu_count:
+                assert q.gpu_hours_week < q.max_gpu_hours_week
+    for entry in result.queue:
+        if entry.blocked:
+            assert entry.reason.startswith("blocked:") and entry.position == 0 and not entry.eta
+
+
+# -- bookings ---------------------------------------------------------------------------------
+
+
+def _booked_request(session_id: int, booking: Booking) -> QueuedRequest:
+    return replace(booking.shape, session_id=session_id, booking_id=booking.booking_id)
+
+
+@PROPS
+@given(snapshots(), st.integers(1, 4), st.integers(10, 600), st.integers(0, 3))
+def test_a_booking_keeps_its_seats_from_everyone_who_would_not_end_in_time(
+    snapshot, seats, starts_in_min, duration_h
+):
+    shape = QueuedRequest(0, 2, NOW, 1, 4000, ("mig", "share", "whole"), 1.0, 1024)
+    booking = Booking(
+        1, "c0", seats, NOW + timedelta(minutes=starts_in_min),
+        NOW + timedelta(minutes=starts_in_min + 90), shape,
+    )  # fmt: skip
+    queue = tuple(replace(r, duration_s=duration_h * 3600 or 60) for r in snapshot.queue)
+    # What the booking could get in an empty pool:
+    alone = plan(
+        replace(snapshot, queue=tuple(_booked_request(900 + i, booking) for i in range(seats))),
+        NOW,
+    )
+    possible = len(alone.placements)
+    result = plan(replace(snapshot, queue=queue, bookings=(booking,)), NOW)
+    # Now let the booking's window open with what everyone else left (plus the backfills,
+    # which end before it starts), and see that all the seats it could have had still fit.
+    requests = {r.session_id: r for r in queue}
+    left_free = {s.slice_id for s in snapshot.free_slices}
+    cpus = {n.node_id: n.cpus_free for n in snapshot.nodes}
+    memory = {n.node_id: n.memory_free_mb for n in snapshot.nodes}
+    for p in result.placements:
+        r = requests[p.session_id]
+        if NOW + timedelta(seconds=r.duration_s) <= booking.starts_at:
+            continue  # a backfill: gone by the time the class starts
+        left_free -= set(p.slice_ids)
+        cpus[p.node_id] -= r.cpus
+        memory[p.node_id] -= r.memory_mb
+    later = replace(
+        snapshot,
+        nodes=tuple(
+            replace(n, cpus_free=cpus[n.node_id], memory_free_mb=memory[n.node_id])
+            for n in snapshot.nodes
+        ),  # fmt: skip
+        free_slices=tuple(s for s in snapshot.free_slices if s.slice_id in left_free),
+        queue=tuple(_booked_request(900 + i, booking) for i in range(seats)),
+        bookings=(booking,),
+    )
+    assert len(plan(later, booking.starts_at).placements) == possible
+
+
+# -- preemption ---------------------------------------------------------------------------------
+
+
+@st.composite
+def with_running(draw) -> Snapshot:
+    """A snapshot whose pool is partly held by running sessions of every tier."""
+    base = draw(snapshots())
+    running = []
+    for i, s in enumerate(base.free_slices):
+        if draw(st.booleans()):
+            running.append(
+                RunningSession(
+                    session_id=1000 + i,
+                    tier=draw(st.integers(1, 3)),
+                    node_id=s.node_id,
+                    slices=(s,),
+                    cpus=draw(st.sampled_from((0.0, 1.0, 2.0))),
+                    memory_mb=1024,
+                    started_at=NOW - timedelta(minutes=draw(st.sampled_from((1, 10, 20, 120)))),
+                    ends_at=NOW + timedelta(minutes=draw(st.integers(1, 240))),
+                )
+            )
+    held = {s.slice_id for r in running for s in r.slices}
+    return replace(
+        base,
+        free_slices=tuple(s for s in base.free_slices if s.slice_id not in held),
+        running=tuple(running),
+    )
+
+
+@PROPS
+@given(with_running())
+def test_preemption_only_takes_lower_tiers_outside_their_protected_time(snapshot):
+    result = plan(snapshot, NOW)
+    running = {r.session_id: r for r in snapshot.running}
+    requests = {r.session_id: r for r in snapshot.queue}
+    protected = timedelta(seconds=snapshot.policy.protected_runtime_s)
+    victims = [p.victim_id for p in result.preemptions]
+    assert len(victims) == len(set(victims))
+    for p in result.preemptions:
+        victim, winner = running[p.victim_id], requests[p.for_session_id]
+        assert victim.tier == 3 or (victim.tier == 2 and winner.tier <= 1)
+        assert victim.tier > winner.tier and victim.tier != 1
+        assert NOW - victim.started_at >= protected
+        assert p.deadline == NOW + timedelta(seconds=snapshot.policy.grace_s)
+        assert p.for_session_id not in {x.session_id for x in result.placements}
+    waiting = {q.session_id: q for q in result.queue}
+    for q in waiting.values():
+        if q.eta is not None:
+            assert q.eta >= NOW
