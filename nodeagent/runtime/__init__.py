@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -14,8 +16,27 @@ logger = logging.getLogger(__name__)
 RuntimeKind = Literal["docker", "simulated"]
 
 
-def container_name(session_id: int) -> str:
-    return f"deskpool-s{session_id}"
+_NAME_UNSAFE = re.compile(r"[^a-z0-9_.-]+")
+_NODE_PART_MAX = 40
+
+
+def node_name_part(node_name: str) -> str:
+    """The node name as it may appear in a Docker container name.
+
+    Docker allows ``[a-zA-Z0-9][a-zA-Z0-9_.-]*``. A name that had to be changed (case,
+    other characters, length) gets six hex digits of its hash, so two names that clean
+    up the same (``GPU A``, ``gpu_a``...) still give different container names.
+    """
+    cleaned = _NAME_UNSAFE.sub("-", node_name.lower()).strip("-_.")[:_NODE_PART_MAX]
+    if cleaned != node_name or not cleaned:
+        digest = hashlib.sha256(node_name.encode()).hexdigest()[:6]
+        cleaned = f"{cleaned}-{digest}" if cleaned else digest
+    return cleaned
+
+
+def container_name(node_name: str, session_id: int) -> str:
+    """``deskpool-<node>-s<session>``: unique per node, so agents may share one engine."""
+    return f"deskpool-{node_name_part(node_name)}-s{session_id}"
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """Desktops as Docker containers, through the Docker SDK.
 
-One container per session, named ``deskpool-s<session_id>`` and labelled with the
-``deskpool.*`` keys from :mod:`nodeagent.protocol`, so a restarted agent finds (adopts)
-what it started before. The home volume outlives the container; the VNC password
+One container per session, named ``deskpool-<node>-s<session_id>`` (several agents may
+share one engine, as in the demo) and labelled with the ``deskpool.*`` keys from
+:mod:`nodeagent.protocol`, so a restarted agent finds (adopts) what it started before:
+by label, never by name. The home volume outlives the container; the VNC password
 lives in a file under the state directory, bind-mounted read-only, never in the
 environment (it would show in ``docker inspect``).
 """
@@ -122,8 +123,22 @@ class DockerRuntime:
 
     # -- listing -------------------------------------------------------------------------
 
-    def _label_filter(self) -> dict[str, Any]:
-        return {"label": [f"{LABEL_MANAGED}=true", f"{LABEL_NODE}={self._node}"]}
+    def _label_filter(self, session_id: int | None = None) -> dict[str, Any]:
+        labels = [f"{LABEL_MANAGED}=true", f"{LABEL_NODE}={self._node}"]
+        if session_id is not None:
+            labels.append(f"{LABEL_SESSION}={session_id}")
+        return {"label": labels}
+
+    def _containers_of(self, session_id: int) -> list[Container]:
+        """This node's containers of one session: by label, plus one by name without them."""
+        found = {
+            c.id: c
+            for c in self._client.containers.list(all=True, filters=self._label_filter(session_id))
+        }
+        with contextlib.suppress(NotFound):
+            named = self._client.containers.get(container_name(self._node, session_id))
+            found.setdefault(named.id, named)
+        return list(found.values())
 
     def list_managed(self) -> list[ManagedContainer]:
         found = []
@@ -212,9 +227,11 @@ class DockerRuntime:
             raise StartFailed(f"cannot look up image {image}: {error}") from error
 
     def _remove_stale(self, session_id: int) -> None:
-        # A leftover container of the same name (e.g. removed labels, crashed agent) blocks create.
-        with contextlib.suppress(NotFound):
-            self._client.containers.get(container_name(session_id)).remove(force=True)
+        # A leftover of this session (crashed agent; or one of the same name whose labels
+        # were removed) would block the create or run twice.
+        for container in self._containers_of(session_id):
+            with contextlib.suppress(NotFound):
+                container.remove(force=True)
 
     def _ensure_home_volume(self, session: DesiredSession) -> bool:
         """Create the home volume unless it exists; True when this call created it."""
@@ -251,7 +268,7 @@ class DockerRuntime:
         environment = {"DESKPOOL_SESSION_ID": str(session_id)}
         args: dict[str, Any] = {
             "image": session["image"],
-            "name": container_name(session_id),
+            "name": container_name(self._node, session_id),
             "detach": True,
             "labels": {
                 LABEL_MANAGED: "true",
@@ -321,11 +338,8 @@ class DockerRuntime:
     # -- stopping ------------------------------------------------------------------------
 
     def stop(self, session_id: int) -> None:
-        try:
-            container = self._client.containers.get(container_name(session_id))
-        except NotFound:
-            container = None
-        if container is not None:
+        # By label: also finds a container an older agent named deskpool-s<id>.
+        for container in self._containers_of(session_id):
             try:
                 if container.status == "running":
                     container.stop(timeout=int(self._stop_grace_s))

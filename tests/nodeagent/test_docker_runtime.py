@@ -15,7 +15,7 @@ from nodeagent.protocol import (
     LABEL_SESSION,
     LABEL_USER,
 )
-from nodeagent.runtime import StartFailed
+from nodeagent.runtime import StartFailed, container_name, node_name_part
 from nodeagent.runtime.docker_runtime import DockerRuntime
 
 pytestmark = pytest.mark.docker
@@ -36,7 +36,7 @@ def test_started_desktop_is_locked_down_and_labelled(
     started = runtime.start(session)
 
     assert started.running and started.port is not None and started.host == "127.0.0.1"
-    attrs = docker_client.containers.get("deskpool-s4101").attrs
+    attrs = docker_client.containers.get(container_name(node_name, 4101)).attrs
     assert attrs["Id"] == started.container_id
     assert attrs["Config"]["Labels"] == {
         LABEL_MANAGED: "true", LABEL_SESSION: "4101", LABEL_USER: "alice",
@@ -93,12 +93,15 @@ def test_missing_image_fails_cleanly(
     with pytest.raises(StartFailed, match="not present"):
         runtime.start(session)
 
-    assert docker_client.containers.list(all=True, filters={"name": "deskpool-s4103"}) == []
+    assert (
+        docker_client.containers.list(all=True, filters={"name": container_name(node_name, 4103)})
+        == []
+    )
     assert not (sessions_dir / "s4103").exists()
 
 
 def test_desktop_that_exits_at_once_is_removed_with_its_new_volume(
-    runtime, docker_client, tiny_image, sessions_dir, make_session
+    runtime, docker_client, tiny_image, node_name, sessions_dir, make_session
 ) -> None:  # type: ignore[no-untyped-def]
     # The image exits with status 78 when the password file is empty.
     session = make_session(4104, image=tiny_image, vnc_password="")
@@ -106,7 +109,10 @@ def test_desktop_that_exits_at_once_is_removed_with_its_new_volume(
     with pytest.raises(StartFailed, match="78"):
         runtime.start(session)
 
-    assert docker_client.containers.list(all=True, filters={"name": "deskpool-s4104"}) == []
+    assert (
+        docker_client.containers.list(all=True, filters={"name": container_name(node_name, 4104)})
+        == []
+    )
     assert not (sessions_dir / "s4104").exists()
     assert docker_client.volumes.list(filters={"name": session["home_volume"]}) == []
 
@@ -155,3 +161,55 @@ def test_containers_of_other_nodes_are_not_listed(
         other.stop(4108)
         for volume in docker_client.volumes.list(filters={"label": f"{LABEL_NODE}={node_name}-b"}):
             volume.remove(force=True)
+
+
+def test_container_names_carry_a_docker_safe_node_name() -> None:
+    assert container_name("gpu-a01", 7) == "deskpool-gpu-a01-s7"
+    # Cleaned-up names get a hash, so names that clean up alike stay apart.
+    odd = {name: node_name_part(name) for name in ("GPU A", "gpu_a", "gpu-a", "gpu a/1", "ä")}
+    assert len(set(odd.values())) == len(odd)
+    for part in odd.values():
+        assert part[0].isalnum() and set(part) <= set("abcdefghijklmnopqrstuvwxyz0123456789_.-")
+    assert len(node_name_part("n" * 300)) <= 47
+
+
+def test_two_nodes_on_one_engine_run_the_same_session_id_side_by_side(
+    docker_client, tiny_image, node_name, sessions_dir, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    # The demo runs five agents on one engine; session ids of two portals (or a stale one)
+    # may meet there. Each node names, lists and stops only its own container.
+    other_name = f"{node_name}-b"
+    mine = DockerRuntime(docker_client, node_name=node_name, sessions_dir=sessions_dir / "a")
+    other = DockerRuntime(docker_client, node_name=other_name, sessions_dir=sessions_dir / "b")
+    try:
+        a = mine.start(make_session(4109, image=tiny_image))
+        b = other.start(make_session(4109, image=tiny_image))
+
+        assert a.container_id != b.container_id and a.port != b.port
+        assert docker_client.containers.get(container_name(node_name, 4109)).id == a.container_id
+        assert docker_client.containers.get(container_name(other_name, 4109)).id == b.container_id
+        mine.stop(4109)
+        assert mine.list_managed() == []
+        assert [c.container_id for c in other.list_managed()] == [b.container_id]
+        assert docker_client.containers.get(b.container_id).status == "running"
+    finally:
+        other.stop(4109)
+        for volume in docker_client.volumes.list(filters={"label": f"{LABEL_NODE}={other_name}"}):
+            volume.remove(force=True)
+
+
+def test_stop_finds_a_container_by_label_whatever_its_name(
+    runtime, docker_client, tiny_image, node_name, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    # E.g. one an older agent named deskpool-s<id>: adopted by label, so stopped by label.
+    container = docker_client.containers.create(
+        tiny_image,
+        entrypoint=["sleep", "300"],
+        labels={LABEL_MANAGED: "true", LABEL_NODE: node_name, LABEL_SESSION: "4110"},
+    )
+    container.start()
+    assert [c.session_id for c in runtime.list_managed()] == [4110]
+
+    runtime.stop(4110)
+
+    assert runtime.list_managed() == []

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.reconcile import Reconciler
+from nodeagent.runtime import container_name
 from nodeagent.runtime.docker_runtime import DockerRuntime
 from nodeagent.runtime.simulated_runtime import SimulatedRuntime
 
@@ -179,7 +180,7 @@ def test_docker_start_stop_lost_and_adopt(
         assert docker_client.containers.get(report["container_id"]).status == "running"
 
     # lost: the desktop is killed behind the agent's back
-    docker_client.containers.get("deskpool-s5003").kill()
+    docker_client.containers.get(container_name(node_name, 5003)).kill()
     # stop: 5002 is no longer desired
     converge(reconciler, [keep, die], steps=2)
     assert fake_portal.states(5002)[-1] == "ENDED"
@@ -196,7 +197,14 @@ def test_docker_start_stop_lost_and_adopt(
     converge(restarted, [keep])
     assert summary.adopted == [5001] and summary.starting == []
     assert fake_portal.states(5001) == ["STARTING", "RUNNING", "RUNNING"]
-    assert len(docker_client.containers.list(all=True, filters={"name": "deskpool-s5001"})) == 1
+    assert (
+        len(
+            docker_client.containers.list(
+                all=True, filters={"name": container_name(node_name, 5001)}
+            )
+        )
+        == 1
+    )
 
 
 @pytest.mark.docker
@@ -208,7 +216,10 @@ def test_docker_failed_start_cleans_up(
     converge(Reconciler(docker_runtime, fake_portal), [session], steps=2)
 
     assert fake_portal.states(5004) == ["STARTING", "FAILED"]
-    assert docker_client.containers.list(all=True, filters={"name": "deskpool-s5004"}) == []
+    assert (
+        docker_client.containers.list(all=True, filters={"name": container_name(node_name, 5004)})
+        == []
+    )
     assert docker_client.volumes.list(filters={"name": session["home_volume"]}) == []
     assert not (sessions_dir / "s5004").exists()
 
