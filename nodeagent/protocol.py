@@ -15,9 +15,20 @@ Endpoints (all JSON, all under ``/api/agent/v1/``):
 ``GET desired/``
     Answer :class:`DesiredState`: the sessions that should run on this node now.
     A container labelled ``deskpool.session=<id>`` whose id is not listed must stop.
+    Each session carries its ``placement``, an id that changes every time the session is
+    placed (requeued and placed again, even on the same node): a container labelled
+    ``deskpool.placement`` with another value belongs to an earlier placement, with an
+    old VNC password and slice, and is replaced, never adopted.
 ``POST sessions/<session_id>/report/``
     Body :class:`SessionReport`. Answer ``{"state": <portal state>}``; 409 with
-    ``{"detail", "state"}`` when the portal no longer wants that session (stop it).
+    ``{"detail", "state"}`` when the portal no longer wants that session (stop it), or when
+    the report's ``placement`` is not the session's current one (stop that placement's
+    desktop, not a newer one).
+
+Backward compatibility within protocol version 1: ``placement`` is optional both ways. A
+portal that sends none gets the old behaviour (containers are adopted by session id); a
+report without one is applied to the current placement; a container without the label (an
+older agent made it) is adopted.
 
 Errors: 401 for a missing or wrong token, 400 with field errors for a bad body.
 """
@@ -35,6 +46,7 @@ LABEL_USER = "deskpool.user"
 LABEL_NODE = "deskpool.node"
 LABEL_COURSE = "deskpool.course"
 LABEL_MANAGED = "deskpool.managed"
+LABEL_PLACEMENT = "deskpool.placement"
 
 # Inside every desktop image: websockify listens here, the VNC password file is mounted here.
 DESKTOP_WEBSOCKIFY_PORT = 6080
@@ -115,6 +127,8 @@ class DesiredSession(TypedDict):
     gpu_devices: list[str]  # GPU or MIG UUIDs; NVIDIA_VISIBLE_DEVICES gets exactly these
     vnc_password: str  # at most 8 characters (VNC truncates longer ones)
     home_volume: str  # docker volume name, kept across sessions
+    # Opaque, new at every placement of the session (the portal: its first allocation id).
+    placement: NotRequired[str]
 
 
 class DesiredState(TypedDict):
@@ -127,3 +141,4 @@ class SessionReport(TypedDict):
     port: NotRequired[int | None]
     container_id: NotRequired[str]
     reason: NotRequired[str]
+    placement: NotRequired[str]  # the placement the report is about (DesiredSession's)

@@ -2,9 +2,11 @@
 
 Level-triggered: every :meth:`Reconciler.step` looks at the whole picture (desired
 sessions, containers found by label) and fixes the difference, so a missed message,
-an agent restart or a killed container all heal on the next step. Starts and stops
-run in thread pools: ten desktops start in parallel and a slow start never holds up
-a stop. Reports that cannot reach the portal are kept and sent, in order, later.
+an agent restart or a killed container all heal on the next step. Bookkeeping is per
+placement (the desired session's ``placement``): a session requeued and placed here again
+is a new desktop, and a container of its earlier placement is replaced, never adopted.
+Starts and stops run in thread pools: ten desktops start in parallel and a slow start
+never holds up a stop. Reports that cannot reach the portal are kept and sent, in order, later.
 """
 
 from __future__ import annotations
@@ -39,9 +41,25 @@ class StepSummary:
     stopping: list[int] = field(default_factory=list)
     lost: list[int] = field(default_factory=list)
     adopted: list[int] = field(default_factory=list)
+    replaced: list[int] = field(default_factory=list)  # container of an earlier placement
 
     def is_quiet(self) -> bool:
-        return not (self.starting or self.stopping or self.lost or self.adopted)
+        return not (self.starting or self.stopping or self.lost or self.adopted or self.replaced)
+
+
+def placement_of(session: DesiredSession) -> str:
+    """The desired session's placement id; "" from a portal that sends none."""
+    return session.get("placement", "")
+
+
+def is_earlier_placement(container: ManagedContainer, session: DesiredSession) -> bool:
+    """True when the container was made for another placement of this session.
+
+    A container without the label (made by an older agent, or for a portal that sends no
+    placement) cannot tell and is adopted as before.
+    """
+    wanted = placement_of(session)
+    return bool(wanted and container.placement and container.placement != wanted)
 
 
 class Reconciler:
@@ -62,10 +80,11 @@ class Reconciler:
         self._lock = threading.Lock()
         self._report_lock = threading.Lock()
         self._in_flight: dict[int, Future[None]] = {}
-        # Sessions this process will not start again while they stay desired (FAILED, LOST, ...).
-        self._finished: dict[int, ReportedState] = {}
-        # Sessions reported RUNNING by this process (started here or adopted).
-        self._announced: set[int] = set()
+        # Placements this process will not start again while they stay desired (FAILED,
+        # LOST, ...): session id -> (placement, state). A new placement starts afresh.
+        self._finished: dict[int, tuple[str, ReportedState]] = {}
+        # Placements reported RUNNING by this process (started here or adopted): id -> placement.
+        self._announced: dict[int, str] = {}
         self._pending: dict[int, list[SessionReport]] = {}
         self._desired: dict[int, DesiredSession] = {}
 
@@ -87,31 +106,46 @@ class Reconciler:
                 continue
             if session_id not in wanted:
                 summary.stopping.append(session_id)
-                self._submit_stop(session_id, report_ended=True)
+                self._submit_stop(session_id, container.placement, report_ended=True)
+                continue
+            session = wanted[session_id]
+            placement = placement_of(session)
+            if is_earlier_placement(container, session):
+                # Requeued and placed here again before we saw it leave: that desktop has
+                # the old password and slice. Nothing to report about the old one (the
+                # portal moved on); replace it with the new placement's desktop.
+                summary.replaced.append(session_id)
+                self._submit(self._starts, session_id, lambda s=session: self._replace(s))  # type: ignore[misc]
             elif (
                 not container.running
                 and container.status == "created"
-                and (session_id not in self._announced and session_id not in self._finished)
+                and not self._is_announced(session_id, placement)
+                and self._finished_state(session_id, placement) is None
             ):
                 # Created, never started: an agent died between create and start. Start
                 # afresh (the start removes the leftover); it never ran, so it is not LOST.
                 summary.starting.append(session_id)
-                self._submit(self._starts, session_id, lambda s=wanted[session_id]: self._start(s))  # type: ignore[misc]
+                self._submit(self._starts, session_id, lambda s=session: self._start(s))  # type: ignore[misc]
             elif not container.running:
-                if self._finished.get(session_id) != "LOST":
+                if self._finished_state(session_id, placement) != "LOST":
                     summary.lost.append(session_id)
-                    self._report_lost(session_id, container.exit_reason())
+                    self._report_lost(session_id, placement, container.exit_reason())
                 # Keep the home volume, drop the dead container.
-                self._submit_stop(session_id, report_ended=False)
-            elif session_id not in self._announced:
+                self._submit_stop(session_id, placement, report_ended=False)
+            elif not self._is_announced(session_id, placement):
                 summary.adopted.append(session_id)
-                self._adopt(container)
+                self._adopt(container, placement)
         for session_id, session in wanted.items():
-            if session_id in containers or session_id in busy or session_id in self._finished:
+            placement = placement_of(session)
+            if (
+                session_id in containers
+                or session_id in busy
+                or self._finished_state(session_id, placement) is not None
+            ):
                 continue
-            if session_id in self._announced:
+            if self._is_announced(session_id, placement):
                 summary.lost.append(session_id)
-                self._report_lost(session_id, "desktop container disappeared")
+                self._report_lost(session_id, placement, "desktop container disappeared")
                 continue
             summary.starting.append(session_id)
             self._submit(self._starts, session_id, lambda s=session: self._start(s))  # type: ignore[misc]
@@ -125,30 +159,56 @@ class Reconciler:
             for session_id in list(self._finished):
                 if session_id not in wanted and session_id not in containers:
                     del self._finished[session_id]
-            self._announced &= set(wanted) | set(self._in_flight)
+            keep = set(wanted) | set(self._in_flight)
+            for session_id in list(self._announced):
+                if session_id not in keep:
+                    del self._announced[session_id]
+
+    def _finished_state(self, session_id: int, placement: str) -> ReportedState | None:
+        finished = self._finished.get(session_id)
+        return finished[1] if finished is not None and finished[0] == placement else None
+
+    def _finish(self, session_id: int, placement: str, state: ReportedState) -> None:
+        self._finished[session_id] = (placement, state)
+
+    def _is_announced(self, session_id: int, placement: str) -> bool:
+        return self._announced.get(session_id) == placement
 
     # -- actions -------------------------------------------------------------------------
 
     def _start(self, session: DesiredSession) -> None:
         session_id = session["session_id"]
-        if self._send(session_id, SessionReport(state="STARTING")) == "conflict":
+        placement = placement_of(session)
+        if self._send(session_id, report("STARTING", placement)) == "conflict":
             logger.info("session %s: portal no longer wants it, not starting", session_id)
-            self._finished[session_id] = "ENDED"
+            self._finish(session_id, placement, "ENDED")
             return
         try:
             container = self._runtime.start(session)
         except StartFailed as error:
             logger.warning("session %s: start failed: %s", session_id, error)
-            self._finished[session_id] = "FAILED"
-            self._send(session_id, SessionReport(state="FAILED", reason=str(error)))
+            self._finish(session_id, placement, "FAILED")
+            self._send(session_id, report("FAILED", placement, reason=str(error)))
             return
         logger.info("session %s: desktop running on port %s", session_id, container.port)
-        self._announced.add(session_id)
-        if self._send(session_id, running_report(container)) == "conflict":
-            self._finished[session_id] = "ENDED"
+        self._announced[session_id] = placement
+        if self._send(session_id, running_report(container, placement)) == "conflict":
+            self._finish(session_id, placement, "ENDED")
             self._runtime.stop(session_id)
 
-    def _adopt(self, container: ManagedContainer) -> None:
+    def _replace(self, session: DesiredSession) -> None:
+        session_id = session["session_id"]
+        logger.info(
+            "session %s: desktop of an earlier placement found; replacing it for placement %s",
+            session_id,
+            placement_of(session),
+        )
+        self._runtime.stop(session_id)
+        with self._lock:
+            self._announced.pop(session_id, None)
+        self._start(session)
+
+    def _adopt(self, container: ManagedContainer, placement: str) -> None:
         logger.info(
             "session %s: adopting running container %s",
             container.session_id,
@@ -156,9 +216,11 @@ class Reconciler:
         )
         wait_ready = getattr(self._runtime, "wait_ready", None)
         if wait_ready is None:  # e.g. the simulated runtime: nothing to wait for
-            self._announced.add(container.session_id)
-            if self._send(container.session_id, running_report(container)) == "conflict":
-                self._submit_stop(container.session_id, report_ended=False)
+            self._announced[container.session_id] = placement
+            if self._send(container.session_id, running_report(container, placement)) == (
+                "conflict"
+            ):
+                self._submit_stop(container.session_id, placement, report_ended=False)
             return
 
         def adopt() -> None:
@@ -169,30 +231,32 @@ class Reconciler:
             except StartFailed as error:
                 session_id = container.session_id
                 logger.warning("session %s: adopted desktop not ready: %s", session_id, error)
-                self._finished[session_id] = "FAILED"
+                self._finish(session_id, placement, "FAILED")
                 self._runtime.stop(session_id)
-                self._send(session_id, SessionReport(state="FAILED", reason=str(error)))
+                self._send(session_id, report("FAILED", placement, reason=str(error)))
                 return
-            self._announced.add(ready.session_id)
-            if self._send(ready.session_id, running_report(ready)) == "conflict":
-                self._finished[ready.session_id] = "ENDED"
+            self._announced[ready.session_id] = placement
+            if self._send(ready.session_id, running_report(ready, placement)) == "conflict":
+                self._finish(ready.session_id, placement, "ENDED")
                 self._runtime.stop(ready.session_id)
 
         self._submit(self._starts, container.session_id, adopt)
 
-    def _report_lost(self, session_id: int, reason: str) -> None:
+    def _report_lost(self, session_id: int, placement: str, reason: str) -> None:
         logger.warning("session %s: LOST: %s", session_id, reason)
-        self._finished[session_id] = "LOST"
-        self._announced.discard(session_id)
-        self._send(session_id, SessionReport(state="LOST", reason=reason))
+        self._finish(session_id, placement, "LOST")
+        with self._lock:
+            self._announced.pop(session_id, None)
+        self._send(session_id, report("LOST", placement, reason=reason))
 
-    def _submit_stop(self, session_id: int, *, report_ended: bool) -> None:
+    def _submit_stop(self, session_id: int, placement: str, *, report_ended: bool) -> None:
         def stop() -> None:
             self._runtime.stop(session_id)
-            self._announced.discard(session_id)
+            with self._lock:
+                self._announced.pop(session_id, None)
             if report_ended:
                 logger.info("session %s: desktop stopped", session_id)
-                self._send(session_id, SessionReport(state="ENDED"))
+                self._send(session_id, report("ENDED", placement))
 
         self._submit(self._stops, session_id, stop)
 
@@ -225,25 +289,28 @@ class Reconciler:
                     break  # still unreachable: don't wait for a timeout per session
 
     def _flush_session(self, session_id: int) -> SendOutcome:
+        # The outcome is the last report's: an older report refused (e.g. one about an
+        # earlier placement, held back while the portal was down) says nothing about it.
         queue = self._pending.get(session_id, [])
         outcome: SendOutcome = "sent"
         while queue:
-            report = queue[0]
+            pending = queue[0]
+            outcome = "sent"
             try:
-                self._reporter.report(session_id, report)
+                self._reporter.report(session_id, pending)
             except PortalUnavailable as error:
                 logger.warning(
-                    "session %s: %s report kept for later: %s", session_id, report["state"], error
+                    "session %s: %s report kept for later: %s", session_id, pending["state"], error
                 )
                 return "queued"
             except Conflict as error:
                 logger.info(
-                    "session %s: portal refused %s (%s)", session_id, report["state"], error
+                    "session %s: portal refused %s (%s)", session_id, pending["state"], error
                 )
                 outcome = "conflict"
             except PortalError as error:
                 logger.error(
-                    "session %s: portal rejected %s: %s", session_id, report["state"], error
+                    "session %s: portal rejected %s: %s", session_id, pending["state"], error
                 )
             queue.pop(0)
         self._pending.pop(session_id, None)
@@ -278,13 +345,22 @@ class Reconciler:
         self._stops.shutdown(wait=wait_for_actions, cancel_futures=not wait_for_actions)
 
 
-def running_report(container: ManagedContainer) -> SessionReport:
-    report = SessionReport(
-        state="RUNNING",
+def report(state: ReportedState, placement: str, **fields: object) -> SessionReport:
+    """A report about one placement (no ``placement`` key when the portal sent none)."""
+    body = SessionReport(state=state, **fields)  # type: ignore[typeddict-item]
+    if placement:
+        body["placement"] = placement
+    return body
+
+
+def running_report(container: ManagedContainer, placement: str = "") -> SessionReport:
+    body = report(
+        "RUNNING",
+        placement,
         host=container.host,
         port=container.port,
         container_id=container.container_id,
     )
     if container.simulated:
-        report["reason"] = "SIMULATED desktop: no container runs on this node"
-    return report
+        body["reason"] = "SIMULATED desktop: no container runs on this node"
+    return body

@@ -107,6 +107,7 @@ class ReportSerializer(serializers.Serializer):
     port = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=65535)
     container_id = serializers.CharField(required=False, allow_blank=True)
     reason = serializers.CharField(required=False, allow_blank=True, max_length=300)
+    placement = serializers.CharField(required=False, allow_blank=True, max_length=40)
 
 
 class AgentView(APIView):

@@ -53,6 +53,7 @@ class ManagedContainer:
     oom_killed: bool = False
     error: str = ""
     simulated: bool = False  # True: no container exists, the simulated runtime made it up
+    placement: str = ""  # its deskpool.placement label; "" when made without one
 
     def exit_reason(self) -> str:
         """Why a container is not running, in words for the portal and the user."""

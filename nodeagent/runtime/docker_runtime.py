@@ -31,6 +31,7 @@ from nodeagent.protocol import (
     LABEL_COURSE,
     LABEL_MANAGED,
     LABEL_NODE,
+    LABEL_PLACEMENT,
     LABEL_SESSION,
     LABEL_USER,
     DesiredSession,
@@ -165,6 +166,7 @@ class DockerRuntime:
             exit_code=None if running else state.get("ExitCode"),
             oom_killed=bool(state.get("OOMKilled")),
             error=str(state.get("Error") or ""),
+            placement=container.labels.get(LABEL_PLACEMENT, ""),
         )
 
     # -- starting ------------------------------------------------------------------------
@@ -266,17 +268,20 @@ class DockerRuntime:
     def _create_args(self, session: DesiredSession, attempt: _Attempt) -> dict[str, Any]:
         session_id = session["session_id"]
         environment = {"DESKPOOL_SESSION_ID": str(session_id)}
+        labels = {
+            LABEL_MANAGED: "true",
+            LABEL_SESSION: str(session_id),
+            LABEL_USER: session["user"],
+            LABEL_NODE: self._node,
+            LABEL_COURSE: session["course"],
+        }
+        if placement := session.get("placement"):
+            labels[LABEL_PLACEMENT] = placement
         args: dict[str, Any] = {
             "image": session["image"],
             "name": container_name(self._node, session_id),
             "detach": True,
-            "labels": {
-                LABEL_MANAGED: "true",
-                LABEL_SESSION: str(session_id),
-                LABEL_USER: session["user"],
-                LABEL_NODE: self._node,
-                LABEL_COURSE: session["course"],
-            },
+            "labels": labels,
             "nano_cpus": int(session["cpus"] * 1_000_000_000),
             "mem_limit": f"{session['memory_mb']}m",
             "pids_limit": session["pids_limit"],

@@ -73,6 +73,7 @@ class SimulatedRuntime:
             host=self._publish_address,
             port=None,
             simulated=True,
+            placement=session.get("placement", ""),
         )
         with self._lock:
             self._containers[session_id] = container

@@ -15,6 +15,18 @@ from .lifecycle import do_transition
 S = SessionState
 
 
+def placement_id(session: Session) -> str:
+    """An id for the session's current placement, new each time it is placed.
+
+    The smallest of its live allocation ids: every placement creates its allocations (at
+    least one, also for a CPU-only desktop) and a requeue releases them, so a session placed
+    again, even on the same node, gets a new one. "" when it holds none (not placed, or
+    ended). Uses the prefetched ``allocations`` when there are some.
+    """
+    live = [a.pk for a in session.allocations.all() if a.released_at is None]
+    return str(min(live)) if live else ""
+
+
 def desired_sessions(node: Node) -> list[DesiredSession]:
     """The sessions whose desktops should be running on this node now."""
     sessions = (
@@ -40,6 +52,7 @@ def desired_sessions(node: Node) -> list[DesiredSession]:
             ],
             vnc_password=s.vnc_password,
             home_volume=s.home_volume,
+            placement=placement_id(s),
         )
         for s in sessions
     ]
@@ -53,6 +66,14 @@ def do_report(node: Node, session_id: int, report: SessionReport) -> Session:
             # It was here once (requeued off a silent node, say): this desktop must stop.
             raise Conflict(f"Session {session_id} was moved off {node.hostname}; stop its desktop.")
         raise NotFound(f"Session {session_id} is not assigned to {node.hostname}.")
+    reported_placement = report.get("placement")
+    if reported_placement and (current := placement_id(session)) and reported_placement != current:
+        # About an earlier placement of this session on this node (requeued and placed here
+        # again): applying it would end, or vouch for, the new one. Only that desktop stops.
+        raise Conflict(
+            f"Session {session_id} was placed again (placement {current}); the report is about "
+            f"placement {reported_placement}: stop that desktop."
+        )
     actor = f"node:{node.hostname}"
     state = report["state"]
     reason = report.get("reason", "")

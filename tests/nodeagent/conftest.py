@@ -99,6 +99,7 @@ class FakePortal:
 
         self.reports: list[tuple[int, SessionReport]] = []
         self.unwanted: set[int] = set()  # sessions answered with 409
+        self.refuse_placements: set[str] = set()  # reports about these placements get 409
         self.down = False
         self._lock = threading.Lock()
 
@@ -110,6 +111,8 @@ class FakePortal:
         with self._lock:
             if session_id in self.unwanted:
                 raise Conflict("session no longer wanted", state="ENDED")
+            if report.get("placement") in self.refuse_placements:
+                raise Conflict("session was placed again", state="PLACED")
             self.reports.append((session_id, dict(report)))  # type: ignore[arg-type]
         return report["state"]
 

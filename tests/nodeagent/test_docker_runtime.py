@@ -12,6 +12,7 @@ from nodeagent.protocol import (
     LABEL_COURSE,
     LABEL_MANAGED,
     LABEL_NODE,
+    LABEL_PLACEMENT,
     LABEL_SESSION,
     LABEL_USER,
 )
@@ -31,7 +32,7 @@ def runtime(docker_client, node_name: str, sessions_dir: Path) -> DockerRuntime:
 def test_started_desktop_is_locked_down_and_labelled(
     runtime, docker_client, tiny_image, node_name, sessions_dir, make_session
 ) -> None:  # type: ignore[no-untyped-def]
-    session = make_session(4101, image=tiny_image, vnc_password="pw123456")
+    session = make_session(4101, image=tiny_image, vnc_password="pw123456", placement="77")
 
     started = runtime.start(session)
 
@@ -40,7 +41,7 @@ def test_started_desktop_is_locked_down_and_labelled(
     assert attrs["Id"] == started.container_id
     assert attrs["Config"]["Labels"] == {
         LABEL_MANAGED: "true", LABEL_SESSION: "4101", LABEL_USER: "alice",
-        LABEL_NODE: node_name, LABEL_COURSE: "cs101",
+        LABEL_NODE: node_name, LABEL_COURSE: "cs101", LABEL_PLACEMENT: "77",
     }  # fmt: skip
     host = attrs["HostConfig"]
     assert host["CapDrop"] == ["ALL"]

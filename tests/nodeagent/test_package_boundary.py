@@ -10,7 +10,7 @@ def test_nodeagent_never_imports_django() -> None:
     modules = [
         "nodeagent.__main__", "nodeagent.agent", "nodeagent.check_gpu", "nodeagent.reconcile",
         "nodeagent.runtime.docker_runtime", "nodeagent.runtime.simulated_runtime",
-        "nodeagent.probe.nvml", "nodeagent.probe.simulated",
+        "nodeagent.probe.nvml", "nodeagent.probe.simulated", "nodeagent.probe.host",
     ]  # fmt: skip
     code = (
         "import importlib, sys\n"

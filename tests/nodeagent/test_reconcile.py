@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
 import pytest
 
+from nodeagent.images.check_image import handshake
+from nodeagent.protocol import LABEL_NODE, LABEL_PLACEMENT
 from nodeagent.reconcile import Reconciler
 from nodeagent.runtime import container_name
 from nodeagent.runtime.docker_runtime import DockerRuntime
@@ -154,6 +157,100 @@ def test_ten_desktops_start_in_parallel_and_a_slow_start_does_not_block_a_stop(
     assert fake_portal.states(100) == ["ENDED"]
 
 
+# -- placements: a session requeued and placed here again ----------------------------------
+
+
+def test_container_of_an_earlier_placement_is_replaced_not_adopted(
+    simulated, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    reconciler = Reconciler(simulated, fake_portal)
+    converge(reconciler, [make_session(20, placement="p1", vnc_password="oldpass1")])
+
+    # Requeued and placed on this node again between two polls: new placement, new password.
+    summary = reconciler.step([make_session(20, placement="p2", vnc_password="newpass2")])
+    assert reconciler.wait_idle(10)
+
+    assert summary.replaced == [20] and summary.adopted == [] and summary.lost == []
+    assert [(r["state"], r.get("placement")) for sid, r in fake_portal.reports if sid == 20] == [
+        ("STARTING", "p1"), ("RUNNING", "p1"), ("STARTING", "p2"), ("RUNNING", "p2"),
+    ]  # fmt: skip
+    [container] = simulated.list_managed()
+    assert container.placement == "p2"
+    converge(reconciler, [make_session(20, placement="p2")], steps=2)
+    assert fake_portal.states(20)[-1] == "RUNNING" and len(fake_portal.states(20)) == 4
+
+
+def test_restarted_agent_replaces_an_earlier_placement_too(
+    tmp_path, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    state = tmp_path / "sim.json"
+    before = Reconciler(SimulatedRuntime(node_name="n", state_file=state), fake_portal)
+    converge(before, [make_session(21, placement="p1")])
+    before.close()
+
+    runtime = SimulatedRuntime(node_name="n", state_file=state)
+    summary = Reconciler(runtime, fake_portal).step([make_session(21, placement="p2")])
+
+    assert summary.replaced == [21] and summary.adopted == []
+
+
+def test_dead_desktop_of_an_earlier_placement_is_not_reported_lost(
+    simulated, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    reconciler = Reconciler(simulated, fake_portal)
+    converge(reconciler, [make_session(22, placement="p1")])
+    simulated.simulate_exit(22, 137)
+
+    converge(reconciler, [make_session(22, placement="p2")], steps=2)
+
+    assert "LOST" not in fake_portal.states(22)
+    assert fake_portal.last(22)["state"] == "RUNNING" and fake_portal.last(22)["placement"] == "p2"
+
+
+def test_a_failed_placement_does_not_stop_the_next_one_on_the_same_node(
+    fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    runtime = SimulatedRuntime(node_name="n", known_images={"deskpool/tiny:latest"})
+    reconciler = Reconciler(runtime, fake_portal)
+    converge(reconciler, [make_session(23, placement="p1", image="gone:latest")], steps=2)
+    assert fake_portal.states(23) == ["STARTING", "FAILED"]
+
+    converge(reconciler, [make_session(23, placement="p2")], steps=2)
+
+    assert fake_portal.states(23) == ["STARTING", "FAILED", "STARTING", "RUNNING"]
+
+
+def test_without_placements_containers_are_adopted_as_before(
+    simulated, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    # An older agent's container has no placement label; an older portal sends none.
+    simulated.start(make_session(24))
+    summary = Reconciler(simulated, fake_portal).step([make_session(24, placement="p9")])
+    assert summary.adopted == [24] and summary.replaced == []
+
+    simulated.start(make_session(25, placement="p1"))
+    summary = Reconciler(simulated, fake_portal).step([make_session(25)])
+    assert summary.adopted == [25] and summary.replaced == []
+    assert "placement" not in fake_portal.last(25)
+
+
+def test_a_refused_old_report_does_not_stop_the_new_placement(
+    simulated, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    reconciler = Reconciler(simulated, fake_portal)
+    fake_portal.down = True
+    converge(reconciler, [make_session(26, placement="p1")])  # reports held back
+    fake_portal.down = False
+    fake_portal.refuse_placements.add("p1")  # the portal has moved on to p2
+
+    converge(reconciler, [make_session(26, placement="p2")], steps=2)
+
+    assert [c.placement for c in simulated.list_managed()] == ["p2"]
+    assert [(r["state"], r["placement"]) for sid, r in fake_portal.reports if sid == 26] == [
+        ("STARTING", "p2"), ("RUNNING", "p2"),
+    ]  # fmt: skip
+
+
 # -- real Docker -----------------------------------------------------------------------------
 
 
@@ -235,3 +332,38 @@ def test_docker_ten_desktops_start_together(
     assert all(fake_portal.states(s["session_id"]) == ["STARTING", "RUNNING"] for s in wanted)
     ports = {fake_portal.last(s["session_id"])["port"] for s in wanted}
     assert len(ports) == 10
+
+
+@pytest.mark.docker
+def test_docker_placed_again_on_the_same_node_gets_a_new_desktop_with_the_new_password(
+    docker_runtime, docker_client, tiny_image, node_name, sessions_dir, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    first = make_session(5200, image=tiny_image, placement="41", vnc_password="oldpass1")
+    converge(Reconciler(docker_runtime, fake_portal), [first])
+    old_id = fake_portal.last(5200)["container_id"]
+    assert docker_client.containers.get(old_id).labels[LABEL_PLACEMENT] == "41"
+
+    # The node went silent, the session was requeued and placed here again; the agent,
+    # restarted meanwhile, never saw it leave. Same home volume, new password, new slice.
+    again = dict(first, placement="57", vnc_password="newpass2", gpu_devices=["MIG-other"])
+    restarted = Reconciler(
+        DockerRuntime(docker_client, node_name=node_name, sessions_dir=sessions_dir), fake_portal
+    )
+    summary = restarted.step([again])
+    assert restarted.wait_idle(60)
+
+    assert summary.replaced == [5200] and summary.adopted == []
+    running = fake_portal.last(5200)
+    assert (running["state"], running["placement"]) == ("RUNNING", "57")
+    assert running["container_id"] != old_id
+    assert docker_client.containers.list(all=True, filters={"id": old_id}) == []
+    [container] = docker_client.containers.list(
+        all=True, filters={"label": f"{LABEL_NODE}={node_name}"}
+    )
+    assert container.id == running["container_id"]
+    assert container.labels[LABEL_PLACEMENT] == "57"
+    assert "DESKPOOL_SIMULATED_GPU_DEVICES=MIG-other" in container.attrs["Config"]["Env"]
+    url = f"ws://127.0.0.1:{running['port']}/websockify"
+    assert asyncio.run(handshake(url, "newpass2"))[2] == "OK"
+    assert asyncio.run(handshake(url, "oldpass1"))[2].startswith("FAILED")
+    assert "ENDED" not in fake_portal.states(5200) and "LOST" not in fake_portal.states(5200)

@@ -8,6 +8,7 @@ from rest_framework.test import APIClient
 from scheduling.choices import SessionState
 from scheduling.models import Allocation, Node, Session
 from scheduling.services.cycle import do_scheduling_cycle
+from scheduling.services.lifecycle import do_transition
 from scheduling.services.nodes import do_create_join_token
 from scheduling.services.sessions import check_submit, do_stop, do_submit
 
@@ -122,3 +123,43 @@ def test_another_nodes_session_is_not_found(owner, profile, register_node):
         f"/api/agent/v1/sessions/{session.pk}/report/", {"state": "RUNNING"}, format="json"
     )
     assert answer.status_code == 404
+
+
+def test_a_session_placed_again_on_the_same_node_is_a_new_placement(owner, profile, register_node):
+    """Requeued and placed on the same node before its agent noticed: the desired entry
+    names the new placement, and reports about the old one are refused, not applied."""
+    _, token = register_node("gpu-p", [gpu_inventory("GPU-p", 0, mig_slices=1)])
+    session = do_submit(owner, check_submit(owner, profile.pk, "thesis", None))
+    do_scheduling_cycle()
+    [first] = agent(token).get("/api/agent/v1/desired/").json()["sessions"]
+    report = f"/api/agent/v1/sessions/{session.pk}/report/"
+    old = first["placement"]
+    assert old
+    for state in ("STARTING", "RUNNING"):
+        answer = agent(token).post(
+            report, {"state": state, "port": 32001, "placement": old}, format="json"
+        )
+        assert answer.json() == {"state": state}
+
+    do_transition(session.pk, SessionState.QUEUED, actor="test", reason="node went silent")
+    do_scheduling_cycle()
+    [second] = agent(token).get("/api/agent/v1/desired/").json()["sessions"]
+
+    assert second["session_id"] == session.pk
+    assert second["placement"] not in ("", old)
+    assert second["vnc_password"] != first["vnc_password"]
+    for state in ("ENDED", "LOST", "RUNNING"):
+        stale = agent(token).post(report, {"state": state, "placement": old}, format="json")
+        assert stale.status_code == 409, stale.content
+        assert stale.json()["state"] == "PLACED"
+    session.refresh_from_db()
+    assert session.state == SessionState.PLACED
+    assert Allocation.objects.filter(session=session, released_at=None).count() == 1
+
+    new = agent(token).post(
+        report, {"state": "STARTING", "placement": second["placement"]}, format="json"
+    )
+    assert new.json() == {"state": "STARTING"}
+    # A report without a placement (an older agent) is applied as before.
+    running = agent(token).post(report, {"state": "RUNNING", "port": 32002}, format="json")
+    assert running.json() == {"state": "RUNNING"}
