@@ -13,7 +13,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocke
 from scheduling.choices import SessionState
 from scheduling.models import Session
 
-from .events import user_group
+from .events import ADMIN_GROUP, user_group
 
 log = logging.getLogger(__name__)
 
@@ -26,16 +26,22 @@ class UpdatesConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
-        self.group = user_group(user.pk)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        self.groups_joined = [user_group(user.pk)]
+        if user.is_staff:
+            self.groups_joined.append(ADMIN_GROUP)
+        for group in self.groups_joined:
+            await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
-        if hasattr(self, "group"):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        for group in getattr(self, "groups_joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
 
     async def session_update(self, event: dict) -> None:
         await self.send_json({"type": "session.update", "session": event["session"]})
+
+    async def pool_alert(self, event: dict) -> None:
+        await self.send_json({k: event[k] for k in ("type", "level", "utilisation", "message")})
 
 
 @database_sync_to_async

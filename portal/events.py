@@ -20,16 +20,26 @@ class SessionUpdate(TypedDict):
     session: dict[str, Any]
 
 
+class PoolAlert(TypedDict):
+    type: Literal["pool.alert"]
+    level: str  # ok | warn | block
+    utilisation: float
+    message: str
+
+
+ADMIN_GROUP = "pool-admins"
+
+
 def user_group(user_id: int) -> str:
     return f"user-{user_id}"
 
 
-def send_after_commit(group: str, payload: SessionUpdate) -> None:
+def send_after_commit(group: str, payload: SessionUpdate | PoolAlert) -> None:
     """The one way to send to browsers: queued until the surrounding transaction commits."""
     transaction.on_commit(lambda: _send(group, payload))
 
 
-def _send(group: str, payload: SessionUpdate) -> None:
+def _send(group: str, payload: SessionUpdate | PoolAlert) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
@@ -55,3 +65,11 @@ def broadcast_session(session_id: int) -> None:
         return
     payload = SessionUpdate(type="session.update", session=SessionSerializer(session).data)
     send_after_commit(user_group(session.user_id), payload)
+
+
+def broadcast_pool_alert(level: str, utilisation: float, message: str) -> None:
+    """Tell every admin's open pages that the pool crossed a threshold (after commit)."""
+    payload = PoolAlert(
+        type="pool.alert", level=level, utilisation=round(utilisation, 4), message=message
+    )
+    send_after_commit(ADMIN_GROUP, payload)

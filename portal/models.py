@@ -11,6 +11,7 @@ class Course(models.Model):
 
     code = models.SlugField(max_length=40, unique=True)
     title = models.CharField(max_length=200)
+    department = models.CharField(max_length=100, blank=True)
     instructors = models.ManyToManyField(
         settings.AUTH_USER_MODEL, related_name="courses_taught", blank=True
     )
@@ -23,3 +24,15 @@ class Course(models.Model):
 
     def __str__(self) -> str:
         return self.code
+
+
+class Member(models.Model):
+    """What the portal knows about a person beyond the login: their department."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, related_name="member", on_delete=models.CASCADE
+    )
+    department = models.CharField(max_length=100, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.department or 'no department'})"

@@ -2,7 +2,19 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from .models import AuditEvent, DesktopProfile, Gpu, JoinToken, Node, Session, Slice
+from .choices import AuditKind
+from .models import (
+    AuditEvent,
+    Booking,
+    DesktopProfile,
+    Gpu,
+    JoinToken,
+    Node,
+    PoolPolicy,
+    Quota,
+    Session,
+    Slice,
+)
 from .services.health import do_clear_cordon, do_cordon
 
 
@@ -75,3 +87,54 @@ class AuditEventAdmin(admin.ModelAdmin):
 class JoinTokenAdmin(admin.ModelAdmin):
     list_display = ["pk", "hostname", "created_at", "used_at", "used_by"]
     readonly_fields = ["token_hash", "used_at", "used_by"]
+
+
+class AuditedAdmin(admin.ModelAdmin):
+    """Every change an admin saves here is an audit event, with the fields that changed."""
+
+    def save_model(self, request: HttpRequest, obj, form, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        AuditEvent.objects.create(
+            kind=AuditKind.POLICY_CHANGED,
+            actor=f"user:{request.user.get_username()}",
+            data={
+                "model": obj._meta.model_name,
+                "object": str(obj),
+                "changed": {name: str(form.cleaned_data.get(name)) for name in form.changed_data},
+            },
+        )
+        from .tasks import schedule_soon
+
+        schedule_soon()
+
+
+@admin.register(PoolPolicy)
+class PoolPolicyAdmin(AuditedAdmin):
+    list_display = [
+        "__str__",
+        "temperature_limit_c",
+        "protected_minutes",
+        "grace_minutes",
+        "alert_level",
+        "updated_at",
+    ]
+    readonly_fields = ["alert_level", "updated_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return not PoolPolicy.objects.exists()  # one row
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+@admin.register(Quota)
+class QuotaAdmin(AuditedAdmin):
+    list_display = ["scope", "key", "max_sessions", "max_gpu_hours_week", "max_slice_memory_mb"]
+    list_filter = ["scope"]
+    search_fields = ["key"]
+
+
+@admin.register(Booking)
+class BookingAdmin(AuditedAdmin):
+    list_display = ["course", "profile", "seats", "starts_at", "ends_at", "cancelled_at"]
+    list_filter = ["course"]

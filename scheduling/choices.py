@@ -29,8 +29,11 @@ TERMINAL_STATES = frozenset(
         SessionState.LOST,
     }
 )
-# States in which a session holds its allocation and the node should run its desktop.
-ON_NODE_STATES = frozenset({SessionState.PLACED, SessionState.STARTING, SessionState.RUNNING})
+# States in which a session holds its allocation and the node should run its desktop
+# (PREEMPTING: it runs on through its grace countdown).
+ON_NODE_STATES = frozenset(
+    {SessionState.PLACED, SessionState.STARTING, SessionState.RUNNING, SessionState.PREEMPTING}
+)
 WAITING_STATES = frozenset({SessionState.QUEUED, SessionState.PREEMPTED})
 # States in which a desktop may still exist on the node (what a silent node's sweep moves).
 NODE_BOUND_STATES = ON_NODE_STATES | {SessionState.STOPPING, SessionState.PREEMPTING}
@@ -62,3 +65,9 @@ class AuditKind(models.TextChoices):
     NODE_CORDON_CLEARED = "node.cordon_cleared"
     JOIN_TOKEN_CREATED = "node.join_token_created"
     CYCLE = "scheduler.cycle"
+    SESSION_PREEMPTED = "session.preempted"
+    SESSION_BLOCKED = "session.blocked"
+    POOL_ALERT = "pool.alert"
+    BOOKING_CREATED = "booking.created"
+    BOOKING_CANCELLED = "booking.cancelled"
+    POLICY_CHANGED = "policy.changed"

@@ -90,6 +90,9 @@ class Gpu(models.Model):
     compute_capability = models.CharField(max_length=10, blank=True)
     sharing = models.CharField(max_length=10, choices=SliceKind.choices)
     nvlink_peers = models.JSONField(default=list, blank=True)
+    compute_units = models.FloatField(
+        default=1.0, help_text="Normalised compute: peak FP32 over an A100's (engine.compute)."
+    )
     simulated = models.BooleanField(default=False)
     metrics = models.JSONField(default=dict, blank=True)
     present = models.BooleanField(default=True)
@@ -109,6 +112,7 @@ class Slice(models.Model):
     profile = models.CharField(max_length=40, blank=True, help_text="MIG profile, e.g. 1g.10gb")
     device_uuid = models.CharField(max_length=100, help_text="GPU or MIG UUID given to Docker")
     memory_mb = models.PositiveIntegerField()
+    milli = models.PositiveIntegerField(default=1000, help_text="The part of its GPU, of 1000.")
     slot = models.PositiveIntegerField(default=0)
     present = models.BooleanField(default=True)
 
@@ -136,6 +140,10 @@ class DesktopProfile(models.Model):
     shm_mb = models.PositiveIntegerField(default=512)
     gpu_count = models.PositiveIntegerField(default=1)
     gpu_memory_min_mb = models.PositiveIntegerField(default=0)
+    compute_min = models.FloatField(default=0.0, help_text="Compute units per GPU, at least.")
+    gpu_models = models.JSONField(
+        default=list, blank=True, help_text="GPU model names allowed (substrings); empty = any."
+    )
     allowed_kinds = models.JSONField(default=list, help_text="Slice kinds: mig, share, whole")
     max_duration_minutes = models.PositiveIntegerField(default=240)
     active = models.BooleanField(default=True)
@@ -199,6 +207,18 @@ class Session(models.Model):
     placed_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
+    booking = models.ForeignKey(
+        "Booking", null=True, blank=True, related_name="sessions", on_delete=models.SET_NULL
+    )
+    eta = models.DateTimeField(null=True, blank=True, help_text="Estimated start while waiting.")
+    blocked = models.BooleanField(default=False, help_text="Waiting on a quota or a rule.")
+    preempt_deadline = models.DateTimeField(null=True, blank=True)
+    preempted_for = models.ForeignKey(
+        "self", null=True, blank=True, related_name="+", on_delete=models.SET_NULL
+    )
+    compute_units = models.FloatField(
+        default=0.0, help_text="CU held while placed (sum over its slices), for accounting."
+    )
 
     objects = SessionQuerySet.as_manager()
 
@@ -261,3 +281,111 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.kind} by {self.actor}"
+
+
+class PoolPolicy(models.Model):
+    """The admin's scheduling knobs: one row (``PoolPolicy.current()``)."""
+
+    warn_percent = models.PositiveIntegerField(
+        default=80, help_text="Alert when this share of GPU capacity is in use."
+    )
+    block_percent = models.PositiveIntegerField(
+        default=90, help_text="Refuse new hobby requests above this share."
+    )
+    temperature_limit_c = models.FloatField(
+        default=85.0, help_text="No new work on a GPU at or above this temperature."
+    )
+    protected_minutes = models.PositiveIntegerField(
+        default=15, help_text="A session this young is never preempted."
+    )
+    grace_minutes = models.PositiveIntegerField(
+        default=5, help_text="A preempted desktop keeps running this long."
+    )
+    aging_minutes_per_gpu_hour = models.FloatField(
+        default=15.0, help_text="Fair share: this much waiting offsets one GPU-hour of usage."
+    )
+    usage_half_life_days = models.FloatField(
+        default=7.0, help_text="Recent usage counts half after this many days."
+    )
+    booking_hold_hours = models.FloatField(
+        default=24.0, help_text="Bookings starting within this many hours hold capacity."
+    )
+    alert_level = models.CharField(max_length=10, default="ok", editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "pool policy"
+
+    def __str__(self) -> str:
+        return f"pool policy (warn {self.warn_percent}%, block {self.block_percent}%)"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        if not 0 < self.warn_percent <= self.block_percent <= 100:
+            raise ValidationError(
+                "Thresholds must satisfy 0 < warning <= block <= 100 (percent of GPU capacity)."
+            )
+
+    @classmethod
+    def current(cls) -> PoolPolicy:
+        policy = cls.objects.order_by("pk").first()
+        return policy if policy is not None else cls.objects.create()
+
+
+class QuotaScope(models.TextChoices):
+    USER = "user", "User"
+    COURSE = "course", "Course"
+    DEPARTMENT = "department", "Department"
+
+
+class Quota(models.Model):
+    """Limits for one user, course or department; key ``*`` is the scope's default."""
+
+    scope = models.CharField(max_length=20, choices=QuotaScope.choices)
+    key = models.CharField(
+        max_length=150, help_text="Username, course code or department; * = everyone else."
+    )
+    max_sessions = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Concurrent desktops holding capacity."
+    )
+    max_gpu_hours_week = models.FloatField(
+        null=True, blank=True, help_text="GPU-hours (compute units x hours) over 7 days."
+    )
+    max_slice_memory_mb = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Largest slice, in MB of GPU memory."
+    )
+
+    class Meta:
+        ordering = ["scope", "key"]
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "key"], name="one_quota_per_scope_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope} quota for {self.key}"
+
+
+class Booking(models.Model):
+    """An instructor's booking: ``seats`` desktops of a profile for a course in a window."""
+
+    course = models.ForeignKey("portal.Course", related_name="bookings", on_delete=models.CASCADE)
+    profile = models.ForeignKey(DesktopProfile, on_delete=models.PROTECT)
+    seats = models.PositiveIntegerField()
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["starts_at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.course} x{self.seats} {self.profile.slug} {self.starts_at:%Y-%m-%d %H:%M}"
+
+    def in_window(self, now=None) -> bool:
+        now = now or timezone.now()
+        return self.starts_at <= now < self.ends_at

@@ -6,7 +6,7 @@ from django.urls import reverse
 from rest_framework import serializers
 
 from scheduling.choices import Purpose, SessionState
-from scheduling.models import DesktopProfile, Gpu, Node, Session, Slice
+from scheduling.models import Booking, DesktopProfile, Gpu, Node, Session, Slice
 
 
 class DesktopProfileSerializer(serializers.ModelSerializer):
@@ -21,6 +21,8 @@ class DesktopProfileSerializer(serializers.ModelSerializer):
             "memory_mb",
             "gpu_count",
             "gpu_memory_min_mb",
+            "compute_min",
+            "gpu_models",
             "allowed_kinds",
             "max_duration_minutes",
         ]
@@ -50,6 +52,10 @@ class SessionSerializer(serializers.ModelSerializer):
             "profile_name",
             "queue_position",
             "reason",
+            "eta",
+            "blocked",
+            "preempt_deadline",
+            "booking",
             "node",
             "slice",
             "desktop_url",
@@ -129,3 +135,37 @@ class NodeSerializer(serializers.ModelSerializer):
 
     def get_healthy(self, node: Node) -> bool:
         return node.is_healthy()
+
+
+class BookingCreateSerializer(serializers.Serializer):
+    course = serializers.CharField()
+    profile = serializers.IntegerField()
+    seats = serializers.IntegerField()
+    starts_at = serializers.DateTimeField()
+    ends_at = serializers.DateTimeField()
+
+
+class BookingSerializer(serializers.ModelSerializer):
+    course = serializers.CharField(source="course.code", read_only=True)
+    profile = serializers.IntegerField(source="profile_id", read_only=True)
+    profile_name = serializers.CharField(source="profile.name", read_only=True)
+    seats_running = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Booking
+        fields = [
+            "id",
+            "course",
+            "profile",
+            "profile_name",
+            "seats",
+            "seats_running",
+            "starts_at",
+            "ends_at",
+            "cancelled_at",
+        ]
+
+    def get_seats_running(self, booking: Booking) -> int:
+        from scheduling.choices import ON_NODE_STATES
+
+        return booking.sessions.filter(state__in=ON_NODE_STATES).count()

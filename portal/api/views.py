@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import Prefetch
+from django.db.models import Prefetch, Q
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
@@ -10,12 +10,17 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from scheduling.models import Allocation, DesktopProfile, Gpu, Node, Session
+from scheduling import engine
+from scheduling.models import Allocation, Booking, DesktopProfile, Gpu, Node, PoolPolicy, Session
 from scheduling.services import ServiceError
+from scheduling.services.bookings import check_booking, do_cancel_booking, do_create_booking
+from scheduling.services.cycle import build_snapshot
 from scheduling.services.sessions import check_submit, do_stop, do_submit
 
 from .errors import as_api_error
 from .serializers import (
+    BookingCreateSerializer,
+    BookingSerializer,
     DesktopProfileSerializer,
     NodeSerializer,
     SessionCreateSerializer,
@@ -93,4 +98,69 @@ class PoolView(APIView):
         )
         data = NodeSerializer(nodes, many=True, context={"held": held}).data
         total = sum(len(g["slices"]) for n in data for g in n["gpus"])
-        return Response({"nodes": data, "slices_total": total, "slices_in_use": len(held)})
+        snapshot = build_snapshot()
+        busy = engine.utilisation(
+            snapshot.free_slices, [s for r in snapshot.running for s in r.slices]
+        )
+        policy = PoolPolicy.current()
+        return Response(
+            {
+                "nodes": data,
+                "slices_total": total,
+                "slices_in_use": len(held),
+                "utilisation": round(busy, 4),
+                "alert_level": policy.alert_level,
+                "warn_percent": policy.warn_percent,
+                "block_percent": policy.block_percent,
+            }
+        )
+
+
+class BookingViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Class bookings: instructors see and make their courses' bookings; admins all."""
+
+    serializer_class = BookingSerializer
+
+    def get_queryset(self):
+        user = self.request.user
+        bookings = Booking.objects.select_related("course", "profile")
+        if user.is_staff:
+            return bookings
+        return bookings.filter(Q(course__instructors=user) | Q(course__students=user)).distinct()
+
+    def get_serializer_class(self):
+        return BookingCreateSerializer if self.action == "create" else BookingSerializer
+
+    @extend_schema(request=BookingCreateSerializer, responses={201: BookingSerializer})
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        form = BookingCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        try:
+            checked = check_booking(
+                request.user,
+                data["course"],
+                data["profile"],
+                data["seats"],
+                data["starts_at"],
+                data["ends_at"],
+            )
+        except ServiceError as error:
+            raise as_api_error(error) from error
+        booking = do_create_booking(request.user, checked)
+        return Response(BookingSerializer(booking).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: BookingSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        booking = self.get_object()
+        try:
+            booking = do_cancel_booking(request.user, booking)
+        except ServiceError as error:
+            raise as_api_error(error) from error
+        return Response(BookingSerializer(booking).data)

@@ -84,8 +84,8 @@ def do_report(node: Node, session_id: int, report: SessionReport) -> Session:
             return session
         return do_transition(session_id, S.STARTING, actor=actor, reason="starting the desktop")
     if state == "RUNNING":
-        if session.state == S.RUNNING:
-            return session
+        if session.state in (S.RUNNING, S.PREEMPTING):
+            return session  # PREEMPTING: it runs on through its grace countdown
         running = do_transition(
             session_id,
             S.RUNNING,

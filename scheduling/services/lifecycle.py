@@ -41,6 +41,9 @@ REQUEUE_CLEARS: dict[str, Any] = {
     "desktop_port": None,
     "container_id": "",
     "vnc_password": "",
+    "preempt_deadline": None,
+    "preempted_for": None,
+    "compute_units": 0.0,
 }
 
 

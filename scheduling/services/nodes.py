@@ -10,6 +10,7 @@ from django.utils import timezone
 from nodeagent.protocol import PROTOCOL_VERSION, GpuInventory, Heartbeat, Registration
 
 from ..choices import AuditKind, SliceKind
+from ..engine.compute import gpu_compute_units, slice_milli
 from ..models import AuditEvent, Gpu, JoinToken, Node, Slice, hash_token
 from . import Conflict, ServiceError
 
@@ -92,18 +93,31 @@ def _after_commit_schedule() -> None:
     schedule_soon()
 
 
-def _slices_for(gpu: GpuInventory) -> list[tuple[str, int, str, str, int]]:
-    """(kind, slot, profile, device uuid, memory) for each slice this GPU offers."""
+def _slices_for(gpu: GpuInventory) -> list[tuple[str, int, str, str, int, int]]:
+    """(kind, slot, profile, device uuid, memory, milli) for each slice this GPU offers.
+
+    ``milli`` is the part of the GPU the slice is: MIG from the model's profile table
+    (``scheduling.engine.compute.slice_milli``), a share 1000 / shares, a whole GPU 1000.
+    """
+    name = gpu["name"]
     if gpu["sharing"] == "mig" and gpu["mig_mode"]:
         return [
-            (SliceKind.MIG, slot, mig["profile"], mig["uuid"], mig["memory_mb"])
+            (
+                SliceKind.MIG,
+                slot,
+                mig["profile"],
+                mig["uuid"],
+                mig["memory_mb"],
+                slice_milli("mig", name, mig["profile"]),
+            )
             for slot, mig in enumerate(gpu["mig_instances"])
         ]
     if gpu["sharing"] == "share":
         count = max(1, gpu.get("share_count", 1))
         memory = gpu.get("share_memory_mb", gpu["memory_mb"] // count)
-        return [(SliceKind.SHARE, slot, "", gpu["uuid"], memory) for slot in range(count)]
-    return [(SliceKind.WHOLE, 0, "", gpu["uuid"], gpu["memory_mb"])]
+        milli = slice_milli("share", name, shares=count)
+        return [(SliceKind.SHARE, slot, "", gpu["uuid"], memory, milli) for slot in range(count)]
+    return [(SliceKind.WHOLE, 0, "", gpu["uuid"], gpu["memory_mb"], 1000)]
 
 
 def _sync_inventory(node: Node, gpus: list[GpuInventory]) -> None:
@@ -119,13 +133,14 @@ def _sync_inventory(node: Node, gpus: list[GpuInventory]) -> None:
                 "compute_capability": reported["compute_capability"],
                 "sharing": reported["sharing"],
                 "nvlink_peers": reported["nvlink_peers"],
+                "compute_units": gpu_compute_units(reported["name"])[0],
                 "simulated": reported["simulated"],
                 "present": True,
             },
         )
         seen_gpus.append(gpu.pk)
         seen_slices = []
-        for kind, slot, profile, device_uuid, memory in _slices_for(reported):
+        for kind, slot, profile, device_uuid, memory, milli in _slices_for(reported):
             slice_, _ = Slice.objects.update_or_create(
                 gpu=gpu,
                 kind=kind,
@@ -134,6 +149,7 @@ def _sync_inventory(node: Node, gpus: list[GpuInventory]) -> None:
                     "profile": profile,
                     "device_uuid": device_uuid,
                     "memory_mb": memory,
+                    "milli": milli,
                     "present": True,
                 },
             )

@@ -3,18 +3,33 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.utils import timezone
 
 from portal.models import Course
 
-from ..choices import TERMINAL_STATES, WAITING_STATES, AuditKind, Purpose, SessionState
-from ..models import AuditEvent, DesktopProfile, Session
+from .. import engine
+from ..choices import (
+    ON_NODE_STATES,
+    PURPOSE_TIER,
+    TERMINAL_STATES,
+    WAITING_STATES,
+    AuditKind,
+    Purpose,
+    SessionState,
+)
+from ..models import AuditEvent, Booking, DesktopProfile, Quota, Session
 from . import Conflict, ServiceError
 from .lifecycle import do_transition
+from .usage import collect_usage, department_of
 
 MAX_OPEN_SESSIONS_PER_USER = 3
+
+
+BOOKING_EARLY_MINUTES = 15  # a booked class's students may ask this long before it starts
 
 
 @dataclass(frozen=True)
@@ -22,6 +37,7 @@ class SubmitRequest:
     profile: DesktopProfile
     purpose: Purpose
     course: Course | None
+    booking: Booking | None = None
 
 
 def check_submit(
@@ -53,7 +69,82 @@ def check_submit(
             f"You already have {open_sessions} open sessions, the most allowed. "
             "Stop one before asking for another."
         )
-    return SubmitRequest(profile=profile, purpose=Purpose(purpose), course=course)
+    booking = None
+    if course is not None and purpose == Purpose.COURSEWORK:
+        now = timezone.now()
+        booking = (
+            Booking.objects.filter(
+                course=course,
+                profile=profile,
+                cancelled_at=None,
+                starts_at__lte=now + timedelta(minutes=BOOKING_EARLY_MINUTES),
+                ends_at__gt=now,
+            )
+            .order_by("starts_at")
+            .first()
+        )
+    _check_admission(user, profile, Purpose(purpose), course)
+    return SubmitRequest(profile=profile, purpose=Purpose(purpose), course=course, booking=booking)
+
+
+def _check_admission(
+    user: AbstractBaseUser, profile: DesktopProfile, purpose: Purpose, course: Course | None
+) -> None:
+    """Refuse what the pool's thresholds or the quotas refuse now, saying why."""
+    from .cycle import build_snapshot
+
+    snapshot = build_snapshot()
+    held = [s for r in snapshot.running for s in r.slices]
+    busy = engine.utilisation(snapshot.free_slices, held)
+    refused = engine.admission_block(PURPOSE_TIER[purpose], busy, snapshot.policy)
+    if refused:
+        raise ServiceError(refused, field="purpose")
+    probe = Session(user=user, profile=profile, purpose=purpose, course=course)
+    request = engine.QueuedRequest(
+        session_id=0,
+        tier=PURPOSE_TIER[purpose],
+        submitted_at=timezone.now(),
+        gpu_count=profile.gpu_count,
+        gpu_memory_min_mb=profile.gpu_memory_min_mb,
+        allowed_kinds=tuple(profile.allowed_kinds),
+        cpus=profile.cpus,
+        memory_mb=profile.memory_mb,
+        user=user.get_username(),
+        course=course.code if course else "",
+        department=department_of(probe),
+    )
+    usage = collect_usage(timezone.now(), 7.0, ON_NODE_STATES)
+    quotas = {(q.scope, q.key): q for q in _submit_quotas(request, usage)}
+    blocked = engine.quota_block(request, quotas, starting=False)
+    if blocked:
+        raise ServiceError(blocked.removeprefix("blocked: ").capitalize() + ".")
+
+
+def _submit_quotas(request: engine.QueuedRequest, usage) -> list[engine.Quota]:
+    out = []
+    for scope, key in (
+        ("user", request.user),
+        ("course", request.course),
+        ("department", request.department),
+    ):
+        if not key:
+            continue
+        row = Quota.objects.filter(scope=scope, key=key).first()
+        row = row or Quota.objects.filter(scope=scope, key="*").first()
+        if row is None:
+            continue
+        out.append(
+            engine.Quota(
+                scope,
+                key,
+                row.max_sessions,
+                row.max_gpu_hours_week,
+                row.max_slice_memory_mb,
+                usage.holding.get((scope, key), 0),
+                usage.week.get((scope, key), 0.0),
+            )
+        )
+    return out
 
 
 def do_submit(user: AbstractBaseUser, request: SubmitRequest) -> Session:
@@ -68,6 +159,7 @@ def do_submit(user: AbstractBaseUser, request: SubmitRequest) -> Session:
             profile=request.profile,
             purpose=request.purpose,
             course=request.course,
+            booking=request.booking,
             state=SessionState.QUEUED,
             reason="waiting for the scheduler",
         )
@@ -75,7 +167,11 @@ def do_submit(user: AbstractBaseUser, request: SubmitRequest) -> Session:
             kind=AuditKind.SESSION_SUBMITTED,
             actor=f"user:{user.get_username()}",
             session=session,
-            data={"profile": request.profile.slug, "purpose": request.purpose},
+            data={
+                "profile": request.profile.slug,
+                "purpose": request.purpose,
+                "booking": request.booking.pk if request.booking else None,
+            },
         )
         session_id = session.pk
         transaction.on_commit(lambda: broadcast_session(session_id))
