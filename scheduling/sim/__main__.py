@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import campus
 from .policies import POLICIES
 from .runner import format_table, run_openb
 
@@ -35,7 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     op.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPUs)")
     op.add_argument("--ratio", type=float, default=1.3, help="arrived GPU request / capacity")
     op.add_argument("--popularity", type=float, default=0.95, help="FGD target-workload cut")
+    campus.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "campus":
+        return campus.main(args)
 
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     for p in policies:
