@@ -117,7 +117,8 @@ def _check_admission(
     quotas = {(q.scope, q.key): q for q in _submit_quotas(request, usage)}
     blocked = engine.quota_block(request, quotas, starting=False)
     if blocked:
-        raise ServiceError(blocked.removeprefix("blocked: ").capitalize() + ".")
+        message = blocked.removeprefix("blocked: ")
+        raise ServiceError(message[:1].upper() + message[1:] + ".")
 
 
 def _submit_quotas(request: engine.QueuedRequest, usage) -> list[engine.Quota]:
