@@ -54,6 +54,9 @@ DESKTOP_PASSWORD_MOUNT = "/run/deskpool/vnc"
 DESKTOP_PASSWORD_FILE = f"{DESKTOP_PASSWORD_MOUNT}/passwd"
 DESKTOP_HOME = "/home/desktop"
 
+# A report's ``reason`` is shown to the user and stored in 300 characters; longer is cut.
+REASON_MAX_CHARS = 300
+
 ReportedState = Literal["STARTING", "RUNNING", "FAILED", "LOST", "ENDED"]
 SharingMode = Literal["mig", "share", "whole"]
 
@@ -140,5 +143,5 @@ class SessionReport(TypedDict):
     host: NotRequired[str]
     port: NotRequired[int | None]
     container_id: NotRequired[str]
-    reason: NotRequired[str]
+    reason: NotRequired[str]  # at most REASON_MAX_CHARS
     placement: NotRequired[str]  # the placement the report is about (DesiredSession's)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from nodeagent.portal_client import Conflict, PortalError, PortalUnavailable
-from nodeagent.protocol import DesiredSession, ReportedState, SessionReport
+from nodeagent.protocol import REASON_MAX_CHARS, DesiredSession, ReportedState, SessionReport
 from nodeagent.runtime import DesktopRuntime, ManagedContainer, StartFailed
 
 logger = logging.getLogger(__name__)
@@ -348,6 +348,10 @@ class Reconciler:
 def report(state: ReportedState, placement: str, **fields: object) -> SessionReport:
     """A report about one placement (no ``placement`` key when the portal sent none)."""
     body = SessionReport(state=state, **fields)  # type: ignore[typeddict-item]
+    if len(reason := body.get("reason", "")) > REASON_MAX_CHARS:
+        # The portal refuses longer ones (400): the report would be lost and the session
+        # stuck. Log tails make start failures long.
+        body["reason"] = reason[: REASON_MAX_CHARS - 1] + "…"
     if placement:
         body["placement"] = placement
     return body

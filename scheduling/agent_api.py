@@ -14,6 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from nodeagent.protocol import REASON_MAX_CHARS
 from portal.api.errors import as_api_error
 
 from .models import Node, Session
@@ -106,7 +107,7 @@ class ReportSerializer(serializers.Serializer):
     host = serializers.CharField(required=False, allow_blank=True)
     port = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=65535)
     container_id = serializers.CharField(required=False, allow_blank=True)
-    reason = serializers.CharField(required=False, allow_blank=True, max_length=300)
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=REASON_MAX_CHARS)
     placement = serializers.CharField(required=False, allow_blank=True, max_length=40)
 
 

@@ -54,11 +54,28 @@ class ManagedContainer:
     error: str = ""
     simulated: bool = False  # True: no container exists, the simulated runtime made it up
     placement: str = ""  # its deskpool.placement label; "" when made without one
+    memory_limit_mb: int | None = None  # the container's memory limit, when it has one
 
     def exit_reason(self) -> str:
-        """Why a container is not running, in words for the portal and the user."""
+        """Why a container is not running, in words for the portal and the user.
+
+        Docker's ``State.OOMKilled`` says the kernel's OOM killer killed *some* process in
+        the container's memory cgroup during its life, not that the desktop died of it:
+        a user's program killed that way leaves the desktop running, and the flag stays
+        set when the desktop later exits for another reason. The desktop itself died of
+        it when its main process got SIGKILL, exit code 137 (tini passes it on).
+        """
+        limit = f", memory limit {self.memory_limit_mb} MB" if self.memory_limit_mb else ""
+        if self.oom_killed and self.exit_code == 137:
+            return (
+                "desktop ran out of memory: the kernel's OOM killer ended it "
+                f"(OOMKilled, exit code 137{limit})"
+            )
         if self.oom_killed:
-            return f"desktop ran out of memory (OOMKilled, exit code {self.exit_code})"
+            return (
+                f"desktop container exited with code {self.exit_code} (status {self.status}) "
+                f"after the OOM killer ended a process in it (OOMKilled{limit})"
+            )
         if self.error:
             return f"desktop container failed: {self.error}"
         if self.exit_code is not None:

@@ -167,6 +167,7 @@ class DockerRuntime:
             oom_killed=bool(state.get("OOMKilled")),
             error=str(state.get("Error") or ""),
             placement=container.labels.get(LABEL_PLACEMENT, ""),
+            memory_limit_mb=_memory_limit_mb(container.attrs),
         )
 
     # -- starting ------------------------------------------------------------------------
@@ -363,6 +364,11 @@ def _published_port(attrs: dict[str, Any]) -> int | None:
         if binding.get("HostPort"):
             return int(binding["HostPort"])
     return None
+
+
+def _memory_limit_mb(attrs: dict[str, Any]) -> int | None:
+    limit = (attrs.get("HostConfig") or {}).get("Memory") or 0
+    return int(limit) // (1024 * 1024) or None
 
 
 def _connect_host(publish_address: str) -> str:
