@@ -1,4 +1,4 @@
-"""One simulated campus day on the demo pool, driven by the real engine (``scheduling.engine.plan``).
+"""One simulated campus day on the demo pool, driven by the engine (``scheduling.engine.plan``).
 
 ``python -m scheduling.sim campus [--seed 42] [--cycle 30] [--json PATH]``; see ``docs/campus.md``.
 
@@ -21,8 +21,8 @@ import json
 import math
 import random
 from collections import defaultdict
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 
 from scheduling.engine import (
     Booking,
@@ -39,7 +39,7 @@ from scheduling.engine.compute import gpu_compute_units, slice_milli
 from scheduling.engine.mig import can_place, table_for, validate_layout
 from scheduling.engine.model import TIER_NAMES
 
-DAY = datetime(2025, 3, 11, tzinfo=timezone.utc)  # a Tuesday; only the clock matters
+DAY = datetime(2025, 3, 11, tzinfo=UTC)  # a Tuesday; only the clock matters
 HOUR = 3600
 TIERS = ("booked class", "thesis", "coursework", "hobby")
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -72,12 +72,13 @@ class NodeSpec:
 
 
 DEMO_MIG = GpuLayout("mig", ("3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"))
+MEDIUM_MIG = GpuLayout("mig", ("3g.40gb", "2g.20gb", "2g.20gb"))
 WHOLE = GpuLayout("whole")
 
 # The demo fleet's five nodes; gpu-a03/a04 are exposed whole (MIG off), see docs/campus.md.
 DEFAULT_LAYOUT: tuple[NodeSpec, ...] = (
     NodeSpec("gpu-a01", A100, 8, 81920, DEMO_MIG, 128, 1048576, True, True),
-    NodeSpec("gpu-a02", A100, 8, 81920, DEMO_MIG, 128, 1048576, True, True),
+    NodeSpec("gpu-a02", A100, 8, 81920, MEDIUM_MIG, 128, 1048576, True, True),
     NodeSpec("gpu-a03", A100, 8, 81920, WHOLE, 128, 1048576, True, True),
     NodeSpec("gpu-a04", A100, 8, 81920, WHOLE, 128, 1048576, True, True),
     NodeSpec("gpu-t01", T4, 3, 15360, GpuLayout("share", shares=4), 32, 196608, False, False),
@@ -189,22 +190,28 @@ TRAIN_1 = Profile("training, 1 whole GPU", 1, 81920, ("whole",), 8, 65536)
 TRAIN_2 = Profile("training, 2 whole GPUs", 2, 81920, ("whole",), 16, 131072)
 TRAIN_40 = Profile("training, 40 GB", 1, 40192, ("mig", "whole"), 6, 49152)
 EXPERIMENT_20 = Profile("thesis experiment, 20 GB", 1, 19968, ("mig",), 4, 16384)
+NOTEBOOK_10 = Profile("thesis notebook, 10 GB", 1, 9984, ("mig",), 2, 8192)
+EVAL_T4 = Profile("thesis evaluation, T4 share", 1, 3840, ("share",), 2, 8192)
 
 # The research group's job mix: (profile, weight, duration range in hours).
 RESEARCH_MIX: tuple[tuple[Profile, float, tuple[float, float]], ...] = (
-    (TRAIN_1, 0.40, (2.0, 5.0)),
-    (TRAIN_2, 0.15, (2.0, 5.0)),
-    (TRAIN_40, 0.30, (1.5, 4.0)),
+    (TRAIN_1, 0.30, (2.0, 5.0)),
+    (TRAIN_2, 0.10, (2.0, 5.0)),
+    (TRAIN_40, 0.25, (1.5, 4.0)),
     (EXPERIMENT_20, 0.15, (1.0, 3.0)),
+    (NOTEBOOK_10, 0.10, (1.0, 2.5)),
+    (EVAL_T4, 0.10, (0.5, 2.0)),
 )
 
-# Research demand in GPU-equivalents (held + queued, nominal), by hour: 8 -> 35 -> 8.
+# The research group's demand in GPU-equivalents (held + queued, nominal) by hour:
+# 8 at the start of the day, all 35 in the evening, back to 8 at its end.
 RESEARCH_CURVE: tuple[tuple[float, float], ...] = (
     (8, 8),
-    (11, 16),
-    (14, 24),
-    (18, 35),
-    (20, 35),
+    (10, 24),
+    (13, 26),
+    (17, 26),
+    (19, 35),
+    (21, 35),
     (22, 8),
 )
 
@@ -226,7 +233,7 @@ ARRIVAL_CURVE: tuple[tuple[float, float], ...] = (
 def curve(points: tuple[tuple[float, float], ...], hour: float) -> float:
     if hour <= points[0][0]:
         return points[0][1]
-    for (h0, v0), (h1, v1) in zip(points, points[1:]):
+    for (h0, v0), (h1, v1) in zip(points, points[1:], strict=False):
         if h0 <= hour <= h1:
             return v0 + (v1 - v0) * (hour - h0) / (h1 - h0) if h1 > h0 else v1
     return points[-1][1]
@@ -282,6 +289,9 @@ class Config:
     arrival_curve: tuple[tuple[float, float], ...] = ARRIVAL_CURVE
     policy: Policy = field(default_factory=Policy)
     layout: tuple[NodeSpec, ...] = DEFAULT_LAYOUT
+    # The research group submits a job only when the pool shows a free slice of its shape
+    # that nobody queued is waiting for (it keeps its backlog in its own job list).
+    research_elastic: bool = True
     event_cycles: bool = True  # also plan after every arrival, departure or grace end
     hobby_retries: int = 2
     retry_s: int = 15 * 60
@@ -439,6 +449,7 @@ class DayResult:
     peak_research_milli: int = 0
     research_jobs: int = 0
     notes: set[str] = field(default_factory=set)
+    timeline: list[dict] = field(default_factory=list)  # every 15 simulated minutes
 
 
 def _nominal_milli(pool: Pool, p: Profile) -> int:
@@ -596,46 +607,40 @@ class CampusDay:
 
     # -- the research group --
 
-    def research(self) -> bool:
+    def research(self) -> None:
+        """The research group tops its jobs up towards the demand curve (then plans).
+
+        Elastic (the default): one job at a time, of a shape that has a spare free slice, and
+        only while the last one started at once; a job that has to wait stops the group until
+        it starts (the group keeps the rest of its backlog in its own job list).
+        """
         cfg = self.cfg
         target = curve(cfg.research_curve, self.t / HOUR) * 1000
         have = sum(
             self.nominal[r] for r, run in self.running.items() if run.job.group == "research"
         )
         have += sum(self.nominal[r] for r, w in self.waiting.items() if w.job.group == "research")
-        self.res.peak_research_milli = max(
-            self.res.peak_research_milli,
-            sum(
-                s.milli
-                for run in self.running.values()
-                if run.job.group == "research"
-                for s in run.slices
-            ),
-        )
-        added = False
         rng = self.research_rng
+        added = False
         while have < target and self.t < self.end_s - HOUR:
-            profile, _, (lo, hi) = rng.choices(
-                cfg.research_mix, weights=[w for _, w, _ in cfg.research_mix]
-            )[0]
+            mix = cfg.research_mix
+            if cfg.research_elastic:
+                if any(w.job.group == "research" for w in self.waiting.values()):
+                    break
+                spare = self._spare()
+                mix = tuple(m for m in mix if spare.get(m[0].name, 0) >= m[0].gpu_count)
+                if not mix:
+                    break
+            profile, _, (lo, hi) = rng.choices(mix, weights=[w for _, w, _ in mix])[0]
             nominal = _nominal_milli(self.pool, profile)
             if have + nominal > target + 500:
                 break
             duration = int(rng.uniform(lo, hi) * HOUR)
             user = f"phd{rng.randrange(cfg.researchers) + 1:02d}"
             job = Job(
-                self.next_id,
-                user,
-                "research",
-                1,
-                profile,
-                self.t,
-                duration,
-                duration,
-                10 * HOUR,
-                course="",
+                self.next_id, user, "research", 1, profile, self.t, duration, duration, 10 * HOUR,
                 department="cs",
-            )
+            )  # fmt: skip
             self.next_id += 1
             self.res.research_jobs += 1
             self.jobs[job.session_id] = job
@@ -645,7 +650,38 @@ class CampusDay:
             self.enqueue(job, self.at(self.t), duration, duration, episode=0)
             have += nominal
             added = True
-        return added
+            if cfg.research_elastic:
+                self.cycle()  # an arrival: the portal plans at once
+                added = False
+        if added:
+            self.cycle()
+        self.res.peak_research_milli = max(
+            self.res.peak_research_milli,
+            sum(
+                s.milli
+                for run in self.running.values()
+                if run.job.group == "research"
+                for s in run.slices
+            ),
+        )
+
+    def _spare(self) -> dict[str, int]:
+        """Per research profile: free slices that fit it, less those the queue will take."""
+        free: dict[tuple[str, int], int] = defaultdict(int)
+        for x in self.pool.slices:
+            if x.slice_id in self.free:
+                free[(x.kind, x.memory_mb)] += 1
+        types = sorted(free, key=lambda k: (k[1], k[0]))
+        for w in self.waiting.values():  # each waiting request takes its smallest fitting type
+            p, need = w.job.profile, w.job.profile.gpu_count
+            for key in types:
+                while need and key[0] in p.kinds and key[1] >= p.memory_min_mb and free[key]:
+                    free[key] -= 1
+                    need -= 1
+        return {
+            p.name: sum(n for (k, m), n in free.items() if k in p.kinds and m >= p.memory_min_mb)
+            for p, _, _ in self.cfg.research_mix
+        }
 
     # -- one cycle --
 
@@ -769,6 +805,28 @@ class CampusDay:
             if w is not None and w.first_eta is None and entry.eta is not None:
                 w.first_eta = entry.eta
 
+    def sample(self) -> None:
+        held: dict[str, int] = defaultdict(int)
+        for run in self.running.values():
+            held[run.job.group] += sum(s.milli for s in run.slices)
+        free: dict[str, int] = defaultdict(int)
+        for s in self.pool.slices:
+            if s.slice_id in self.free:
+                free[f"{s.kind}{s.memory_mb // 1000}"] += 1
+        queued: dict[str, int] = defaultdict(int)
+        for w in self.waiting.values():
+            queued[f"{w.job.group}/{w.job.profile.name}"] += 1
+        self.res.timeline.append(
+            {
+                "t": _hm(self.t / HOUR),
+                "held_milli": self.held_milli,
+                "held_by_group": dict(sorted(held.items())),
+                "free_slices": dict(sorted(free.items())),
+                "queued": dict(sorted(queued.items())),
+                "grace": sum(1 for r in self.running.values() if r.preempted_for is not None),
+            }
+        )
+
     # -- the loop --
 
     def run(self) -> DayResult:
@@ -776,6 +834,7 @@ class CampusDay:
 
         t_wall = time.perf_counter()
         next_tick = self.start_s
+        next_sample = self.start_s
         handlers = {
             "arrive": lambda sid, tok: self.arrive(self.jobs[sid]),
             "depart": self.depart,
@@ -797,11 +856,14 @@ class CampusDay:
                 handlers[kind](sid, token)
                 trigger = trigger or self.cfg.event_cycles
             if self.t >= next_tick:
-                trigger = True
                 next_tick += self.cfg.cycle_s
-                trigger = self.research() or trigger
-            if trigger:
                 self.cycle()
+                self.research()
+            elif trigger:
+                self.cycle()
+            if self.t >= next_sample:
+                self.sample()
+                next_sample += 15 * 60
         self.res.held_milli_s += self.held_milli * (self.end_s - self.t)
         self.t = self.end_s
         for run in list(self.running.values()):
@@ -869,6 +931,8 @@ def metrics(res: DayResult) -> dict:
         "seed": res.config.seed,
         "window": f"{_hm(res.config.start_h)}-{_hm(res.config.end_h)}",
         "cycle_s": res.config.cycle_s,
+        "booking_hold_horizon_s": res.config.policy.booking_hold_horizon_s,
+        "research_elastic": res.config.research_elastic,
         "gpus": res.pool.gpus,
         "capacity_milli": capacity,
         "utilisation_milli": round(util * 1000),
@@ -886,6 +950,7 @@ def metrics(res: DayResult) -> dict:
         "plan_s": round(res.plan_s, 2),
         "wall_s": round(res.wall_s, 2),
         "notes": sorted(res.notes)[:5],
+        "timeline": res.timeline,
     }
 
 
@@ -902,7 +967,9 @@ def _fmt_s(v: float | None) -> str:
 def format_table(m: dict) -> str:
     lines = [
         f"campus day {m['window']} UTC, seed {m['seed']}, cycle {m['cycle_s']} s: "
-        f"{m['gpus']} GPUs, capacity {m['capacity_milli']} milli",
+        f"{m['gpus']} GPUs, capacity {m['capacity_milli']} milli; booking hold horizon "
+        f"{m['booking_hold_horizon_s']} s, research "
+        f"{'elastic' if m['research_elastic'] else 'eager'}",
         f"utilisation (time-averaged, held / capacity)  {m['utilisation_milli']} milli",
         "",
         f"{'tier':<13} {'requests':>8} {'started':>8} {'wait p50':>9} {'wait p95':>9} "
@@ -926,7 +993,17 @@ def format_table(m: dict) -> str:
 
 
 def main(args) -> int:
-    cfg = Config(seed=args.seed, cycle_s=args.cycle, start_h=args.start, end_h=args.end)
+    policy = Policy()
+    if args.hold_horizon is not None:
+        policy = replace(policy, booking_hold_horizon_s=args.hold_horizon)
+    cfg = Config(
+        seed=args.seed,
+        cycle_s=args.cycle,
+        start_h=args.start,
+        end_h=args.end,
+        policy=policy,
+        research_elastic=not args.research_eager,
+    )
     res = simulate(cfg)
     m = metrics(res)
     print(format_table(m))
@@ -943,3 +1020,14 @@ def add_parser(sub) -> None:
     cp.add_argument("--start", type=float, default=8.0, help="hour the day starts")
     cp.add_argument("--end", type=float, default=22.0, help="hour the day ends")
     cp.add_argument("--json", default=None, help="write the metrics as JSON here")
+    cp.add_argument(
+        "--hold-horizon",
+        type=int,
+        default=None,
+        help="Policy.booking_hold_horizon_s (default: the engine's Policy default)",
+    )
+    cp.add_argument(
+        "--research-eager",
+        action="store_true",
+        help="the research group submits up to its curve without looking at the pool",
+    )
