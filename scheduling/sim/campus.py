@@ -542,7 +542,7 @@ class CampusDay:
                 self.res.refused_requests += 1
             return
         self.active_users[job.user] += 1
-        self.enqueue(job, self.at(job.submit_s), job.duration_s, job.expected_s, episode=0)
+        self.enqueue(job, self.at(self.t), job.duration_s, job.expected_s, episode=0)
 
     def enqueue(
         self, job: Job, submitted_at: datetime, remaining: int, expected: int, episode: int
@@ -793,6 +793,7 @@ class CampusDay:
                     "victim_tier": run.job.tier,
                     "victim_booking": run.job.booking_id,
                     "victim_started_s": run.started_s,
+                    "victim_end_s": run.end_s,
                     "for": pre.for_session_id,
                     "t": self.t,
                     "deadline_s": run.deadline_s,
