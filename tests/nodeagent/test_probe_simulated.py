@@ -26,7 +26,7 @@ def test_demo_fleet_has_four_a100_nodes_and_one_t4_node() -> None:
     assert fleet.names() == ["gpu-a01", "gpu-a02", "gpu-a03", "gpu-a04", "gpu-t01"]
 
 
-@pytest.mark.parametrize("node", ["gpu-a01", "gpu-a02", "gpu-a03", "gpu-a04"])
+@pytest.mark.parametrize("node", ["gpu-a01", "gpu-a02", "gpu-a03"])
 def test_a100_nodes_have_eight_mig_partitioned_gpus_linked_all_to_all(node: str) -> None:
     probe = SimulatedProbe(load_fleet(DEMO_FLEET).node(node))
     gpus = probe.inventory()
@@ -49,6 +49,15 @@ def test_a100_nodes_have_eight_mig_partitioned_gpus_linked_all_to_all(node: str)
     assert facts.labels["cooling"] == "liquid"
     assert facts.labels["network_plane"] == "ib0"
     assert facts.labels["rack"] in {"r1", "r2"}
+
+
+def test_one_a100_node_offers_whole_gpus_on_nvlink_for_multi_gpu_work() -> None:
+    gpus = SimulatedProbe(load_fleet(DEMO_FLEET).node("gpu-a04")).inventory()
+    uuids = {gpu["uuid"] for gpu in gpus}
+    assert len(gpus) == 8
+    for gpu in gpus:
+        assert gpu["sharing"] == "whole" and gpu["mig_mode"] is False and not gpu["mig_instances"]
+        assert set(gpu["nvlink_peers"]) == uuids - {gpu["uuid"]}
 
 
 def test_t4_node_offers_time_sliced_shares() -> None:
@@ -75,7 +84,7 @@ def test_uuids_are_unique_across_the_fleet_and_stable_across_loads() -> None:
 
     first, second = all_uuids(), all_uuids()
     assert first == second
-    assert len(set(first)) == len(first) == 4 * 8 * 5 + 3
+    assert len(set(first)) == len(first) == 3 * 8 * 5 + 8 + 3  # MIG nodes, whole node, T4s
 
 
 def test_metrics_follow_running_sessions() -> None:

@@ -8,8 +8,15 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from portal.models import Course
-from scheduling.models import DesktopProfile
+from portal.models import Course, Member
+from scheduling.models import DesktopProfile, PoolPolicy, Quota
+
+# Defaults an admin edits in the console (/admin/): every user may hold two desktops at once
+# and use 40 GPU-hours (compute units x hours) a week; the demo course 200 a week.
+QUOTAS = [
+    {"scope": "user", "key": "*", "max_sessions": 2, "max_gpu_hours_week": 40.0},
+    {"scope": "course", "key": "cs-gpu101", "max_gpu_hours_week": 200.0},
+]
 
 DESKTOP_IMAGE = "deskpool/desktop:latest"
 
@@ -43,6 +50,17 @@ PROFILES = [
         "gpu_count": 1,
         "gpu_memory_min_mb": 16384,
         "allowed_kinds": ["mig", "whole"],
+    },
+    {
+        "slug": "research-training",
+        "name": "Research training",
+        "description": "Two whole GPUs on NVLink peers for a thesis training run (up to 8 h).",
+        "cpus": 4,
+        "memory_mb": 16384,
+        "gpu_count": 2,
+        "gpu_memory_min_mb": 40000,
+        "allowed_kinds": ["whole"],
+        "max_duration_minutes": 480,
     },
     {
         "slug": "cpu-desktop",
@@ -81,8 +99,16 @@ class Command(BaseCommand):
             user.save()
             users[username] = user
         course, _ = Course.objects.update_or_create(
-            code="cs-gpu101", defaults={"title": "GPU computing for everyone"}
+            code="cs-gpu101",
+            defaults={"title": "GPU computing for everyone", "department": "computer-science"},
         )
+        for username in ("student1", "student2", "instructor1"):
+            Member.objects.update_or_create(
+                user=users[username], defaults={"department": "computer-science"}
+            )
+        PoolPolicy.current()
+        for quota in QUOTAS:
+            Quota.objects.update_or_create(scope=quota["scope"], key=quota["key"], defaults=quota)
         course.instructors.set([users["instructor1"]])
         course.students.set([users["student1"], users["student2"]])
         for spec in PROFILES:
