@@ -33,6 +33,7 @@ from .usage import Usage, collect_usage, department_of
 
 log = logging.getLogger(__name__)
 
+DEFAULT_GPU_POWER_W = 300.0  # a slice's rack-power estimate when the GPU reports no limit
 VNC_PASSWORD_ALPHABET = "abcdefghijkmnopqrstuvwxyzACDEFGHJKLMNPQRSTUVWXYZ23456789"
 
 
@@ -62,7 +63,7 @@ def _truthy(value) -> bool:
 def _engine_slice(s: Slice, gpu: Gpu, node: Node) -> engine.FreeSlice:
     metrics = gpu.metrics or {}
     part = s.milli / 1000
-    limit = metrics.get("power_limit_w") or 0.0
+    limit = metrics.get("power_limit_w") or DEFAULT_GPU_POWER_W
     return engine.FreeSlice(
         slice_id=s.pk,
         node_id=node.pk,
