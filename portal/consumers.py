@@ -48,7 +48,11 @@ class UpdatesConsumer(AsyncJsonWebsocketConsumer):
 def _desktop_endpoint(user, session_id: int) -> tuple[str, int] | None:
     session = (
         Session.objects.openable_by(user)
-        .filter(pk=session_id, state=SessionState.RUNNING, desktop_port__isnull=False)
+        .filter(
+            pk=session_id,
+            state__in=(SessionState.RUNNING, SessionState.PREEMPTING),
+            desktop_port__isnull=False,
+        )
         .first()
     )
     if session is None:

@@ -99,8 +99,8 @@ def stop_session(request: HttpRequest, session_id: int) -> HttpResponse:
 @login_required
 def desktop(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _my_session(request, session_id, to_open=True)
-    if session.state != SessionState.RUNNING:
-        messages.info(request, "This desktop is not running yet; its page shows its progress.")
+    if session.state not in (SessionState.RUNNING, SessionState.PREEMPTING):
+        messages.info(request, "This desktop is not running; its page shows where it stands.")
         return redirect("session-page", session_id=session.pk)
     simulated = session.node is not None and session.node.runtime == "simulated"
     return render(

@@ -75,7 +75,7 @@ class SessionSerializer(serializers.ModelSerializer):
         return ", ".join(f"gpu{s.gpu.index} {s.profile or s.kind}" for s in held)
 
     def get_desktop_url(self, session: Session) -> str | None:
-        if session.state != SessionState.RUNNING:
+        if session.state not in (SessionState.RUNNING, SessionState.PREEMPTING):
             return None
         return reverse("desktop", args=[session.pk])
 

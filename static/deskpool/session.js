@@ -20,7 +20,19 @@
     $("simulated-note").hidden = !s.simulated;
     $("open-desktop").hidden = !s.desktop_url || s.simulated;
     $("stop-form").hidden = terminal.has(s.state);
+    deadline = s.state === "PREEMPTING" && s.preempt_deadline ? new Date(s.preempt_deadline) : null;
+    tick();
   }
+
+  // The grace countdown of a preempted desktop.
+  let deadline = null;
+  function tick() {
+    $("countdown-line").hidden = !deadline;
+    if (!deadline) return;
+    const left = Math.max(0, Math.round((deadline - Date.now()) / 1000));
+    $("countdown").textContent = Math.floor(left / 60) + ":" + String(left % 60).padStart(2, "0");
+  }
+  setInterval(tick, 1000);
 
   render(JSON.parse($("session-data").textContent));
 
