@@ -767,20 +767,45 @@ def _placement_slices(cycle: _Cycle, p: Placement) -> list[FreeSlice]:
 
 
 def _hold_bookings(cycle: _Cycle, result: Plan) -> None:
+    """Hold capacity for the seats of upcoming bookings that will not be free in time anyway.
+
+    A seat is covered, without holding anything, by a slice of a running session expected to
+    end before the booking starts (the cycle stops desktops at their time limit), each such
+    slice once. The seats left are held on free capacity, tightest slices first, so that a
+    class of 8 GB seats does not hold whole GPUs while small slices are free.
+    """
     now, policy = cycle.now, cycle.policy
     seated: dict[int, int] = defaultdict(int)
     for r in cycle.snapshot.running:
         if r.booking_id is not None and r.preempted_for is None:
             seated[r.booking_id] += 1
+    freeing = sorted(
+        (
+            (s, r.ends_at)
+            for r in cycle.snapshot.running
+            if r.booking_id is None
+            for s in r.slices
+            if s.node_id in cycle.position
+        ),
+        key=lambda x: (x[0].milli, x[0].memory_mb, x[1], x[0].slice_id),
+    )
+    promised: set[int] = set()
     horizon = now + timedelta(seconds=policy.booking_hold_horizon_s)
     for b in sorted(cycle.snapshot.bookings, key=lambda b: (b.starts_at, b.booking_id)):
         if b.ends_at <= now or b.starts_at > horizon:
             continue
-        need = b.seats - seated[b.booking_id]
+        need = max(0, b.seats - seated[b.booking_id])
         shape = cycle.shape_of(b.shape)
+        if shape.gpu_count == 1 and b.starts_at > now:
+            for s, ends in freeing:
+                if need == 0:
+                    break
+                if ends <= b.starts_at and s.slice_id not in promised and cycle.fits(shape, s):
+                    promised.add(s.slice_id)
+                    need -= 1
         held = 0
-        for _ in range(max(0, need)):
-            cand = cycle.best(shape)
+        for _ in range(need):
+            cand = _tightest(cycle, shape) if shape.gpu_count == 1 else cycle.best(shape)
             if cand is None:
                 break
             cycle.take(cand.node_id, cand.slices, shape.cpus, shape.memory_mb)
@@ -793,6 +818,25 @@ def _hold_bookings(cycle: _Cycle, result: Plan) -> None:
                 f"booking {b.booking_id} ({b.course}): {held} of {need} seats held; "
                 f"{need - held} do not fit the pool now"
             )
+
+
+def _tightest(cycle: _Cycle, shape: _Shape) -> _Candidate | None:
+    """The smallest usable free slice for a one-GPU shape (then the best score on its node)."""
+    best: tuple[tuple, int, FreeSlice] | None = None
+    for node_id in cycle.order:
+        if cycle.cpus[node_id] < shape.cpus or cycle.memory[node_id] < shape.memory_mb:
+            continue
+        node = cycle.nodes[node_id]
+        for s in cycle.per_gpu(shape, node_id):
+            if not cycle._power_ok(node, (s,)):
+                continue
+            key = (s.milli, s.memory_mb, cycle.position[node_id], s.gpu_id, s.slice_id)
+            if best is None or key < best[0]:
+                best = (key, node_id, s)
+            break  # per_gpu is sorted by size: the node's first usable one is its smallest
+    if best is None:
+        return None
+    return _Candidate(0.0, best[1], (best[2],))
 
 
 def _hold_fits(cycle: _Cycle, hold: _Hold, shape: _Shape) -> tuple[FreeSlice, ...] | None:

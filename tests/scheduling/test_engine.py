@@ -265,3 +265,23 @@ def test_estimated_starts_follow_running_ends_and_the_queue_ahead():
     nothing_fits = request(4, 2, gpu_memory_min_mb=200_000)
     result = plan(Snapshot((node(1),), (), (nothing_fits,), running=busy), NOW)
     assert result.queue[0].eta is None and "no healthy node" in result.queue[0].reason
+
+
+def test_a_booking_counts_slices_freed_before_it_starts_and_holds_the_tightest_free_ones():
+    """Found by the campus simulator: a lab far ahead held a whole A100 for an 8 GB seat."""
+    a100 = "NVIDIA A100-SXM4-80GB"
+    whole_gpu = FreeSlice(1, 1, 10, "whole", 81920, a100, 1000)
+    small = FreeSlice(2, 1, 11, "mig", 9984, a100, 142)
+    busy = RunningSession(9, 2, 1, (small,), 2, 8192, NOW - timedelta(hours=1),
+                          NOW + timedelta(minutes=10))  # fmt: skip
+    seat = QueuedRequest(0, 2, NOW, 1, 8192, ("mig", "whole"), 2, 8192)
+    lab = Booking(1, "lab", 1, NOW + timedelta(hours=5), NOW + timedelta(hours=7), seat)
+    thesis = QueuedRequest(5, 1, NOW, 1, 81920, ("whole",), 8, 65536, duration_s=6 * 3600)
+    snap = Snapshot((node(1),), (whole_gpu,), (thesis,), running=(busy,), bookings=(lab,))
+    assert [p.slice_ids for p in plan(snap, NOW).placements] == [(1,)]
+    # With nothing freeing in time, the seat holds the smallest free slice, not the whole GPU.
+    free_small = replace(small, slice_id=3, gpu_id=12)
+    snap = Snapshot((node(1),), (whole_gpu, free_small), (thesis,), bookings=(lab,))
+    assert [p.slice_ids for p in plan(snap, NOW).placements] == [(1,)]
+    snap = Snapshot((node(1),), (whole_gpu,), (thesis,), bookings=(lab,))
+    assert plan(snap, NOW).placements == []
