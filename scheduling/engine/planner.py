@@ -1092,6 +1092,9 @@ def _estimate(
     # Shapes that differ only in CPU and RAM match the same slices: they share a heap.
     slice_heaps: dict[tuple, list[tuple[datetime, int]]] = {}
     groups: dict[tuple, dict[int, dict[int, list[int]]]] = {}
+    node_of = {x.slice_id: x.node_id for group in cycle.types.values() for x in group}
+    version: dict[int, int] = defaultdict(int)  # bumped when a node's slice times change
+    starts: dict[tuple, tuple[int, datetime, list[int]]] = {}  # (key, k, node) -> per version
     out: dict[int, datetime] = {}
     for r in waiting:
         if r.gpu_count == 0:
@@ -1111,6 +1114,7 @@ def _estimate(
             if heap:
                 start, sid = heap[0]
                 free_at[sid] = start + busy_for
+                version[node_of.get(sid, 0)] += 1
                 heapq.heapreplace(heap, (free_at[sid], sid))
                 out[r.session_id] = start
             continue
@@ -1120,16 +1124,21 @@ def _estimate(
             for x in cycle.matching(shape):
                 by_node[x.node_id][x.gpu_id].append(x.slice_id)
             groups[key] = by_node
+        k = r.gpu_count
         earliest: tuple[datetime, int, list[int]] | None = None
         for node_id, per_gpu in by_node.items():
-            if len(per_gpu) < r.gpu_count:
+            if len(per_gpu) < k:
                 continue
-            firsts = sorted(min((free_at[x], x) for x in sids) for sids in per_gpu.values())
-            start = firsts[r.gpu_count - 1][0]
-            if earliest is None or (start, node_id) < earliest[:2]:
-                earliest = (start, node_id, [x for _, x in firsts[: r.gpu_count]])
+            cached = starts.get((key, k, node_id))
+            if cached is None or cached[0] != version[node_id]:
+                firsts = sorted(min((free_at[x], x) for x in sids) for sids in per_gpu.values())
+                cached = (version[node_id], firsts[k - 1][0], [x for _, x in firsts[:k]])
+                starts[(key, k, node_id)] = cached
+            if earliest is None or (cached[1], node_id) < earliest[:2]:
+                earliest = (cached[1], node_id, cached[2])
         if earliest is not None:
             for sid in earliest[2]:
                 free_at[sid] = earliest[0] + busy_for
+            version[earliest[1]] += 1
             out[r.session_id] = earliest[0]
     return out
