@@ -3,6 +3,8 @@ re-exported for the fault tests, on node names of their own."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from ..integration.conftest import (  # noqa: F401 - fixtures and hook, re-exported
@@ -12,7 +14,9 @@ from ..integration.conftest import (  # noqa: F401 - fixtures and hook, re-expor
     stack,
 )
 
-FAULT_NODE = "flt-node"
+# Unique per run: the stack removes every container labelled with its nodes on close, so
+# two runs on one Docker engine (other engineers', CI) must not share node names.
+FAULT_NODE = f"flt-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.docker]
 UNHEALTHY_AFTER_S = 3.0
 LOST_AFTER_S = 8.0
 NODE_A = FAULT_NODE
-NODE_B = "flt-node-b"
+NODE_B = f"{FAULT_NODE}-b"
 
 
 @pytest.fixture
