@@ -138,26 +138,35 @@ def _models_for(profile: DesktopProfile, pool_models: list[str]) -> tuple[str, .
     return matched or tuple(profile.gpu_models)
 
 
-def _request(
-    s: Session, usage: Usage, pool_models: list[str], profile: DesktopProfile | None = None
+def profile_request(
+    profile: DesktopProfile, pool_models: list[str] | None = None, **fields
 ) -> engine.QueuedRequest:
-    profile = profile or s.profile
+    """A request of the profile's shape; ``fields`` give who asks and when."""
+    defaults = {"session_id": 0, "tier": 2, "submitted_at": timezone.now()}
     return engine.QueuedRequest(
-        session_id=s.pk,
-        tier=s.tier,
-        submitted_at=s.created_at,
+        **{**defaults, **fields},
         gpu_count=profile.gpu_count,
         gpu_memory_min_mb=profile.gpu_memory_min_mb,
         allowed_kinds=tuple(profile.allowed_kinds),
         cpus=profile.cpus,
         memory_mb=profile.memory_mb,
+        duration_s=profile.max_duration_minutes * 60,
+        gpu_models=_models_for(profile, pool_models or []),
+        compute_min=profile.compute_min,
+    )
+
+
+def _request(s: Session, usage: Usage, pool_models: list[str]) -> engine.QueuedRequest:
+    return profile_request(
+        s.profile,
+        pool_models,
+        session_id=s.pk,
+        tier=s.tier,
+        submitted_at=s.created_at,
         user=s.user.get_username(),
         course=s.course.code if s.course_id else "",
         department=department_of(s),
         booking_id=s.booking_id,
-        duration_s=profile.max_duration_minutes * 60,
-        gpu_models=_models_for(profile, pool_models),
-        compute_min=profile.compute_min,
         usage_gpu_hours=usage.decayed_by_user.get(s.user.get_username(), 0.0),
     )
 
@@ -236,19 +245,12 @@ def build_snapshot(now=None) -> engine.Snapshot:
             seats=b.seats,
             starts_at=b.starts_at,
             ends_at=b.ends_at,
-            shape=engine.QueuedRequest(
-                session_id=0,
-                tier=2,
+            shape=profile_request(
+                b.profile,
+                pool_models,
                 submitted_at=b.starts_at,
-                gpu_count=b.profile.gpu_count,
-                gpu_memory_min_mb=b.profile.gpu_memory_min_mb,
-                allowed_kinds=tuple(b.profile.allowed_kinds),
-                cpus=b.profile.cpus,
-                memory_mb=b.profile.memory_mb,
                 course=b.course.code,
                 booking_id=b.pk,
-                gpu_models=_models_for(b.profile, pool_models),
-                compute_min=b.profile.compute_min,
             ),
         )
         for b in Booking.objects.filter(

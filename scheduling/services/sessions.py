@@ -91,7 +91,7 @@ def _check_admission(
     user: AbstractBaseUser, profile: DesktopProfile, purpose: Purpose, course: Course | None
 ) -> None:
     """Refuse what the pool's thresholds or the quotas refuse now, saying why."""
-    from .cycle import build_snapshot
+    from .cycle import build_snapshot, profile_request
 
     snapshot = build_snapshot()
     held = [s for r in snapshot.running for s in r.slices]
@@ -100,15 +100,9 @@ def _check_admission(
     if refused:
         raise ServiceError(refused, field="purpose")
     probe = Session(user=user, profile=profile, purpose=purpose, course=course)
-    request = engine.QueuedRequest(
-        session_id=0,
+    request = profile_request(
+        profile,
         tier=PURPOSE_TIER[purpose],
-        submitted_at=timezone.now(),
-        gpu_count=profile.gpu_count,
-        gpu_memory_min_mb=profile.gpu_memory_min_mb,
-        allowed_kinds=tuple(profile.allowed_kinds),
-        cpus=profile.cpus,
-        memory_mb=profile.memory_mb,
         user=user.get_username(),
         course=course.code if course else "",
         department=department_of(probe),
