@@ -7,10 +7,37 @@ import json
 import sys
 
 from nodeagent.probe.nvml import NvmlProbe, NvmlUnavailable
+from nodeagent.protocol import GpuInventory, GpuMetrics
 
 
 def _cell(value: object) -> str:
     return "n/a" if value is None else str(value)
+
+
+def _with(value: object, unit: str) -> str:
+    return "n/a" if value is None else f"{value}{unit}"
+
+
+def _link(gen: object, width: object) -> str:
+    return f"gen {_cell(gen)} x{_cell(width)}".replace("xn/a", "width n/a")
+
+
+def _live_line(m: GpuMetrics) -> str:
+    """Power limit, fan, PCIe traffic, ECC and XID of one GPU; n/a where the card says nothing."""
+    xids = m.get("xid_errors")
+    return (
+        f"       limit {_with(m.get('power_limit_w'), ' W')}, fan {_with(m.get('fan_pct'), '%')}, "
+        f"PCIe tx/rx {_cell(m.get('pcie_tx_kbps'))}/{_cell(m.get('pcie_rx_kbps'))} KB/s, "
+        f"ECC corrected/uncorrected {_cell(m.get('ecc_corrected_volatile'))}/"
+        f"{_cell(m.get('ecc_uncorrected_volatile'))}, "
+        f"XID {'n/a (not watched)' if xids is None else (', '.join(map(str, xids)) or 'none')}"
+    )
+
+
+def _pcie_line(gpu: GpuInventory) -> str:
+    now = _link(gpu.get("pcie_link_gen"), gpu.get("pcie_link_width"))
+    best = _link(gpu.get("pcie_link_gen_max"), gpu.get("pcie_link_width_max"))
+    return f"       PCIe link {now} now, {best} at most"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{_cell(m and m['memory_used_mb']):>8} {_cell(m and m['temperature_c']):>7} "
             f"{_cell(m and m['power_w']):>8}  {gpu['uuid']} {gpu['pci_bus_id']}"
         )
+        if m is not None:
+            print(_live_line(m))
+        print(_pcie_line(gpu))
         for instance in gpu["mig_instances"]:
             print(
                 f"       MIG {instance['profile']:<10} {instance['memory_mb']:>6} MB  "
@@ -56,6 +86,13 @@ def main(argv: list[str] | None = None) -> int:
             )
         if gpu["nvlink_peers"]:
             print(f"       NVLink peers: {', '.join(gpu['nvlink_peers'])}")
+    indices = {gpu["uuid"]: gpu["index"] for gpu in inventory}
+    if len(inventory) > 1:
+        print("PCIe topology (closest common ancestor of each pair):")
+        for gpu in inventory:
+            peers = gpu.get("pcie_topology") or {}
+            cells = [f"{indices.get(peer, peer)}:{level}" for peer, level in peers.items()]
+            print(f"{gpu['index']:>3}  {' '.join(cells) or 'n/a'}")
     return 0
 
 

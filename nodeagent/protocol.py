@@ -83,6 +83,16 @@ class GpuInventory(TypedDict):
     share_count: NotRequired[int]
     share_memory_mb: NotRequired[int]
     simulated: bool
+    # PCIe, where NVML reports it (None when the card does not; a simulated GPU leaves these
+    # out). The current link drops to a lower generation while the GPU idles; max is what the
+    # GPU and its slot can reach.
+    pcie_link_gen: NotRequired[int | None]
+    pcie_link_width: NotRequired[int | None]
+    pcie_link_gen_max: NotRequired[int | None]
+    pcie_link_width_max: NotRequired[int | None]
+    # UUID of each other GPU on this node -> the closest common ancestor of the two in the
+    # PCI tree: one of PCIE_TOPOLOGY_LEVELS' values; a pair NVML cannot place is left out.
+    pcie_topology: NotRequired[dict[str, str]]
 
 
 class Registration(TypedDict):
@@ -105,12 +115,38 @@ class RegistrationAnswer(TypedDict):
     poll_interval_s: float
 
 
+# nvmlDeviceGetTopologyCommonAncestor's levels, nearest first (nvidia-smi topo: PIX, PXB, PHB,
+# NODE, SYS).
+PCIE_TOPOLOGY_LEVELS = {
+    0: "internal",  # the same board (a dual-GPU card)
+    10: "single",  # one PCIe switch between them
+    20: "multiple",  # several PCIe switches, no host bridge
+    30: "hostbridge",  # the same PCIe host bridge
+    40: "node",  # the same NUMA node, different host bridges
+    50: "system",  # across the CPUs' interconnect
+}
+
+# At most this many XID codes per GPU in one heartbeat; later ones are dropped (and logged).
+XID_ERRORS_MAX = 32
+
+
 class GpuMetrics(TypedDict):
     uuid: str
     utilization_pct: float | None
     memory_used_mb: int | None
     temperature_c: float | None
     power_w: float | None
+    # Optional within protocol version 1: an older agent leaves them out; None where the card
+    # or driver does not report the value.
+    power_limit_w: NotRequired[float | None]  # the enforced power cap
+    fan_pct: NotRequired[float | None]  # None on passively cooled (most data-centre) boards
+    pcie_tx_kbps: NotRequired[int | None]  # KB/s, kilobytes per second, GPU -> host
+    pcie_rx_kbps: NotRequired[int | None]  # KB/s, host -> GPU
+    ecc_corrected_volatile: NotRequired[int | None]  # since the driver last loaded
+    ecc_uncorrected_volatile: NotRequired[int | None]
+    # XID codes the driver reported for this GPU since the previous metrics read (the last
+    # heartbeat), oldest first, at most XID_ERRORS_MAX; [] for none, None when not watched.
+    xid_errors: NotRequired[list[int] | None]
 
 
 class Heartbeat(TypedDict):

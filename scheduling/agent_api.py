@@ -14,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from nodeagent.protocol import REASON_MAX_CHARS
+from nodeagent.protocol import REASON_MAX_CHARS, XID_ERRORS_MAX
 from portal.api.errors import as_api_error
 
 from .models import Node, Session
@@ -95,6 +95,21 @@ class GpuMetricsSerializer(serializers.Serializer):
     memory_used_mb = serializers.IntegerField(allow_null=True)
     temperature_c = serializers.FloatField(allow_null=True)
     power_w = serializers.FloatField(allow_null=True)
+    # Optional (older agents leave them out); kept in Gpu.metrics as sent.
+    power_limit_w = serializers.FloatField(required=False, allow_null=True)
+    fan_pct = serializers.FloatField(required=False, allow_null=True)
+    pcie_tx_kbps = serializers.IntegerField(required=False, allow_null=True, min_value=0)
+    pcie_rx_kbps = serializers.IntegerField(required=False, allow_null=True, min_value=0)
+    ecc_corrected_volatile = serializers.IntegerField(required=False, allow_null=True, min_value=0)
+    ecc_uncorrected_volatile = serializers.IntegerField(
+        required=False, allow_null=True, min_value=0
+    )
+    xid_errors = serializers.ListField(
+        child=serializers.IntegerField(),
+        required=False,
+        allow_null=True,
+        max_length=XID_ERRORS_MAX,
+    )
 
 
 class HeartbeatSerializer(serializers.Serializer):

@@ -3,10 +3,16 @@
 Every field is read on its own: a field the driver or card does not support
 (``NVMLError_NotSupported``, or any other NVML error) becomes ``None`` or is left
 out, and the probe carries on with the next field and the next device.
+
+XID errors come from an NVML event set, registered once at start for the GPUs that
+support XID events and drained without waiting (timeout 0) at every metrics read: each
+GPU's ``xid_errors`` lists the codes seen since the previous read, ``None`` on a GPU
+that is not watched.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -15,12 +21,20 @@ from typing import Any, TypeVar
 import pynvml
 
 from nodeagent.probe import NodeFacts, host_facts
-from nodeagent.protocol import GpuInventory, GpuMetrics, MigInstance
+from nodeagent.protocol import (
+    PCIE_TOPOLOGY_LEVELS,
+    XID_ERRORS_MAX,
+    GpuInventory,
+    GpuMetrics,
+    MigInstance,
+)
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _MIB = 1024 * 1024
+# Events read from the XID event set per metrics call at most; the rest wait for the next.
+_XID_EVENTS_PER_READ = 256
 
 
 class NvmlUnavailable(RuntimeError):
@@ -35,6 +49,16 @@ def read_field(read: Callable[..., T], *args: Any) -> T | None:
         if not isinstance(error, pynvml.NVMLError_NotSupported):
             logger.debug("NVML %s failed: %s", getattr(read, "__name__", read), error)
         return None
+
+
+def succeeds(call: Callable[..., object], *args: Any) -> bool:
+    """Run one NVML call whose answer is nothing; False (and logged) when NVML refuses it."""
+    try:
+        call(*args)
+    except pynvml.NVMLError as error:
+        logger.debug("NVML %s failed: %s", getattr(call, "__name__", call), error)
+        return False
+    return True
 
 
 def _read_text(read: Callable[..., str | bytes], *args: Any) -> str | None:
@@ -66,8 +90,10 @@ class NvmlProbe:
             raise NvmlUnavailable(f"NVML is not available on this machine: {error}") from error
         self._facts = facts or host_facts()
         self._devices = self._enumerate()
+        self._xid = XidWatch(self._devices)
 
     def close(self) -> None:
+        self._xid.close()
         read_field(pynvml.nvmlShutdown)
 
     def node_facts(self) -> NodeFacts:
@@ -93,7 +119,13 @@ class NvmlProbe:
 
     def inventory(self) -> list[GpuInventory]:
         by_bus_id = {_normal_bus_id(d.pci_bus_id): d.uuid for d in self._devices if d.pci_bus_id}
-        return [self._inventory_of(device, by_bus_id) for device in self._devices]
+        topology = _pcie_topology(self._devices)
+        gpus = []
+        for device in self._devices:
+            gpu = self._inventory_of(device, by_bus_id)
+            gpu["pcie_topology"] = topology.get(device.uuid, {})
+            gpus.append(gpu)
+        return gpus
 
     def _inventory_of(self, device: _Device, by_bus_id: dict[str, str]) -> GpuInventory:
         handle = device.handle
@@ -103,7 +135,7 @@ class NvmlProbe:
         mig_modes = read_field(pynvml.nvmlDeviceGetMigMode, handle)
         mig_mode = bool(mig_modes and mig_modes[0] == pynvml.NVML_DEVICE_MIG_ENABLE)
         instances = _mig_instances(handle) if mig_mode else []
-        return GpuInventory(
+        gpu = GpuInventory(
             uuid=device.uuid,
             index=device.index,
             name=name or "unknown",
@@ -116,9 +148,20 @@ class NvmlProbe:
             sharing="mig" if mig_mode else "whole",
             simulated=False,
         )
+        gpu["pcie_link_gen"] = read_field(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle)
+        gpu["pcie_link_width"] = read_field(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle)
+        gpu["pcie_link_gen_max"] = read_field(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle)
+        gpu["pcie_link_width_max"] = read_field(pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle)
+        return gpu
 
     def metrics(self, busy_devices: Sequence[str] = ()) -> list[GpuMetrics]:
-        return [_metrics_of(device) for device in self._devices]
+        xids = self._xid.drain()
+        metrics = []
+        for device in self._devices:
+            gpu = _metrics_of(device)
+            gpu["xid_errors"] = xids.get(device.uuid)
+            metrics.append(gpu)
+        return metrics
 
 
 def _metrics_of(device: _Device) -> GpuMetrics:
@@ -127,13 +170,105 @@ def _metrics_of(device: _Device) -> GpuMetrics:
     memory = read_field(pynvml.nvmlDeviceGetMemoryInfo, handle)
     temperature = read_field(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
     power_mw = read_field(pynvml.nvmlDeviceGetPowerUsage, handle)
+    # The enforced limit is the one the GPU holds to (the lowest of the admin's, the board's
+    # and the system's); older drivers only have the management limit.
+    limit_mw = read_field(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+    if limit_mw is None:
+        limit_mw = read_field(pynvml.nvmlDeviceGetPowerManagementLimit, handle)
+    fan = read_field(pynvml.nvmlDeviceGetFanSpeed, handle)
+    tx = read_field(pynvml.nvmlDeviceGetPcieThroughput, handle, pynvml.NVML_PCIE_UTIL_TX_BYTES)
+    rx = read_field(pynvml.nvmlDeviceGetPcieThroughput, handle, pynvml.NVML_PCIE_UTIL_RX_BYTES)
     return GpuMetrics(
         uuid=device.uuid,
         utilization_pct=float(utilization.gpu) if utilization is not None else None,
         memory_used_mb=int(memory.used // _MIB) if memory is not None else None,
         temperature_c=float(temperature) if temperature is not None else None,
         power_w=power_mw / 1000.0 if power_mw is not None else None,
+        power_limit_w=limit_mw / 1000.0 if limit_mw is not None else None,
+        fan_pct=float(fan) if fan is not None else None,
+        pcie_tx_kbps=int(tx) if tx is not None else None,
+        pcie_rx_kbps=int(rx) if rx is not None else None,
+        ecc_corrected_volatile=_ecc_count(handle, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+        ecc_uncorrected_volatile=_ecc_count(handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
     )
+
+
+def _ecc_count(handle: Any, error_type: int) -> int | None:
+    """Errors since the driver loaded; None on a card without ECC or with ECC turned off."""
+    count = read_field(
+        pynvml.nvmlDeviceGetTotalEccErrors, handle, error_type, pynvml.NVML_VOLATILE_ECC
+    )
+    return int(count) if count is not None else None
+
+
+class XidWatch:
+    """XID critical errors of the GPUs that report them, through one NVML event set."""
+
+    def __init__(self, devices: Sequence[_Device]) -> None:
+        self._event_set: Any = None
+        self._watched: list[str] = []
+        self._uuid_at = {
+            address: d.uuid for d in devices if (address := _address(d.handle)) is not None
+        }
+        xid = pynvml.nvmlEventTypeXidCriticalError
+        candidates = [
+            d
+            for d in devices
+            if (read_field(pynvml.nvmlDeviceGetSupportedEventTypes, d.handle) or 0) & xid
+        ]
+        if not candidates:
+            return
+        event_set = read_field(pynvml.nvmlEventSetCreate)
+        if event_set is None:
+            logger.info("NVML event sets are not available: XID errors are not reported")
+            return
+        for device in candidates:
+            if succeeds(pynvml.nvmlDeviceRegisterEvents, device.handle, xid, event_set):
+                self._watched.append(device.uuid)
+        if self._watched:
+            self._event_set = event_set
+        else:
+            succeeds(pynvml.nvmlEventSetFree, event_set)
+
+    @property
+    def watched(self) -> list[str]:
+        return list(self._watched)
+
+    def drain(self) -> dict[str, list[int]]:
+        """The XID codes seen since the last drain, per watched GPU UUID; never waits."""
+        found: dict[str, list[int]] = {uuid: [] for uuid in self._watched}
+        if self._event_set is None:
+            return found
+        for _ in range(_XID_EVENTS_PER_READ):
+            try:
+                event = pynvml.nvmlEventSetWait(self._event_set, 0)
+            except pynvml.NVMLError_Timeout:
+                break  # nothing (more) is waiting
+            except pynvml.NVMLError as error:
+                logger.warning("reading NVML XID events failed: %s", error)
+                break
+            if not event.eventType & pynvml.nvmlEventTypeXidCriticalError:
+                continue
+            code = int(event.eventData)
+            uuid = _read_text(pynvml.nvmlDeviceGetUUID, event.device) or self._uuid_at.get(
+                _address(event.device) or -1
+            )
+            if uuid not in found:
+                logger.warning("XID %d on a GPU NVML does not name (%s)", code, uuid)
+                continue
+            logger.warning("XID %d on GPU %s", code, uuid)
+            if len(found[uuid]) < XID_ERRORS_MAX:
+                found[uuid].append(code)
+            else:
+                logger.warning(
+                    "more than %d XIDs on GPU %s: %d dropped", XID_ERRORS_MAX, uuid, code
+                )
+        return found
+
+    def close(self) -> None:
+        if self._event_set is not None:
+            succeeds(pynvml.nvmlEventSetFree, self._event_set)
+            self._event_set = None
 
 
 def _mig_instances(handle: Any) -> list[MigInstance]:
@@ -182,6 +317,30 @@ def _nvlink_peers(handle: Any, by_bus_id: dict[str, str], own_uuid: str) -> list
         if peer and peer != own_uuid and peer not in peers:
             peers.append(peer)
     return peers
+
+
+def _address(handle: Any) -> int | None:
+    """Where an NVML device handle points (a fresh pointer object compares unequal)."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):
+        return None
+
+
+def _pcie_topology(devices: Sequence[_Device]) -> dict[str, dict[str, str]]:
+    """For each GPU, every other GPU's closest common PCI ancestor; unknown pairs left out."""
+    topology: dict[str, dict[str, str]] = {d.uuid: {} for d in devices}
+    for i, first in enumerate(devices):
+        for second in devices[i + 1 :]:
+            level = read_field(
+                pynvml.nvmlDeviceGetTopologyCommonAncestor, first.handle, second.handle
+            )
+            if level is None:
+                continue
+            name = PCIE_TOPOLOGY_LEVELS.get(int(level), f"level-{int(level)}")
+            topology[first.uuid][second.uuid] = name
+            topology[second.uuid][first.uuid] = name
+    return topology
 
 
 def _normal_bus_id(bus_id: str) -> str:

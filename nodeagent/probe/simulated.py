@@ -3,7 +3,10 @@
 Nothing here touches hardware. The inventory has the same shape as the NVML probe's,
 with ``simulated: true`` on every GPU, and the metrics drift with the number of
 sessions running on each GPU so the portal's dashboards and alert rules have
-something plausible to show.
+something plausible to show. The metrics carry every key the NVML probe sends: the
+power limit is the fleet file's ``power_limit_w``, the fan follows the temperature, PCIe
+traffic follows utilisation, ECC counts are 0 and no XID ever happens. (Real A100 SXM
+and T4 boards are passively cooled and report no fan at all: the simulated fan is made up.)
 """
 
 from __future__ import annotations
@@ -30,6 +33,13 @@ UTILIZATION_PER_SESSION_PCT = 30.0
 MEMORY_PER_SESSION_MB = 2048
 # Fraction of the gap to the target temperature closed per metrics call.
 THERMAL_SMOOTHING = 0.35
+# The fan idles at this speed and reaches 100% at FAN_FULL_C.
+FAN_IDLE_PCT = 30.0
+FAN_FULL_C = 72.0
+# PCIe traffic (KB/s) of a fully busy GPU: a remote desktop sends frames to the host.
+PCIE_TX_FULL_KBPS = 2_000_000
+PCIE_RX_FULL_KBPS = 500_000
+PCIE_IDLE_KBPS = 200
 
 
 class FleetError(ValueError):
@@ -190,12 +200,23 @@ class SimulatedProbe:
         self._temperature[uuid_] += THERMAL_SMOOTHING * (target - self._temperature[uuid_])
         idle_power = gpu.power_limit_w * 0.15
         power = idle_power + (gpu.power_limit_w - idle_power) * utilization / 100.0
+        temperature = self._temperature[uuid_]
+        heat = (temperature - IDLE_TEMPERATURE_C) / (FAN_FULL_C - IDLE_TEMPERATURE_C)
+        fan = FAN_IDLE_PCT + (100.0 - FAN_IDLE_PCT) * min(1.0, max(0.0, heat))
+        load = utilization / 100.0
         return GpuMetrics(
             uuid=uuid_,
             utilization_pct=round(utilization, 1),
             memory_used_mb=memory_used,
-            temperature_c=round(self._temperature[uuid_], 1),
+            temperature_c=round(temperature, 1),
             power_w=round(power, 1),
+            power_limit_w=gpu.power_limit_w,
+            fan_pct=round(fan, 1),
+            pcie_tx_kbps=PCIE_IDLE_KBPS + int(PCIE_TX_FULL_KBPS * load),
+            pcie_rx_kbps=PCIE_IDLE_KBPS + int(PCIE_RX_FULL_KBPS * load),
+            ecc_corrected_volatile=0,
+            ecc_uncorrected_volatile=0,
+            xid_errors=[],
         )
 
     def close(self) -> None:

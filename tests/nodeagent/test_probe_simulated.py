@@ -14,6 +14,12 @@ INVENTORY_KEYS = {
     "uuid", "index", "name", "memory_mb", "compute_capability", "mig_mode",
     "mig_instances", "nvlink_peers", "pci_bus_id", "sharing", "simulated",
 }  # fmt: skip
+# The same keys as the NVML probe's metrics.
+METRIC_KEYS = {
+    "uuid", "utilization_pct", "memory_used_mb", "temperature_c", "power_w", "power_limit_w",
+    "fan_pct", "pcie_tx_kbps", "pcie_rx_kbps", "ecc_corrected_volatile",
+    "ecc_uncorrected_volatile", "xid_errors",
+}  # fmt: skip
 
 
 def test_demo_fleet_file_says_it_is_simulated() -> None:
@@ -95,7 +101,7 @@ def test_metrics_follow_running_sessions() -> None:
     for _ in range(10):  # temperatures approach their target over several heartbeats
         metrics = {m["uuid"]: m for m in probe.metrics(busy)}
     hot, cold = metrics[busy_gpu["uuid"]], metrics[idle_gpu["uuid"]]
-    assert set(hot) == {"uuid", "utilization_pct", "memory_used_mb", "temperature_c", "power_w"}
+    assert set(hot) == set(cold) == METRIC_KEYS
     assert hot["utilization_pct"] is not None and hot["utilization_pct"] > 80
     assert cold["utilization_pct"] is not None and cold["utilization_pct"] < 5
     assert (hot["memory_used_mb"] or 0) > (cold["memory_used_mb"] or 0) + 5000
@@ -105,6 +111,44 @@ def test_metrics_follow_running_sessions() -> None:
     for _ in range(15):
         metrics = {m["uuid"]: m for m in probe.metrics([])}
     assert (metrics[busy_gpu["uuid"]]["temperature_c"] or 99) < 34
+
+
+def test_live_metrics_have_the_nvml_keys_and_follow_the_load() -> None:
+    probe = SimulatedProbe(load_fleet(DEMO_FLEET).node("gpu-a04"), seed=2)
+    gpus = probe.inventory()
+    busy = [gpus[0]["uuid"]] * 3  # three sessions on the whole GPU 0
+    for _ in range(10):
+        metrics = {m["uuid"]: m for m in probe.metrics(busy)}
+    hot, cold = metrics[gpus[0]["uuid"]], metrics[gpus[1]["uuid"]]
+    for m in (hot, cold):
+        assert set(m) == METRIC_KEYS
+        assert m["power_limit_w"] == 400.0  # the fleet file's power_limit_w for the A100s
+        assert (m["ecc_corrected_volatile"], m["ecc_uncorrected_volatile"]) == (0, 0)
+        assert m["xid_errors"] == []
+        assert 0 <= (m["fan_pct"] or -1) <= 100
+        assert (m["power_w"] or 0) <= (m["power_limit_w"] or 0)
+    assert (hot["fan_pct"] or 0) > (cold["fan_pct"] or 0) + 30  # the fan follows the heat
+    assert (hot["pcie_tx_kbps"] or 0) > (cold["pcie_tx_kbps"] or 0) + 1_000_000
+    assert (hot["pcie_rx_kbps"] or 0) > (cold["pcie_rx_kbps"] or 0) + 100_000
+    [t4, *_] = SimulatedProbe(load_fleet(DEMO_FLEET).node("gpu-t01")).metrics()
+    assert t4["power_limit_w"] == 70.0
+
+
+def test_the_portal_keeps_every_metric_key_of_a_heartbeat() -> None:
+    from scheduling.agent_api import HeartbeatSerializer
+
+    probe = SimulatedProbe(load_fleet(DEMO_FLEET).node("gpu-a01"), seed=3)
+    metrics = probe.metrics()
+    metrics[0]["xid_errors"], metrics[1]["fan_pct"] = [79], None
+    body = HeartbeatSerializer(data={"gpus": metrics, "running_sessions": []})
+    assert body.is_valid(), body.errors
+    assert [dict(m) for m in body.validated_data["gpus"]] == metrics
+    # An older agent's metrics, without the optional keys, are still accepted as they are.
+    old = [{key: m[key] for key in ("uuid", "utilization_pct", "memory_used_mb",
+                                    "temperature_c", "power_w")} for m in metrics]  # fmt: skip
+    body = HeartbeatSerializer(data={"gpus": old, "running_sessions": []})
+    assert body.is_valid(), body.errors
+    assert [dict(m) for m in body.validated_data["gpus"]] == old
 
 
 def test_unknown_node_names_the_known_ones() -> None:
