@@ -55,6 +55,11 @@ class Weights:
     fine_weight: float = 0.0  # unrounded delta added to the tie-break
     whole_penalty: float = 0.0  # break_penalty for whole-GPU pods
     gpu_penalty: float = 15.0  # fractional pod opening a free GPU when a used one fits
+    strand_weight: float = 5.0  # tie: -w * growth of CPU-stranded idle GPUs (in GPUs)
+    strand_primary: float = 0.5  # the same growth (milli-GPU) subtracted from the delta
+    cpu_pack: float = 0.0  # tie for CPU-only pods: -w * idle GPUs of the node
+    scarcity: float = 100.0  # tie for GPU pods: -w * constrained-demand pressure on the model
+    scarcity_primary: float = 0.3  # pressure * GPU request * w subtracted from the delta
 
 
 def primary(delta: float, levels: int) -> float:
@@ -140,21 +145,36 @@ def score_placement(
     num_gpu: int,
     gpu_milli: int,
     weights: Weights = Weights(),
+    cpu_per_gpu: float = 0.0,
+    pressure: float = 0.0,
 ) -> tuple[float, int | None]:
     """Score of a pod (``num_gpu`` x ``gpu_milli``, ``cpu_milli``) on a node in ``state``.
 
     ``state`` = sorted milli left per GPU; the pod must fit (checked by the caller). Returns
     ``(score, gpu_value)``: for a fractional pod ``gpu_value`` is the milli-left value of the GPU
-    to use (tightest among the best), else None.
+    to use (tightest among the best), else None. ``cpu_per_gpu`` (milli-CPU per whole GPU of
+    the workload's GPU demand, learned from arrivals; 0 = unknown) drives the stranding terms.
     """
     w = weights
     before = frag(model, cpu_left, state)
     cpu_after = cpu_left - cpu_milli
     n = len(state)
-    used = n * MILLI - sum(state)
+    idle = sum(state)
+    used = n * MILLI - idle
     pack = w.pack_weight * (used / (n * MILLI)) if n else 0.0
+    strand = 0.0  # growth of idle GPU milli the node's CPU cannot serve (demand ratio)
+    if cpu_per_gpu > 0 and (w.strand_weight or w.strand_primary):
+        idle_after = idle - num_gpu * gpu_milli
+        strand = max(0.0, idle_after - cpu_after * MILLI / cpu_per_gpu) - max(
+            0.0, idle - cpu_left * MILLI / cpu_per_gpu
+        )
+        pack -= w.strand_weight * strand / MILLI
     if num_gpu == 0:
-        return combine(before - frag(model, cpu_after, state), pack, w), None
+        pack -= w.cpu_pack * idle / MILLI
+        delta = before - frag(model, cpu_after, state) - w.strand_primary * strand
+        return combine(delta, pack, w), None
+    before -= w.strand_primary * strand + w.scarcity_primary * pressure * num_gpu * gpu_milli
+    pack -= w.scarcity * pressure
     if num_gpu == 1 and gpu_milli < MILLI:
         node_pen = w.break_penalty if used == 0 else 0.0  # breaking a fully free node
         best, best_v = None, None

@@ -199,6 +199,54 @@ class DeskpoolPolicy(Policy):
         shapes = [(t.cpu_milli, t.gpu_milli, t.num_gpu, t.allowed_models, t.share) for t in typical]
         self.frag = FragmentationModel(target_shapes(shapes, self.weights.demand_mix))
         self.memo: dict[tuple, tuple[float, int | None]] = {}
+        w = self.weights
+        self._learn = bool(w.strand_weight or w.strand_primary or w.scarcity or w.scarcity_primary)
+        self._reset_learning()
+
+    def _reset_learning(self) -> None:
+        self._seen = 0  # arrivals so far
+        self._next_learn = LEARN_FIRST
+        self._cpu_sum = 0  # CPU and GPU request of the GPU pods arrived so far
+        self._gpu_sum = 0
+        self._spec_demand: dict[str, int] = {}  # GPU request arrived per model constraint
+        self._version = 0
+        self.cpu_per_gpu = 0.0
+        self.pressure: dict[str, float] = {}
+
+    def reset(self, cluster, rng):
+        super().reset(cluster, rng)
+        self._reset_learning()
+        self.memo = {}
+
+    def _observe(self, pod: Pod, cluster: Cluster) -> None:
+        """Learn the workload's mix from arrivals so far; the learned figures are refreshed at
+        arrivals 64, 128, 256, ... (each refresh re-scores every node)."""
+        self._seen += 1
+        if pod.num_gpu:
+            self._cpu_sum += pod.cpu_milli
+            self._gpu_sum += pod.gpu_request
+            if pod.gpu_spec:
+                d = self._spec_demand
+                d[pod.gpu_spec] = d.get(pod.gpu_spec, 0) + pod.gpu_request
+        if self._seen < self._next_learn or not self._gpu_sum:
+            return
+        self._next_learn *= 2
+        self.cpu_per_gpu = self._cpu_sum * MILLI / self._gpu_sum
+        cap: dict[str, int] = {}
+        for node in cluster.nodes:
+            if node.num_gpu:
+                cap[node.model] = cap.get(node.model, 0) + node.num_gpu * MILLI
+        total = sum(cap.values())
+        pressure = dict.fromkeys(cap, 0.0)
+        for spec, demand in self._spec_demand.items():
+            allowed = [m for m in spec.split("|") if m in cap]
+            room = sum(cap[m] for m in allowed)
+            for m in allowed:  # share of the allowed models' capacity this demand expects
+                pressure[m] += demand * total / (self._gpu_sum * room)
+        self.pressure = pressure
+        self._version += 1
+        self._shapes = {}
+        self.memo = {}
 
     def evaluate(self, j, pod, cluster):
         lefts = cluster.gpu_left[j]
@@ -209,7 +257,7 @@ class DeskpoolPolicy(Policy):
         if got is None:
             got = self.memo[key] = score_placement(
                 self.frag, model, cpu, state, pod.cpu_milli, pod.num_gpu, pod.gpu_milli,
-                self.weights,
+                self.weights, self.cpu_per_gpu, self.pressure.get(model, 0.0),
             )  # fmt: skip
         score, value = got
         if pod.is_share:
@@ -219,6 +267,8 @@ class DeskpoolPolicy(Policy):
     def choose(self, pod, cluster):
         if cluster is not self.cluster:
             self.reset(cluster, self.rng)
+        if self._learn:
+            self._observe(pod, cluster)
         entry = self._shapes.get(pod.kind)
         n_changes = len(cluster.changes)
         if entry is None:
@@ -243,6 +293,7 @@ class DeskpoolPolicy(Policy):
 
 
 _NO = float("-inf")
+LEARN_FIRST = 64  # first refresh of what deskpool learns from arrivals
 
 POLICIES = ("random", "bestfit", "fgd", "deskpool")
 
