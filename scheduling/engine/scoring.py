@@ -136,6 +136,62 @@ class FragmentationModel:
         return frag
 
 
+def strand_growth(
+    idle: float, taken: float, cpu_left: float, cpu_after: float, cpu_per_gpu: float
+) -> float:
+    """Growth of the node's idle GPU milli that its CPU can no longer serve.
+
+    ``cpu_per_gpu`` is the workload's milli-CPU per whole GPU of demand (0 = unknown, no
+    stranding): a node keeps ``cpu_left / cpu_per_gpu`` GPUs' worth of CPU, and idle GPU milli
+    above that is stranded. Placing ``taken`` milli-GPU with ``cpu_left - cpu_after`` CPU may
+    strand more (a CPU-heavy pod on a GPU-rich node) or less.
+    """
+    if cpu_per_gpu <= 0:
+        return 0.0
+    per_cpu = MILLI / cpu_per_gpu
+    return max(0.0, idle - taken - cpu_after * per_cpu) - max(0.0, idle - cpu_left * per_cpu)
+
+
+class WorkloadMix:
+    """What the scheduler learns about its demand: CPU per GPU, and per-model pressure.
+
+    ``add`` one request (CPU milli, GPU milli requested in all, allowed models or None); then
+    ``cpu_per_gpu()`` and ``pressure(capacity)``, where ``capacity`` maps each GPU model to the
+    pool's milli of it. A model's pressure is the share of all GPU demand that can only go to
+    a constrained set including it, relative to that set's share of capacity: demand that
+    must go to scarce models makes them worth keeping free for it. The trace simulator feeds
+    it the arrivals so far; the portal's planner the queue, bookings and running sessions.
+    """
+
+    def __init__(self) -> None:
+        self.cpu = 0
+        self.gpu = 0
+        self.constrained: dict[frozenset[str], int] = {}
+
+    def add(self, cpu_milli: int, gpu_request: int, allowed: frozenset[str] | None) -> None:
+        if not gpu_request:
+            return
+        self.cpu += cpu_milli
+        self.gpu += gpu_request
+        if allowed:
+            self.constrained[allowed] = self.constrained.get(allowed, 0) + gpu_request
+
+    def cpu_per_gpu(self) -> float:
+        return self.cpu * MILLI / self.gpu if self.gpu else 0.0
+
+    def pressure(self, capacity: dict[str, int]) -> dict[str, float]:
+        total = sum(capacity.values())
+        out = dict.fromkeys(capacity, 0.0)
+        if not self.gpu:
+            return out
+        for allowed, demand in self.constrained.items():
+            models = [m for m in allowed if m in capacity]
+            room = sum(capacity[m] for m in models)
+            for m in models:
+                out[m] += demand * total / (self.gpu * room)
+        return out
+
+
 def score_placement(
     frag: FragmentationModel,
     model: str,
@@ -162,13 +218,8 @@ def score_placement(
     idle = sum(state)
     used = n * MILLI - idle
     pack = w.pack_weight * (used / (n * MILLI)) if n else 0.0
-    strand = 0.0  # growth of idle GPU milli the node's CPU cannot serve (demand ratio)
-    if cpu_per_gpu > 0 and (w.strand_weight or w.strand_primary):
-        idle_after = idle - num_gpu * gpu_milli
-        strand = max(0.0, idle_after - cpu_after * MILLI / cpu_per_gpu) - max(
-            0.0, idle - cpu_left * MILLI / cpu_per_gpu
-        )
-        pack -= w.strand_weight * strand / MILLI
+    strand = strand_growth(idle, num_gpu * gpu_milli, cpu_left, cpu_after, cpu_per_gpu)
+    pack -= w.strand_weight * strand / MILLI
     if num_gpu == 0:
         pack -= w.cpu_pack * idle / MILLI
         delta = before - frag(model, cpu_after, state) - w.strand_primary * strand

@@ -18,7 +18,13 @@ import math
 import random
 from collections.abc import Sequence
 
-from scheduling.engine.scoring import FragmentationModel, Weights, score_placement, target_shapes
+from scheduling.engine.scoring import (
+    FragmentationModel,
+    Weights,
+    WorkloadMix,
+    score_placement,
+    target_shapes,
+)
 
 from .cluster import Cluster, exclusive_gpus
 from .trace import MILLI, Pod
@@ -206,10 +212,7 @@ class DeskpoolPolicy(Policy):
     def _reset_learning(self) -> None:
         self._seen = 0  # arrivals so far
         self._next_learn = LEARN_FIRST
-        self._cpu_sum = 0  # CPU and GPU request of the GPU pods arrived so far
-        self._gpu_sum = 0
-        self._spec_demand: dict[str, int] = {}  # GPU request arrived per model constraint
-        self._version = 0
+        self._mix = WorkloadMix()
         self.cpu_per_gpu = 0.0
         self.pressure: dict[str, float] = {}
 
@@ -222,29 +225,16 @@ class DeskpoolPolicy(Policy):
         """Learn the workload's mix from arrivals so far; the learned figures are refreshed at
         arrivals 64, 128, 256, ... (each refresh re-scores every node)."""
         self._seen += 1
-        if pod.num_gpu:
-            self._cpu_sum += pod.cpu_milli
-            self._gpu_sum += pod.gpu_request
-            if pod.gpu_spec:
-                d = self._spec_demand
-                d[pod.gpu_spec] = d.get(pod.gpu_spec, 0) + pod.gpu_request
-        if self._seen < self._next_learn or not self._gpu_sum:
+        self._mix.add(pod.cpu_milli, pod.gpu_request, pod.allowed_models)
+        if self._seen < self._next_learn or not self._mix.gpu:
             return
         self._next_learn *= 2
-        self.cpu_per_gpu = self._cpu_sum * MILLI / self._gpu_sum
+        self.cpu_per_gpu = self._mix.cpu_per_gpu()
         cap: dict[str, int] = {}
         for node in cluster.nodes:
             if node.num_gpu:
                 cap[node.model] = cap.get(node.model, 0) + node.num_gpu * MILLI
-        total = sum(cap.values())
-        pressure = dict.fromkeys(cap, 0.0)
-        for spec, demand in self._spec_demand.items():
-            allowed = [m for m in spec.split("|") if m in cap]
-            room = sum(cap[m] for m in allowed)
-            for m in allowed:  # share of the allowed models' capacity this demand expects
-                pressure[m] += demand * total / (self._gpu_sum * room)
-        self.pressure = pressure
-        self._version += 1
+        self.pressure = self._mix.pressure(cap)
         self._shapes = {}
         self.memo = {}
 
