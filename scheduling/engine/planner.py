@@ -61,7 +61,15 @@ from .model import (
     RunningSession,
     Snapshot,
 )
-from .scoring import MILLI, FragmentationModel, TargetShape, Weights, combine
+from .scoring import (
+    MILLI,
+    FragmentationModel,
+    TargetShape,
+    Weights,
+    WorkloadMix,
+    combine,
+    strand_growth,
+)
 
 WEIGHTS = Weights()  # the deskpool policy's weights, shared with the simulator
 TEMPERATURE_WEIGHT = 2.0  # tie units per degree above TEMPERATURE_SOFT_C
@@ -314,7 +322,9 @@ class _Cycle:
         self.quotas = index_quotas(snap.quotas)
         self.extra_sessions: dict[tuple[str, str], int] = defaultdict(int)
         self.holds: dict[int, list[_Hold]] = defaultdict(list)
-        self.frag = FragmentationModel(snap.workload or self._target_shapes())
+        shapes = snap.workload or self._target_shapes()
+        self.frag = FragmentationModel(shapes)
+        self.cpu_per_gpu, self.pressure = self._workload_mix(shapes)
         self.changes: list[int] = []
         self.cache: dict[_Shape, list] = {}
         self.nowhere: set[_Shape] = set()
@@ -352,6 +362,32 @@ class _Cycle:
             cached |= {(s.kind, s.memory_mb, s.milli) for s in busy}
             self._types = cached
         return cached
+
+    def _workload_mix(self, shapes: Sequence[TargetShape]) -> tuple[float, dict[str, float]]:
+        """CPU per GPU and per-model pressure of the target workload (the portal's recent
+        requests by profile, else the queue's and bookings' mix): the figures the trace
+        simulator's ``deskpool`` learns from arrivals."""
+        mix = WorkloadMix()
+        for t in shapes:
+            mix.add(t.weight * t.cpu_milli, t.weight * t.num_gpu * t.gpu_milli, t.allowed_models)
+        every = list(self.snapshot.free_slices) + [
+            s for r in self.snapshot.running for s in r.slices
+        ]
+        gpus = {(s.node_id, s.gpu_id): s.gpu_model for s in every}
+        capacity: dict[str, float] = defaultdict(float)
+        for model in gpus.values():
+            capacity[model] += MILLI
+        return mix.cpu_per_gpu(), mix.pressure(dict(capacity))
+
+    def _mix_terms(
+        self, model: str, idle: int, taken: int, cpu: int, cpu_after: int
+    ) -> tuple[float, float]:
+        """(delta, tie) corrections of the learned-demand terms, as in ``score_placement``."""
+        w = WEIGHTS
+        strand = strand_growth(idle, taken, cpu, cpu_after, self.cpu_per_gpu)
+        pressure = self.pressure.get(model, 0.0) if taken else 0.0
+        delta = w.strand_primary * strand + w.scarcity_primary * pressure * taken
+        return delta, w.strand_weight * strand / MILLI + w.scarcity * pressure
 
     def _target_shapes(self) -> list[TargetShape]:
         counts: dict[tuple, float] = defaultdict(float)
@@ -465,9 +501,11 @@ class _Cycle:
         cpu_milli_left = int(cpu_left * 1000)
         cpu_after = int((cpu_left - shape.cpus) * 1000)
         before = self.frag(model, cpu_milli_left, state)
+        idle = sum(state)
         if shape.gpu_count == 0:
-            delta = before - self.frag(model, cpu_after, state)
-            tie = self._tie_common(node, shape, ())
+            fix, tie_fix = self._mix_terms(model, idle, 0, cpu_milli_left, cpu_after)
+            delta = before - self.frag(model, cpu_after, state) - fix
+            tie = self._tie_common(node, shape, ()) - tie_fix
             return _Candidate(combine(delta, tie, WEIGHTS), node_id, ())
         options = self.per_gpu(shape, node_id)
         if len(options) < shape.gpu_count:
@@ -486,8 +524,9 @@ class _Cycle:
                 seen.add(same)
                 after = list(state)
                 after[after.index(v)] = v - s.milli
-                delta = before - self.frag(model, cpu_after, tuple(sorted(after)))
-                tie = self._tie_common(node, shape, (s,))
+                fix, tie_fix = self._mix_terms(model, idle, s.milli, cpu_milli_left, cpu_after)
+                delta = before - self.frag(model, cpu_after, tuple(sorted(after))) - fix
+                tie = self._tie_common(node, shape, (s,)) - tie_fix
                 tie -= w.tight_weight * (v - s.milli) / MILLI
                 tie -= s.memory_mb / 1.0e6  # equal otherwise: the smaller slice
                 if s.milli < MILLI and node_free:
@@ -504,8 +543,10 @@ class _Cycle:
         left_after = dict(lefts)
         for s in chosen:
             left_after[s.gpu_id] -= s.milli
-        delta = before - self.frag(model, cpu_after, tuple(sorted(left_after.values())))
-        tie = self._tie_common(node, shape, chosen)
+        taken = sum(s.milli for s in chosen)
+        fix, tie_fix = self._mix_terms(model, idle, taken, cpu_milli_left, cpu_after)
+        delta = before - self.frag(model, cpu_after, tuple(sorted(left_after.values()))) - fix
+        tie = self._tie_common(node, shape, chosen) - tie_fix
         k = len(chosen)
         if node.nvlink and k > 1:
             links = sum(

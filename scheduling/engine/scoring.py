@@ -164,11 +164,11 @@ class WorkloadMix:
     """
 
     def __init__(self) -> None:
-        self.cpu = 0
-        self.gpu = 0
-        self.constrained: dict[frozenset[str], int] = {}
+        self.cpu = 0.0
+        self.gpu = 0.0
+        self.constrained: dict[frozenset[str], float] = {}
 
-    def add(self, cpu_milli: int, gpu_request: int, allowed: frozenset[str] | None) -> None:
+    def add(self, cpu_milli: float, gpu_request: float, allowed: frozenset[str] | None) -> None:
         if not gpu_request:
             return
         self.cpu += cpu_milli
@@ -179,7 +179,7 @@ class WorkloadMix:
     def cpu_per_gpu(self) -> float:
         return self.cpu * MILLI / self.gpu if self.gpu else 0.0
 
-    def pressure(self, capacity: dict[str, int]) -> dict[str, float]:
+    def pressure(self, capacity: dict[str, float]) -> dict[str, float]:
         total = sum(capacity.values())
         out = dict.fromkeys(capacity, 0.0)
         if not self.gpu:

@@ -230,7 +230,7 @@ class DeskpoolPolicy(Policy):
             return
         self._next_learn *= 2
         self.cpu_per_gpu = self._mix.cpu_per_gpu()
-        cap: dict[str, int] = {}
+        cap: dict[str, float] = {}
         for node in cluster.nodes:
             if node.num_gpu:
                 cap[node.model] = cap.get(node.model, 0) + node.num_gpu * MILLI

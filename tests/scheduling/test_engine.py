@@ -21,6 +21,7 @@ from scheduling.engine import (
     quota_block,
 )
 from scheduling.engine.planner import index_quotas
+from scheduling.engine.scoring import TargetShape, WorkloadMix, strand_growth
 
 NOW = datetime(2026, 12, 2, 9, 58, tzinfo=UTC)
 
@@ -285,3 +286,54 @@ def test_a_booking_counts_slices_freed_before_it_starts_and_holds_the_tightest_f
     assert [p.slice_ids for p in plan(snap, NOW).placements] == [(1,)]
     snap = Snapshot((node(1),), (whole_gpu,), (thesis,), bookings=(lab,))
     assert plan(snap, NOW).placements == []
+
+
+def test_a_cpu_only_request_avoids_stranding_idle_gpus_where_fragmentation_ties():
+    """Workload: half 1 GPU + 1 CPU, half 1 GPU + 15 CPUs, so 8 CPUs per GPU of demand.
+
+    On n1 (16 CPUs, 2 idle GPUs) one more CPU leaves 15 CPUs: still enough for either
+    shape (FGD's fragmentation is 0 before and after on both nodes), but less than the
+    2 x 8 CPUs its idle GPUs would need. n2 (40 CPUs) strands nothing, so it wins even
+    though n1 comes first in the node order.
+    """
+    shapes = (TargetShape(1000, 1000, 1, None, 0.5), TargetShape(15000, 1000, 1, None, 0.5))
+    nodes = (node(1, cpus=16), node(2, cpus=40))
+    free = (whole(1, 1, 1), whole(2, 1, 2), whole(3, 2, 1), whole(4, 2, 2))
+    cpu_only = request(1, 2, gpu_count=0, allowed_kinds=(), cpus=1.0)
+    result = plan(Snapshot(nodes, free, (cpu_only,), workload=shapes), NOW)
+    assert [(p.session_id, p.node_id) for p in result.placements] == [(1, 2)]
+    # Without CPU-hungry GPU work in the mix there is nothing to strand: node order decides.
+    light = (TargetShape(1000, 1000, 1, None, 1.0),)
+    result = plan(Snapshot(nodes, free, (cpu_only,), workload=light), NOW)
+    assert [(p.session_id, p.node_id) for p in result.placements] == [(1, 1)]
+
+
+def test_gpus_that_constrained_demand_needs_are_kept_for_it():
+    """A fifth of the GPU demand can only run on the T4s (a quarter of the pool), 3/10 only on
+    the A100s (three quarters): the T4s are under twice the pressure. FGD alone would put an
+    unconstrained request on the T4 node (it strands less of the A100-only demand there);
+    the pressure term keeps the T4s for the work that has nowhere else to go."""
+    t4 = [FreeSlice(10 + g, 1, g, "whole", 15360, "T4") for g in range(2)]
+    a100 = [whole(20 + g, 2, g) for g in range(6)]
+    shapes = (
+        TargetShape(1000, 1000, 1, frozenset({"A100"}), 0.3),
+        TargetShape(1000, 1000, 1, frozenset({"T4"}), 0.2),
+        TargetShape(1000, 1000, 1, None, 0.5),
+    )
+    anywhere = request(1, 2, allowed_kinds=("whole",))
+    result = plan(Snapshot((node(1), node(2)), (*t4, *a100), (anywhere,), workload=shapes), NOW)
+    assert [p.node_id for p in result.placements] == [2]
+
+
+def test_workload_mix_figures():
+    mix = WorkloadMix()
+    mix.add(4000, 1000, None)
+    mix.add(12000, 1000, frozenset({"T4", "P100"}))
+    mix.add(500, 0, frozenset({"T4"}))  # CPU-only work has no GPU to strand or constrain
+    assert mix.cpu_per_gpu() == 8000
+    # Half of the GPU demand must go to T4 or P100, which are 1/8 of the capacity together.
+    pressure = mix.pressure({"A100": 7000.0, "T4": 500.0, "P100": 500.0})
+    assert pressure == {"A100": 0.0, "T4": 4.0, "P100": 4.0}
+    assert strand_growth(2000, 0, 16000, 15000, 8000) == 125
+    assert strand_growth(2000, 0, 40000, 39000, 8000) == 0
+    assert strand_growth(2000, 1000, 16000, 15000, 0) == 0  # unknown ratio: no stranding
