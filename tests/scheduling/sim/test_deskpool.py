@@ -76,3 +76,20 @@ def test_deskpool_keeps_a_whole_node_free_for_a_later_8_gpu_pod_where_fgd_does_n
     assert j == 1 and gpus != (0,)
     cluster.place(j, small, gpus)
     assert desk.choose(big, cluster) == (0, tuple(range(8)))
+
+
+def test_deskpool_learns_the_demand_from_arrivals_only():
+    """CPU per GPU and model pressure come from the pods that have arrived, refreshed at 64."""
+    nodes = [Node("a", 64000, 262144, 4, "A"), Node("t", 64000, 262144, 4, "T4")]
+    cluster = Cluster(nodes)
+    policy = DeskpoolPolicy([TypicalPod(4000, 1000, 1, "", 1.0)])
+    policy.reset(cluster, random.Random(1))
+    light = make_pod("light", 2000, 1024, 1, 500, "")  # 4 CPUs per GPU
+    pinned = make_pod("pinned", 6000, 1024, 1, 500, "T4")  # 12 CPUs per GPU, only on T4
+    for i in range(63):
+        policy.choose(light if i % 2 else pinned, cluster)
+    assert policy.cpu_per_gpu == 0.0 and policy.pressure == {}  # nothing learned before 64
+    policy.choose(light, cluster)  # the 64th arrival: 32 light + 32 pinned
+    assert policy.cpu_per_gpu == 8000.0
+    # Half the GPU demand can only go to the T4s, half the capacity: pressure 1 there.
+    assert policy.pressure == {"A": 0.0, "T4": 1.0}
