@@ -3,8 +3,9 @@
 #
 #   build.sh [base|tiny|desktop|all] [--force]
 #
-# An image that already exists is skipped unless --force. tiny and desktop build on
-# top of base; asking for them builds base first if it is missing.
+# An image that already exists is skipped unless --force, or, for tiny and desktop, unless
+# it was built from other sources (label deskpool.source). tiny and desktop build on top of
+# base; asking for them builds base first if it is missing.
 #
 # Environment:
 #   DESKPOOL_DEBIAN_MIRROR          Debian mirror (default: read from the host's apt sources)
@@ -26,7 +27,7 @@ for arg in "$@"; do
     case $arg in
         base|tiny|desktop|all) target=$arg ;;
         --force) force=1 ;;
-        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "unknown argument: $arg (want base|tiny|desktop|all [--force])" >&2; exit 2 ;;
     esac
 done
@@ -174,17 +175,33 @@ build_layer() {
     local nocache=()
     [ "$force" = 1 ] && nocache=(--no-cache)
     step "docker build $image" docker build --network "$BUILD_NETWORK" "${nocache[@]}" \
-        --build-arg BASE_IMAGE="$BASE_IMAGE" \
+        --build-arg BASE_IMAGE="$BASE_IMAGE" --label "deskpool.source=$SOURCE" \
         -f "$HERE/$dockerfile" -t "$image" "$HERE"
     log "$image: $(image_size "$image")"
 }
 
-# Build one image unless it exists (and no --force).
+# The Dockerfile and every file it may COPY, hashed: a tiny or desktop image carries it as
+# the label deskpool.source, and one built from other sources is rebuilt (Docker's layer
+# cache keeps that quick when little changed). Base is keyed by its tag alone.
+source_hash() {
+    (cd "$HERE" && cat "$1" $(find files -type f | LC_ALL=C sort) | sha256sum | cut -c1-16)
+}
+
+image_source() {
+    docker image inspect -f '{{index .Config.Labels "deskpool.source"}}' "$1" 2>/dev/null || true
+}
+
+# Build one image unless it exists from the same sources (and no --force).
 want() {
     local name=$1 image=$2
+    SOURCE=""
+    [ "$name" = base ] || SOURCE=$(source_hash "Dockerfile.$name")
     if [ "$force" = 0 ] && image_exists "$image"; then
-        log "skip:  $image exists ($(image_size "$image")); use --force to rebuild"
-        return 0
+        if [ -z "$SOURCE" ] || [ "$(image_source "$image")" = "$SOURCE" ]; then
+            log "skip:  $image exists ($(image_size "$image")); use --force to rebuild"
+            return 0
+        fi
+        log "rebuild: $image was built from other sources than these ($SOURCE)"
     fi
     if image_exists "$image"; then
         REPLACED=("$(docker image inspect -f '{{.Id}}' "$image")" "${REPLACED[@]}")
@@ -198,6 +215,7 @@ want() {
 
 # Images a --force rebuild replaced, newest first (children before their base).
 REPLACED=()
+SOURCE=""  # set by want(): the source hash of the image being built
 # Each forced rebuild would otherwise leave ~1.4 GB of untagged images behind.
 # Removal fails harmlessly for an image a container still uses.
 remove_replaced() {
