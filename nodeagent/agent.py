@@ -198,8 +198,8 @@ class Agent:
         while not self.stopping.is_set():
             wait_s = poll_s
             try:
-                sessions = self.client.desired()["sessions"]
-                summary = self.reconciler.step(sessions)
+                desired = self.client.desired()
+                summary = self.reconciler.step(desired["sessions"], desired.get("warm", []))
                 if not summary.is_quiet():
                     logger.info("reconcile: %s", summary)
                 if time.monotonic() >= next_heartbeat:

@@ -9,7 +9,14 @@ Django), with the real readiness check (a VNC handshake through websockify):
    desktops per minute from the first start call to the last handshake;
 3. memory: those 10 left idle for 10 s, then the memory of each container's cgroup as
    ``docker stats`` reports it (usage, and usage less inactive file cache, which is what
-   the ``docker stats`` command line shows), mean.
+   the ``docker stats`` command line shows), mean;
+4. warm claim → RUNNING (``--warm``, default 20): a warm desktop is started for a booking
+   (``runtime.start_warm``, not timed) and left idle ``--warm-settle-s`` (as a warm desktop
+   waits for its student), then ``runtime.claim(key, session)`` is timed: the session's
+   password written into the mounted folder, ``deskpool-passwd`` run in the container, and
+   the VNC handshake. One at a time, median and p95, next to figure 1.
+
+``--parallel 0`` skips figures 2 and 3.
 
 Every container, volume and password folder it makes is removed at the end, also on
 Ctrl-C. Containers are labelled ``deskpool.node=<--node>`` (default ``bench-<pid>``).
@@ -29,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from pathlib import Path
 
-from nodeagent.protocol import LABEL_NODE, DesiredSession
+from nodeagent.protocol import LABEL_NODE, DesiredSession, DesiredWarm
 from nodeagent.runtime.docker_runtime import DockerRuntime, docker_client
 
 SESSION_ID_BASE = 900_000
@@ -41,6 +48,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sequential", type=int, default=20, help="desktops one at a time")
     parser.add_argument("--parallel", type=int, default=10, help="desktops started together")
     parser.add_argument("--idle-s", type=float, default=10.0, help="idle time before memory")
+    parser.add_argument("--warm", type=int, default=20, help="warm desktops claimed, 0: none")
+    parser.add_argument(
+        "--warm-settle-s",
+        type=float,
+        default=3.0,
+        help="a warm desktop's idle time before its claim",
+    )
     parser.add_argument("--cpus", type=float, default=1.0)
     parser.add_argument("--memory-mb", type=int, default=2048)
     parser.add_argument("--node", default=f"bench-{os.getpid()}")
@@ -93,6 +107,31 @@ class Bench:
             self.runtime.stop(session["session_id"])
         return times
 
+    def warm_claims(self) -> list[float]:
+        times = []
+        for i in range(self.args.warm):
+            key = f"bench{os.getpid()}-{i}"
+            self.runtime.start_warm(
+                DesiredWarm(
+                    key=key,
+                    booking=0,
+                    course="",
+                    image=self.args.image,
+                    cpus=self.args.cpus,
+                    memory_mb=self.args.memory_mb,
+                    pids_limit=1024,
+                    shm_mb=256,
+                    gpu_devices=[],
+                )
+            )
+            time.sleep(self.args.warm_settle_s)
+            session = self.session()
+            started = time.perf_counter()
+            self.runtime.claim(key, session)
+            times.append(time.perf_counter() - started)
+            self.runtime.stop(session["session_id"])
+        return times
+
     def parallel(self) -> tuple[float, list[float]]:
         sessions = [self.session() for _ in range(self.args.parallel)]
         started = time.perf_counter()
@@ -114,12 +153,15 @@ class Bench:
             less_cache.append((raw - cache) / 2**20)
         return usage, less_cache
 
-    def clean_up(self) -> None:
+    def clean_up_containers(self) -> None:
         for container in self.client.containers.list(
             all=True, filters={"label": f"{LABEL_NODE}={self.args.node}"}
         ):
             with suppress(Exception):
                 container.remove(force=True)
+
+    def clean_up(self) -> None:
+        self.clean_up_containers()
         for name in self.volumes:
             with suppress(Exception):
                 self.client.volumes.get(name).remove(force=True)
@@ -141,10 +183,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"image {args.image} is not present: bash nodeagent/images/build.sh all")
         return 2
     info = bench.client.info()
+    wall = 0.0
+    each: list[float] = []
+    usage: list[float] = []
+    less_cache: list[float] = []
+    claims: list[float] = []
     try:
         sequential = bench.sequential()
-        wall, each = bench.parallel()
-        usage, less_cache = bench.idle_memory()
+        if args.parallel:
+            wall, each = bench.parallel()
+            usage, less_cache = bench.idle_memory()
+            bench.clean_up_containers()
+        if args.warm:
+            claims = bench.warm_claims()
     finally:
         bench.clean_up()
     rows = [
@@ -153,18 +204,30 @@ def main(argv: list[str] | None = None) -> int:
             f"median {statistics.median(sequential):.2f} s, p95 {p95(sequential):.2f} s, "
             f"min {min(sequential):.2f} s, max {max(sequential):.2f} s",
         ),
-        (
-            f"{len(each)} started in parallel",
-            f"all RUNNING after {wall:.2f} s = {len(each) / wall * 60:.0f} desktops/min "
-            f"(each {min(each):.2f}-{max(each):.2f} s)",
-        ),
-        (
-            f"host memory per idle desktop ({len(usage)} idle, {args.idle_s:.0f} s)",
-            f"mean {statistics.mean(less_cache):.0f} MiB without page cache "
-            f"(min {min(less_cache):.0f}, max {max(less_cache):.0f}); "
-            f"{statistics.mean(usage):.0f} MiB with it",
-        ),
     ]
+    if claims:
+        rows.append(
+            (
+                f"warm claim -> RUNNING, {len(claims)} one at a time",
+                f"median {statistics.median(claims):.2f} s, p95 {p95(claims):.2f} s, "
+                f"min {min(claims):.2f} s, max {max(claims):.2f} s "
+                f"(warm desktop idle {args.warm_settle_s:g} s before)",
+            )
+        )
+    if each:
+        rows += [
+            (
+                f"{len(each)} started in parallel",
+                f"all RUNNING after {wall:.2f} s = {len(each) / wall * 60:.0f} desktops/min "
+                f"(each {min(each):.2f}-{max(each):.2f} s)",
+            ),
+            (
+                f"host memory per idle desktop ({len(usage)} idle, {args.idle_s:.0f} s)",
+                f"mean {statistics.mean(less_cache):.0f} MiB without page cache "
+                f"(min {min(less_cache):.0f}, max {max(less_cache):.0f}); "
+                f"{statistics.mean(usage):.0f} MiB with it",
+            ),
+        ]
     print(
         f"nodeagent.bench: image {args.image}, {args.cpus:g} CPU / {args.memory_mb} MB "
         f"per desktop; host {info.get('NCPU')} CPUs, {info.get('MemTotal', 0) / 2**30:.0f} GiB, "

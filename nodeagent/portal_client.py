@@ -12,6 +12,7 @@ from nodeagent.protocol import (
     Registration,
     RegistrationAnswer,
     SessionReport,
+    WarmReport,
 )
 
 API_PREFIX = "/api/agent/v1/"
@@ -77,6 +78,11 @@ class PortalClient:
     def report(self, session_id: int, report: SessionReport) -> str:
         """Report a session's state; returns the portal's state. Conflict: stop that session."""
         answer = self._request("POST", f"sessions/{session_id}/report/", report)
+        return str(answer.get("state", ""))
+
+    def report_warm(self, key: str, report: WarmReport) -> str:
+        """Report a warm desktop's state. Conflict: the portal no longer wants it."""
+        answer = self._request("POST", f"warm/{key}/report/", report)
         return str(answer.get("state", ""))
 
     def _request(self, method: str, path: str, body: object | None = None) -> dict[str, Any]:

@@ -19,11 +19,23 @@ Endpoints (all JSON, all under ``/api/agent/v1/``):
     placed (requeued and placed again, even on the same node): a container labelled
     ``deskpool.placement`` with another value belongs to an earlier placement, with an
     old VNC password and slice, and is replaced, never adopted.
+``POST warm/<key>/report/``
+    Body :class:`WarmReport` about one warm desktop of :attr:`DesiredState.warm` (READY once
+    it answers a VNC handshake, FAILED when it could not start or died). Answer
+    ``{"state": <portal's warm state>}``; 409 when the portal no longer wants that warm
+    desktop (stop it).
 ``POST sessions/<session_id>/report/``
     Body :class:`SessionReport`. Answer ``{"state": <portal state>}``; 409 with
     ``{"detail", "state"}`` when the portal no longer wants that session (stop it), or when
     the report's ``placement`` is not the session's current one (stop that placement's
     desktop, not a newer one).
+
+Warm pool: ``desired/`` may also carry ``warm``, a list of :class:`DesiredWarm`: desktops to
+keep started, without a user, for a class booking that starts soon or is running. A session
+placed on a warm desktop's slice carries that desktop's ``warm_key``: the agent claims the
+running container (writes the session's VNC password into its mounted password folder and
+applies it) instead of starting a new one. An older agent ignores ``warm`` and ``warm_key``
+and starts the session's desktop as usual; an older portal sends neither.
 
 Backward compatibility within protocol version 1: ``placement`` is optional both ways. A
 portal that sends none gets the old behaviour (containers are adopted by session id); a
@@ -47,6 +59,11 @@ LABEL_NODE = "deskpool.node"
 LABEL_COURSE = "deskpool.course"
 LABEL_MANAGED = "deskpool.managed"
 LABEL_PLACEMENT = "deskpool.placement"
+# Warm desktops (no session yet): the portal's key, and the booking they were started for.
+LABEL_WARM = "deskpool.warm"
+LABEL_BOOKING = "deskpool.booking"
+# A warm key names containers, folders and files: the portal makes them from this alphabet.
+WARM_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$"
 
 # Inside every desktop image: websockify listens here, the VNC password file is mounted here.
 DESKTOP_WEBSOCKIFY_PORT = 6080
@@ -168,10 +185,38 @@ class DesiredSession(TypedDict):
     home_volume: str  # docker volume name, kept across sessions
     # Opaque, new at every placement of the session (the portal: its first allocation id).
     placement: NotRequired[str]
+    # The key of the warm desktop (of DesiredState.warm, on this node) the session was placed
+    # on: claim that running container instead of starting one. Absent: start as usual.
+    warm_key: NotRequired[str]
+
+
+class DesiredWarm(TypedDict):
+    """A desktop to keep started, with no user yet, for a class booking."""
+
+    key: str  # stable while the portal wants it; a retry after a failure gets a new key
+    booking: int
+    course: str
+    image: str
+    cpus: float
+    memory_mb: int
+    pids_limit: int
+    shm_mb: int
+    gpu_devices: list[str]  # the slice it holds, as in DesiredSession
+
+
+WarmState = Literal["READY", "FAILED"]
+
+
+class WarmReport(TypedDict):
+    state: WarmState
+    reason: NotRequired[str]  # at most REASON_MAX_CHARS
+    port: NotRequired[int | None]
+    container_id: NotRequired[str]
 
 
 class DesiredState(TypedDict):
     sessions: list[DesiredSession]
+    warm: NotRequired[list[DesiredWarm]]  # absent from an older portal
 
 
 class SessionReport(TypedDict):

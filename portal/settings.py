@@ -169,6 +169,13 @@ NODE_SWEEP_SECONDS = env.float("DESKPOOL_NODE_SWEEP_SECONDS", default=15.0)
 CORDON_AFTER_FAILURES = env.int("DESKPOOL_CORDON_AFTER_FAILURES", default=3)
 AGENT_HEARTBEAT_INTERVAL_S = env.float("DESKPOOL_AGENT_HEARTBEAT_INTERVAL_S", default=5.0)
 AGENT_POLL_INTERVAL_S = env.float("DESKPOOL_AGENT_POLL_INTERVAL_S", default=1.0)
+# Warm pool: a class booking starting within this many minutes (or running) gets desktops
+# started ahead on the slices held for it, at most this many per booking, for its seats not
+# yet taken; a warm start that fails is tried again (new key) after the retry delay, doubled
+# per failure up to 16 times it.
+WARM_LEAD_MINUTES = env.float("DESKPOOL_WARM_LEAD_MINUTES", default=10.0)
+WARM_MAX_PER_BOOKING = env.int("DESKPOOL_WARM_MAX_PER_BOOKING", default=5)
+WARM_RETRY_S = env.float("DESKPOOL_WARM_RETRY_S", default=60.0)
 
 LOGGING = {
     "version": 1,

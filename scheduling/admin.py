@@ -14,6 +14,7 @@ from .models import (
     Quota,
     Session,
     Slice,
+    WarmDesktop,
 )
 from .services.health import do_clear_cordon, do_cordon
 
@@ -75,6 +76,18 @@ class SessionAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request) -> bool:
         return False  # sessions are created through the services, never by hand
+
+
+@admin.register(WarmDesktop)
+class WarmDesktopAdmin(admin.ModelAdmin):
+    """The warm pool, to look at: the scheduling cycle makes and removes these rows."""
+
+    list_display = ["key", "booking", "node", "slice", "state", "failures", "retry_at"]
+    list_filter = ["state"]
+    readonly_fields = [f.name for f in WarmDesktop._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
 
 
 @admin.register(AuditEvent)

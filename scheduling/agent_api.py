@@ -6,7 +6,7 @@ Message shapes are defined by ``nodeagent.protocol``.
 
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import path, re_path
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import authentication, exceptions, permissions, serializers, status
@@ -14,13 +14,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from nodeagent.protocol import REASON_MAX_CHARS, XID_ERRORS_MAX
+from nodeagent.protocol import REASON_MAX_CHARS, WARM_KEY_PATTERN, XID_ERRORS_MAX
 from portal.api.errors import as_api_error
 
 from .models import Node, Session
 from .services import ServiceError
 from .services.agent_sessions import desired_sessions, do_report
 from .services.nodes import do_heartbeat, do_register, node_for_token
+from .services.warm import desired_warm, do_warm_report
 
 
 class NodeTokenAuthentication(authentication.BaseAuthentication):
@@ -126,6 +127,13 @@ class ReportSerializer(serializers.Serializer):
     placement = serializers.CharField(required=False, allow_blank=True, max_length=40)
 
 
+class WarmReportSerializer(serializers.Serializer):
+    state = serializers.ChoiceField(choices=["READY", "FAILED"])
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=REASON_MAX_CHARS)
+    port = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=65535)
+    container_id = serializers.CharField(required=False, allow_blank=True, max_length=100)
+
+
 class AgentView(APIView):
     authentication_classes = [NodeTokenAuthentication]
     permission_classes = [IsNode]
@@ -173,7 +181,8 @@ class HeartbeatView(AgentView):
 class DesiredView(AgentView):
     @extend_schema(responses={200: dict})
     def get(self, request: Request) -> Response:
-        return Response({"sessions": desired_sessions(self.node)})
+        # ``warm``: desktops to keep started for class bookings (an older agent ignores it).
+        return Response({"sessions": desired_sessions(self.node), "warm": desired_warm(self.node)})
 
 
 class ReportView(AgentView):
@@ -196,9 +205,31 @@ class ReportView(AgentView):
         return Response({"state": session.state})
 
 
+class WarmReportView(AgentView):
+    @extend_schema(request=WarmReportSerializer, responses={200: dict, 409: dict})
+    def post(self, request: Request, key: str) -> Response:
+        body = WarmReportSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            warm = do_warm_report(self.node, key, body.validated_data)
+        except ServiceError as error:
+            api_error = as_api_error(error)
+            if api_error.status_code == status.HTTP_409_CONFLICT:
+                return Response(
+                    {"detail": error.message, "state": None}, status=status.HTTP_409_CONFLICT
+                )
+            raise api_error from error
+        return Response({"state": warm.state})
+
+
 urlpatterns = [
     path("register/", RegisterView.as_view(), name="agent-register"),
     path("heartbeat/", HeartbeatView.as_view(), name="agent-heartbeat"),
     path("desired/", DesiredView.as_view(), name="agent-desired"),
     path("sessions/<int:session_id>/report/", ReportView.as_view(), name="agent-report"),
+    re_path(
+        WARM_KEY_PATTERN.replace("^", r"^warm/(?P<key>", 1).replace("$", r")/report/$"),
+        WarmReportView.as_view(),
+        name="agent-warm-report",
+    ),
 ]

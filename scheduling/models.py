@@ -219,6 +219,9 @@ class Session(models.Model):
     compute_units = models.FloatField(
         default=0.0, help_text="CU held while placed (sum over its slices), for accounting."
     )
+    warm_key = models.CharField(
+        max_length=40, blank=True, help_text="The warm desktop this placement claimed, if any."
+    )
 
     objects = SessionQuerySet.as_manager()
 
@@ -389,3 +392,43 @@ class Booking(models.Model):
     def in_window(self, now=None) -> bool:
         now = now or timezone.now()
         return self.starts_at <= now < self.ends_at
+
+
+class WarmState(models.TextChoices):
+    STARTING = "STARTING", "Starting"  # wanted: the node's agent starts it
+    READY = "READY", "Ready"  # answered a VNC handshake: a booked student can claim it
+    FAILED = "FAILED", "Failed"  # did not start or died; tried again (new key) at retry_at
+
+
+class WarmDesktop(models.Model):
+    """A desktop started ahead, without a user, on a slice held for a class booking.
+
+    Rows live while the portal wants the desktop: a claim deletes the row (the session takes
+    the slice, with ``Session.warm_key``), and so do the booking's end or cancellation.
+    """
+
+    booking = models.ForeignKey(Booking, related_name="warm_desktops", on_delete=models.CASCADE)
+    node = models.ForeignKey(Node, related_name="warm_desktops", on_delete=models.CASCADE)
+    slice = models.ForeignKey(Slice, null=True, blank=True, on_delete=models.CASCADE)
+    key = models.CharField(max_length=40, unique=True)
+    state = models.CharField(max_length=10, choices=WarmState.choices, default=WarmState.STARTING)
+    reason = models.CharField(max_length=300, blank=True)
+    port = models.PositiveIntegerField(null=True, blank=True)
+    container_id = models.CharField(max_length=100, blank=True)
+    failures = models.PositiveIntegerField(default=0)
+    retry_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    ready_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["booking_id", "pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["slice"],
+                condition=Q(slice__isnull=False),
+                name="one_warm_desktop_per_slice",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"warm desktop {self.key} ({self.state}) on {self.node}"

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from nodeagent.config import AgentConfig
-from nodeagent.protocol import DesiredSession
+from nodeagent.protocol import DesiredSession, DesiredWarm
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +37,29 @@ def node_name_part(node_name: str) -> str:
 def container_name(node_name: str, session_id: int) -> str:
     """``deskpool-<node>-s<session>``: unique per node, so agents may share one engine."""
     return f"deskpool-{node_name_part(node_name)}-s{session_id}"
+
+
+def warm_container_name(node_name: str, key: str) -> str:
+    """``deskpool-<node>-w<key>``: a warm desktop, whether claimed or not."""
+    return f"deskpool-{node_name_part(node_name)}-w{key}"
+
+
+@dataclass(frozen=True)
+class WarmContainer:
+    """A warm desktop (started for a booking, no user yet) as found by its labels.
+
+    ``claimed_by`` is the session that claimed it (from the agent's claim record): from then
+    on it is that session's desktop and :meth:`DesktopRuntime.list_managed` lists it too.
+    """
+
+    key: str
+    container_id: str
+    running: bool
+    status: str
+    port: int | None
+    booking: str = ""
+    claimed_by: int | None = None
+    reason: str = ""  # why it is not running, when it is not
 
 
 @dataclass(frozen=True)
@@ -102,6 +125,30 @@ class DesktopRuntime(Protocol):
 
     def stop(self, session_id: int) -> None:
         """Stop (with a grace period) and remove the container; keep the home volume."""
+        ...
+
+    # -- the warm pool (see docs/agent-protocol.md, "Warm pool") --
+
+    def list_warm(self) -> list[WarmContainer]:
+        """This node's warm desktops, claimed or not, running or not."""
+        ...
+
+    def start_warm(self, warm: DesiredWarm) -> WarmContainer:
+        """Start a warm desktop with a random password and wait for its VNC handshake.
+
+        Raise StartFailed, having removed everything the attempt made.
+        """
+        ...
+
+    def claim(self, key: str, session: DesiredSession) -> ManagedContainer:
+        """Make the running warm desktop ``key`` the session's desktop, with its password.
+
+        Raise StartFailed (and remove that warm desktop) when it cannot be claimed.
+        """
+        ...
+
+    def stop_warm(self, key: str) -> None:
+        """Stop and remove a warm desktop and everything it has (password, claim record)."""
         ...
 
 

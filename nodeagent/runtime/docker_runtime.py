@@ -11,8 +11,11 @@ environment (it would show in ``docker inspect``).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import re
+import secrets
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,13 +31,17 @@ from nodeagent.protocol import (
     DESKTOP_HOME,
     DESKTOP_PASSWORD_MOUNT,
     DESKTOP_WEBSOCKIFY_PORT,
+    LABEL_BOOKING,
     LABEL_COURSE,
     LABEL_MANAGED,
     LABEL_NODE,
     LABEL_PLACEMENT,
     LABEL_SESSION,
     LABEL_USER,
+    LABEL_WARM,
+    WARM_KEY_PATTERN,
     DesiredSession,
+    DesiredWarm,
 )
 from nodeagent.readiness import DesktopNotReady, wait_for_desktop
 from nodeagent.runtime import (
@@ -42,12 +49,18 @@ from nodeagent.runtime import (
     RuntimeKind,
     RuntimeUnavailable,
     StartFailed,
+    WarmContainer,
     container_name,
+    warm_container_name,
 )
 
 logger = logging.getLogger(__name__)
 
 PASSWORD_FILE_NAME = "passwd"
+# In the desktop images: applies a password written into the mounted folder after the start.
+APPLY_PASSWORD_COMMAND = ["/usr/local/bin/deskpool-passwd"]
+CLAIMS_DIR_NAME = "claims"
+_WARM_KEY = re.compile(WARM_KEY_PATTERN)
 DESKTOP_USER = "1000:1000"
 _PORT_KEY = f"{DESKTOP_WEBSOCKIFY_PORT}/tcp"
 
@@ -131,7 +144,8 @@ class DockerRuntime:
         return {"label": labels}
 
     def _containers_of(self, session_id: int) -> list[Container]:
-        """This node's containers of one session: by label, plus one by name without them."""
+        """This node's containers of one session: by label, plus one by name without them,
+        plus a warm desktop it claimed."""
         found = {
             c.id: c
             for c in self._client.containers.list(all=True, filters=self._label_filter(session_id))
@@ -139,21 +153,37 @@ class DockerRuntime:
         with contextlib.suppress(NotFound):
             named = self._client.containers.get(container_name(self._node, session_id))
             found.setdefault(named.id, named)
+        for key in self._claimed_keys(session_id):
+            for container in self._warm_containers(key):
+                found.setdefault(container.id, container)
         return list(found.values())
 
     def list_managed(self) -> list[ManagedContainer]:
         found = []
+        claims = self._claims()
         for container in self._client.containers.list(all=True, filters=self._label_filter()):
-            managed = self._describe(container)
+            managed = self._describe(container, claims)
             if managed is not None:
                 found.append(managed)
         return found
 
-    def _describe(self, container: Container) -> ManagedContainer | None:
-        try:
-            session_id = int(container.labels.get(LABEL_SESSION, ""))
-        except ValueError:
-            return None
+    def _describe(
+        self, container: Container, claims: dict[str, dict[str, Any]] | None = None
+    ) -> ManagedContainer | None:
+        placement = container.labels.get(LABEL_PLACEMENT, "")
+        if key := container.labels.get(LABEL_WARM):
+            # A warm desktop is a session's only once claimed; labels cannot change, so the
+            # session comes from the agent's claim record.
+            claim = (self._claims() if claims is None else claims).get(key)
+            if claim is None:
+                return None
+            session_id = int(claim["session_id"])
+            placement = str(claim.get("placement", ""))
+        else:
+            try:
+                session_id = int(container.labels.get(LABEL_SESSION, ""))
+            except ValueError:
+                return None
         state = container.attrs.get("State", {})
         running = bool(state.get("Running"))
         return ManagedContainer(
@@ -166,7 +196,7 @@ class DockerRuntime:
             exit_code=None if running else state.get("ExitCode"),
             oom_killed=bool(state.get("OOMKilled")),
             error=str(state.get("Error") or ""),
-            placement=container.labels.get(LABEL_PLACEMENT, ""),
+            placement=placement,
             memory_limit_mb=_memory_limit_mb(container.attrs),
         )
 
@@ -268,7 +298,6 @@ class DockerRuntime:
 
     def _create_args(self, session: DesiredSession, attempt: _Attempt) -> dict[str, Any]:
         session_id = session["session_id"]
-        environment = {"DESKPOOL_SESSION_ID": str(session_id)}
         labels = {
             LABEL_MANAGED: "true",
             LABEL_SESSION: str(session_id),
@@ -278,26 +307,35 @@ class DockerRuntime:
         }
         if placement := session.get("placement"):
             labels[LABEL_PLACEMENT] = placement
+        args = self._limits_args(session, f"session {session_id}")
+        args.update(
+            name=container_name(self._node, session_id),
+            labels=labels,
+            volumes={
+                session["home_volume"]: {"bind": DESKTOP_HOME, "mode": "rw"},
+                str(attempt.password_dir): {"bind": DESKTOP_PASSWORD_MOUNT, "mode": "ro"},
+            },
+        )
+        args["environment"]["DESKPOOL_SESSION_ID"] = str(session_id)
+        return args
+
+    def _limits_args(self, spec: DesiredSession | DesiredWarm, what: str) -> dict[str, Any]:
+        """Image, limits, lockdown, published port and GPU: what every desktop shares."""
+        environment: dict[str, str] = {}
         args: dict[str, Any] = {
-            "image": session["image"],
-            "name": container_name(self._node, session_id),
+            "image": spec["image"],
             "detach": True,
-            "labels": labels,
-            "nano_cpus": int(session["cpus"] * 1_000_000_000),
-            "mem_limit": f"{session['memory_mb']}m",
-            "pids_limit": session["pids_limit"],
-            "shm_size": f"{session['shm_mb']}m",
+            "nano_cpus": int(spec["cpus"] * 1_000_000_000),
+            "mem_limit": f"{spec['memory_mb']}m",
+            "pids_limit": spec["pids_limit"],
+            "shm_size": f"{spec['shm_mb']}m",
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
             "user": DESKTOP_USER,
             "ports": {_PORT_KEY: (self._publish_address, None)},
-            "volumes": {
-                session["home_volume"]: {"bind": DESKTOP_HOME, "mode": "rw"},
-                str(attempt.password_dir): {"bind": DESKTOP_PASSWORD_MOUNT, "mode": "ro"},
-            },
             "environment": environment,
         }
-        devices = session["gpu_devices"]
+        devices = spec["gpu_devices"]
         if devices and self.gpu_enabled:
             args["runtime"] = "nvidia"
             environment["NVIDIA_VISIBLE_DEVICES"] = ",".join(devices)
@@ -308,9 +346,7 @@ class DockerRuntime:
             if devices:
                 environment["DESKPOOL_SIMULATED_GPU_DEVICES"] = ",".join(devices)
                 logger.info(
-                    "session %s: no NVIDIA runtime, GPU slice %s is simulated",
-                    session_id,
-                    ",".join(devices),
+                    "%s: no NVIDIA runtime, GPU slice %s is simulated", what, ",".join(devices)
                 )
         return args
 
@@ -356,6 +392,221 @@ class DockerRuntime:
                 if error.status_code != 409:  # 409: removal already in progress
                     raise
         shutil.rmtree(self._sessions_dir / f"s{session_id}", ignore_errors=True)
+        for key in self._claimed_keys(session_id):
+            self._forget_warm(key)
+
+    # -- the warm pool -------------------------------------------------------------------
+    #
+    # A warm desktop is started for a class booking before anyone asks: a random password
+    # in its own password folder (``w<key>``), no home volume (its home is the container's
+    # own, seeded from the image: the user's home volume cannot be attached to a running
+    # container), labels ``deskpool.warm=<key>`` and ``deskpool.booking``. A claim writes
+    # the session's password into that folder, runs deskpool-passwd in the container (Xvnc
+    # re-reads its password file at every authentication) and records the claim in
+    # ``claims/<key>.json`` under the sessions folder: labels cannot change, and a restarted
+    # agent must still know whose desktop it is.
+
+    def list_warm(self) -> list[WarmContainer]:
+        claims = self._claims()
+        found = []
+        filters = {"label": [f"{LABEL_MANAGED}=true", f"{LABEL_NODE}={self._node}", LABEL_WARM]}
+        for container in self._client.containers.list(all=True, filters=filters):
+            key = container.labels.get(LABEL_WARM, "")
+            state = container.attrs.get("State", {})
+            running = bool(state.get("Running"))
+            claim = claims.get(key)
+            reason = ""
+            if not running:
+                reason = ManagedContainer(
+                    session_id=0,
+                    container_id=container.id or "",
+                    running=False,
+                    status=str(state.get("Status", container.status)),
+                    host=self._publish_address,
+                    port=None,
+                    exit_code=state.get("ExitCode"),
+                    oom_killed=bool(state.get("OOMKilled")),
+                    error=str(state.get("Error") or ""),
+                    memory_limit_mb=_memory_limit_mb(container.attrs),
+                ).exit_reason()
+            found.append(
+                WarmContainer(
+                    key=key,
+                    container_id=container.id or "",
+                    running=running,
+                    status=str(state.get("Status", container.status)),
+                    port=_published_port(container.attrs),
+                    booking=container.labels.get(LABEL_BOOKING, ""),
+                    claimed_by=int(claim["session_id"]) if claim is not None else None,
+                    reason=reason,
+                )
+            )
+        return found
+
+    def start_warm(self, warm: DesiredWarm) -> WarmContainer:
+        key = warm["key"]
+        if not _WARM_KEY.match(key):
+            raise StartFailed(f"unusable warm key {key!r}")
+        self._require_image(warm["image"])
+        password_dir = self._warm_dir(key)
+        container: Container | None = None
+        try:
+            self._forget_warm(key)  # a leftover of this key (crashed agent) would clash
+            self._write_password(password_dir, secrets.token_urlsafe(6)[:8])
+            labels = {
+                LABEL_MANAGED: "true",
+                LABEL_NODE: self._node,
+                LABEL_WARM: key,
+                LABEL_BOOKING: str(warm["booking"]),
+                LABEL_COURSE: warm["course"],
+            }
+            args = self._limits_args(warm, f"warm {key}")
+            args.update(
+                name=warm_container_name(self._node, key),
+                labels=labels,
+                volumes={str(password_dir): {"bind": DESKTOP_PASSWORD_MOUNT, "mode": "ro"}},
+            )
+            args["environment"]["DESKPOOL_WARM_KEY"] = key
+            container = self._client.containers.create(**args)
+            container.start()
+            container.reload()
+            port = _published_port(container.attrs)
+            if port is None:
+                raise StartFailed("the engine published no port for websockify")
+            self._readiness(
+                _connect_host(self._publish_address),
+                port,
+                self._ready_timeout_s,
+                abort_reason=lambda: self._exit_reason(container),
+            )
+        except (DockerException, OSError, DesktopNotReady, StartFailed) as error:
+            self._forget_warm(key)
+            raise StartFailed(_start_error_text(error)) from error
+        except BaseException:
+            self._forget_warm(key)
+            raise
+        return WarmContainer(
+            key=key,
+            container_id=container.id or "",
+            running=True,
+            status="running",
+            port=port,
+            booking=str(warm["booking"]),
+        )
+
+    def claim(self, key: str, session: DesiredSession) -> ManagedContainer:
+        session_id = session["session_id"]
+        try:
+            containers = [c for c in self._warm_containers(key) if c.status == "running"]
+            if not containers:
+                raise StartFailed(f"warm desktop {key} is not running")
+            [container] = containers[:1]
+            self._replace_password(self._warm_dir(key), session["vnc_password"])
+            applied = container.exec_run(APPLY_PASSWORD_COMMAND)
+            if applied.exit_code != 0:
+                output = (applied.output or b"").decode(errors="replace").strip()
+                raise StartFailed(
+                    f"warm desktop {key}: the new password was not applied "
+                    f"(exit code {applied.exit_code}: {output[:120]})"
+                )
+            self._write_claim(key, session)
+            container.reload()
+            port = _published_port(container.attrs)
+            if port is None:
+                raise StartFailed(f"warm desktop {key} publishes no websockify port")
+            self._readiness(
+                _connect_host(self._publish_address),
+                port,
+                self._ready_timeout_s,
+                abort_reason=lambda: self._exit_reason(container),
+            )
+            container.reload()
+        except (DockerException, OSError, DesktopNotReady, StartFailed) as error:
+            self._forget_warm(key)
+            raise StartFailed(_start_error_text(error)) from error
+        except BaseException:
+            self._forget_warm(key)
+            raise
+        logger.info("session %s: claimed warm desktop %s", session_id, key)
+        described = self._describe(container)
+        assert described is not None  # the claim record was just written
+        return described
+
+    def stop_warm(self, key: str) -> None:
+        self._forget_warm(key)
+
+    def _warm_dir(self, key: str) -> Path:
+        return self._sessions_dir / f"w{key}"
+
+    def _warm_containers(self, key: str) -> list[Container]:
+        labels = [f"{LABEL_MANAGED}=true", f"{LABEL_NODE}={self._node}", f"{LABEL_WARM}={key}"]
+        found = {c.id: c for c in self._client.containers.list(all=True, filters={"label": labels})}
+        with contextlib.suppress(NotFound):
+            named = self._client.containers.get(warm_container_name(self._node, key))
+            found.setdefault(named.id, named)
+        return list(found.values())
+
+    def _forget_warm(self, key: str) -> None:
+        """Remove the warm desktop ``key``: containers, password folder, claim record."""
+        for container in self._warm_containers(key):
+            try:
+                # tini -g stops the desktop in about 0.3 s on SIGTERM.
+                if container.status == "running":
+                    container.stop(timeout=int(self._stop_grace_s))
+                container.remove(v=True, force=True)
+            except NotFound:
+                pass
+            except APIError as error:
+                if error.status_code != 409:
+                    raise
+        shutil.rmtree(self._warm_dir(key), ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            (self._claims_dir() / f"{key}.json").unlink()
+
+    def _replace_password(self, directory: Path, password: str) -> None:
+        """Swap the password file of a running desktop (a rename: never half written)."""
+        if not directory.is_dir():
+            raise StartFailed(f"password folder {directory} is missing")
+        temporary = directory / f".{PASSWORD_FILE_NAME}.new"
+        temporary.write_text(password[:8] + "\n")
+        os.chmod(temporary, 0o444)
+        temporary.replace(directory / PASSWORD_FILE_NAME)
+
+    def _claims_dir(self) -> Path:
+        return self._sessions_dir / CLAIMS_DIR_NAME
+
+    def _write_claim(self, key: str, session: DesiredSession) -> None:
+        directory = self._claims_dir()
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        record = {
+            "key": key,
+            "session_id": session["session_id"],
+            "placement": session.get("placement", ""),
+            "user": session["user"],
+            "course": session["course"],
+        }
+        temporary = directory / f".{key}.json.new"
+        temporary.write_text(json.dumps(record))
+        temporary.replace(directory / f"{key}.json")
+
+    def _claims(self) -> dict[str, dict[str, Any]]:
+        """Claim records by warm key (unreadable ones are skipped, with a warning)."""
+        claims: dict[str, dict[str, Any]] = {}
+        directory = self._claims_dir()
+        if not directory.is_dir():
+            return claims
+        for path in directory.glob("*.json"):
+            try:
+                record = json.loads(path.read_text())
+                claims[path.stem] = {**record, "session_id": int(record["session_id"])}
+            except FileNotFoundError:
+                continue  # removed meanwhile
+            except (OSError, ValueError, KeyError, TypeError) as error:
+                logger.warning("ignoring unreadable claim record %s: %s", path, error)
+        return claims
+
+    def _claimed_keys(self, session_id: int) -> list[str]:
+        return [k for k, c in self._claims().items() if c["session_id"] == session_id]
 
 
 def _published_port(attrs: dict[str, Any]) -> int | None:

@@ -16,8 +16,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from nodeagent.config import AgentConfig
-from nodeagent.protocol import DesiredSession
-from nodeagent.runtime import ManagedContainer, RuntimeKind, StartFailed
+from nodeagent.protocol import DesiredSession, DesiredWarm
+from nodeagent.runtime import ManagedContainer, RuntimeKind, StartFailed, WarmContainer
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +46,8 @@ class SimulatedRuntime:
         self._known_images = known_images
         self._lock = threading.Lock()
         self._containers: dict[int, ManagedContainer] = self._load()
+        # SIMULATED warm desktops, in memory only: a restarted agent starts them afresh.
+        self._warm: dict[str, WarmContainer] = {}
 
     @classmethod
     def from_config(cls, config: AgentConfig) -> SimulatedRuntime:
@@ -85,6 +87,50 @@ class SimulatedRuntime:
         with self._lock:
             self._containers.pop(session_id, None)
             self._save()
+
+    def list_warm(self) -> list[WarmContainer]:
+        with self._lock:
+            return list(self._warm.values())
+
+    def start_warm(self, warm: DesiredWarm) -> WarmContainer:
+        if self._known_images is not None and warm["image"] not in self._known_images:
+            raise StartFailed(f"image {warm['image']} is not present on node {self._node}")
+        time.sleep(self.start_delay_s)
+        container = WarmContainer(
+            key=warm["key"],
+            container_id=f"simulated-{self._node}-w{warm['key']}",
+            running=True,
+            status=SIMULATED_STATUS,
+            port=None,
+            booking=str(warm["booking"]),
+        )
+        with self._lock:
+            self._warm[warm["key"]] = container
+        return container
+
+    def claim(self, key: str, session: DesiredSession) -> ManagedContainer:
+        with self._lock:
+            warm = self._warm.pop(key, None)
+            if warm is None:
+                raise StartFailed(f"warm desktop {key} is not running (SIMULATED)")
+            session_id = session["session_id"]
+            container = ManagedContainer(
+                session_id=session_id,
+                container_id=warm.container_id,
+                running=True,
+                status=SIMULATED_STATUS,
+                host=self._publish_address,
+                port=None,
+                simulated=True,
+                placement=session.get("placement", ""),
+            )
+            self._containers[session_id] = container
+            self._save()
+        return container
+
+    def stop_warm(self, key: str) -> None:
+        with self._lock:
+            self._warm.pop(key, None)
 
     def simulate_exit(self, session_id: int, exit_code: int, *, oom_killed: bool = False) -> None:
         """Pretend the desktop died (for tests and demos of LOST sessions)."""

@@ -35,27 +35,31 @@ def desired_sessions(node: Node) -> list[DesiredSession]:
         .prefetch_related("allocations__slice")
         .order_by("pk")
     )
-    return [
-        DesiredSession(
-            session_id=s.pk,
-            user=s.user.get_username(),
-            course=s.course.code if s.course else "",
-            image=s.profile.image,
-            cpus=s.profile.cpus,
-            memory_mb=s.profile.memory_mb,
-            pids_limit=s.profile.pids_limit,
-            shm_mb=s.profile.shm_mb,
-            gpu_devices=[
-                a.slice.device_uuid
-                for a in s.allocations.all()
-                if a.slice is not None and a.released_at is None
-            ],
-            vnc_password=s.vnc_password,
-            home_volume=s.home_volume,
-            placement=placement_id(s),
-        )
-        for s in sessions
-    ]
+    return [_desired(s) for s in sessions]
+
+
+def _desired(s: Session) -> DesiredSession:
+    desired = DesiredSession(
+        session_id=s.pk,
+        user=s.user.get_username(),
+        course=s.course.code if s.course else "",
+        image=s.profile.image,
+        cpus=s.profile.cpus,
+        memory_mb=s.profile.memory_mb,
+        pids_limit=s.profile.pids_limit,
+        shm_mb=s.profile.shm_mb,
+        gpu_devices=[
+            a.slice.device_uuid
+            for a in s.allocations.all()
+            if a.slice is not None and a.released_at is None
+        ],
+        vnc_password=s.vnc_password,
+        home_volume=s.home_volume,
+        placement=placement_id(s),
+    )
+    if s.warm_key:
+        desired["warm_key"] = s.warm_key  # claim that warm desktop instead of starting one
+    return desired
 
 
 def do_report(node: Node, session_id: int, report: SessionReport) -> Session:

@@ -14,6 +14,7 @@ from portal.models import Course
 from ..choices import AuditKind
 from ..models import AuditEvent, Booking, DesktopProfile, Slice
 from . import Conflict, ServiceError
+from .warm import drop_warm
 
 MAX_SEATS = 500
 MAX_WINDOW = timedelta(hours=12)
@@ -118,6 +119,8 @@ def do_cancel_booking(user: AbstractBaseUser, booking: Booking) -> Booking:
         )
         if not updated:
             raise Conflict("This booking is already cancelled.")
+        # Its unclaimed warm desktops go now: agents stop them at their next poll.
+        drop_warm(booking)
         AuditEvent.objects.create(
             kind=AuditKind.BOOKING_CANCELLED,
             actor=f"user:{user.get_username()}",

@@ -6,7 +6,7 @@ import logging
 import secrets
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
@@ -27,7 +27,7 @@ from ..models import (
     Session,
     Slice,
 )
-from . import Conflict
+from . import Conflict, warm
 from .lifecycle import do_transition
 from .usage import Usage, collect_usage, department_of
 
@@ -99,6 +99,8 @@ def _pool(now):
         .annotate(cpus=Sum("profile__cpus"), memory=Sum("profile__memory_mb"))
     ):
         used[row["node_id"]] = (row["cpus"] or 0.0, row["memory"] or 0)
+    for node_id, (cpus, memory) in warm.warm_node_use().items():
+        used[node_id] = (used[node_id][0] + cpus, used[node_id][1] + memory)
     states = []
     budgets: dict[str, float] = {}
     for node in nodes:
@@ -204,7 +206,9 @@ def build_snapshot(now=None) -> engine.Snapshot:
     nodes, racks, slices, pool_models = _pool(now)
     usage = collect_usage(now, policy.usage_half_life_days, ON_NODE_STATES)
     running = []
-    held: set[int] = set()
+    # A warm desktop's slice is its booking's: out of the free pool, and one seat fewer to hold.
+    held: set[int] = warm.warm_slice_ids()
+    warm_seats = warm.warm_counts()
     for s in (
         Session.objects.on_node()
         .select_related("profile", "user", "user__member", "course")
@@ -242,7 +246,7 @@ def build_snapshot(now=None) -> engine.Snapshot:
         engine.Booking(
             booking_id=b.pk,
             course=b.course.code,
-            seats=b.seats,
+            seats=max(0, b.seats - warm_seats.get(b.pk, 0)),
             starts_at=b.starts_at,
             ends_at=b.ends_at,
             shape=profile_request(
@@ -328,6 +332,7 @@ def _apply_placement(placement: engine.Placement, snapshot: engine.Snapshot) -> 
                 eta=None,
                 blocked=False,
                 compute_units=units,
+                warm_key="",
             )
             allocations = [
                 Allocation(session_id=placement.session_id, node_id=node_id, slice_id=sid)
@@ -479,10 +484,17 @@ def do_scheduling_cycle(now=None) -> CycleResult:
     now = now or timezone.now()
     finish_grace_periods(now)
     stop_overdue(now)
+    warm.prune_warm(now)
     snapshot = build_snapshot(now)
+    # Booked students first take their class's READY warm desktops; the engine plans the rest.
+    claimed = warm.claim_warm(snapshot, now)
+    if claimed:
+        snapshot = replace(
+            snapshot, queue=tuple(r for r in snapshot.queue if r.session_id not in claimed)
+        )
     result = engine.plan(snapshot, now)
     conflicts = 0
-    placed = 0
+    placed = len(claimed)
     for placement in result.placements:
         if _apply_placement(placement, snapshot):
             placed += 1
@@ -492,6 +504,7 @@ def do_scheduling_cycle(now=None) -> CycleResult:
         _apply_preemption(preemption)
     _apply_queue(result.queue, now)
     _apply_alert(result.alert)
+    warm.top_up_warm(snapshot, result, now)
     for note in result.notes:
         log.warning("cycle: %s", note)
     if placed or conflicts:

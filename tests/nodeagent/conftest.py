@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.protocol import LABEL_MANAGED, LABEL_NODE, DesiredSession, SessionReport
+from nodeagent.protocol import (
+    LABEL_MANAGED,
+    LABEL_NODE,
+    DesiredSession,
+    DesiredWarm,
+    SessionReport,
+    WarmReport,
+)
 
 TINY_IMAGE = "deskpool/tiny:latest"
 # The image is built by nodeagent/images/build.sh; wait for a build in progress this long.
@@ -86,6 +93,23 @@ def desired_session(
     return session
 
 
+def desired_warm(key: str, *, image: str = TINY_IMAGE, **overrides: object) -> DesiredWarm:
+    """A warm desktop as the portal would list it, with test-friendly limits."""
+    warm = DesiredWarm(
+        key=key,
+        booking=7,
+        course="cs101",
+        image=image,
+        cpus=0.5,
+        memory_mb=256,
+        pids_limit=256,
+        shm_mb=64,
+        gpu_devices=["MIG-00000000-0000-0000-0000-000000000009"],
+    )
+    warm.update(overrides)  # type: ignore[typeddict-item]
+    return warm
+
+
 @pytest.fixture
 def make_session():  # type: ignore[no-untyped-def]
     return desired_session
@@ -98,6 +122,8 @@ class FakePortal:
         import threading
 
         self.reports: list[tuple[int, SessionReport]] = []
+        self.warm_reports: list[tuple[str, WarmReport]] = []
+        self.unwanted_warm: set[str] = set()  # warm keys answered with 409
         self.unwanted: set[int] = set()  # sessions answered with 409
         self.refuse_placements: set[str] = set()  # reports about these placements get 409
         self.down = False
@@ -115,6 +141,21 @@ class FakePortal:
                 raise Conflict("session was placed again", state="PLACED")
             self.reports.append((session_id, dict(report)))  # type: ignore[arg-type]
         return report["state"]
+
+    def report_warm(self, key: str, report: WarmReport) -> str:
+        from nodeagent.portal_client import Conflict, PortalUnavailable
+
+        if self.down:
+            raise PortalUnavailable("fake portal is down")
+        with self._lock:
+            if key in self.unwanted_warm:
+                raise Conflict("warm desktop no longer wanted", state="GONE")
+            self.warm_reports.append((key, dict(report)))  # type: ignore[arg-type]
+        return report["state"]
+
+    def warm_states(self, key: str) -> list[str]:
+        with self._lock:
+            return [r["state"] for k, r in self.warm_reports if k == key]
 
     def states(self, session_id: int) -> list[str]:
         with self._lock:

@@ -1,0 +1,394 @@
+"""The warm pool: desktops started ahead for a class booking, claimed by its students.
+
+Each scheduling cycle (:func:`scheduling.services.cycle.do_scheduling_cycle`):
+
+1. :func:`prune_warm` drops warm desktops the pool no longer wants (booking cancelled,
+   over, or no longer near; node unhealthy) and gives failed ones a new key once their
+   retry time has come.
+2. The snapshot leaves warm desktops' slices out of the free pool, counts their profile's
+   CPU and memory as used on their node, and lowers their booking's seats by their number
+   (the engine holds capacity only for the seats no warm desktop covers).
+3. :func:`claim_warm` places waiting requests of a booking on warm desktops of that
+   booking, READY ones first, in order of arrival and within quotas: the session gets the
+   warm desktop's slice (and, when it is READY, its ``warm_key``), the warm row goes; the
+   engine plans the rest of the queue.
+4. :func:`top_up_warm` asks the engine where the booking's students would be placed now
+   (its held slices first) and starts warm desktops there, up to
+   ``min(seats not yet taken, WARM_MAX_PER_BOOKING)`` per booking.
+
+The agent learns its warm desktops from ``desired/`` and reports READY or FAILED to
+``warm/<key>/report/`` (:func:`do_warm_report`).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections import defaultdict
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Count, QuerySet
+from django.utils import timezone
+
+from nodeagent.protocol import DesiredWarm, WarmReport
+
+from .. import engine
+from ..choices import ON_NODE_STATES, WAITING_STATES, AuditKind, SessionState
+from ..engine.model import TIER_BOOKED
+from ..engine.planner import index_quotas, quota_for
+from ..models import Allocation, AuditEvent, Booking, Node, Session, WarmDesktop, WarmState
+from . import Conflict
+from .lifecycle import do_transition
+
+log = logging.getLogger(__name__)
+
+WARM_RETRY_MAX_FACTOR = 16
+
+
+def lead() -> timedelta:
+    return timedelta(minutes=settings.WARM_LEAD_MINUTES)
+
+
+def warm_bookings(now: datetime) -> QuerySet[Booking]:
+    """Bookings that get warm desktops now: not cancelled, open or starting within the lead.
+
+    Only one-GPU (or CPU-only) profiles: a desktop runs on one slice.
+    """
+    return Booking.objects.filter(
+        cancelled_at=None,
+        ends_at__gt=now,
+        starts_at__lte=now + lead(),
+        profile__gpu_count__lte=1,
+    )
+
+
+def new_key(booking_id: int) -> str:
+    """A warm desktop's key: ``b<booking>-<8 hex>``, new for every (re)try."""
+    return f"b{booking_id}-{secrets.token_hex(4)}"
+
+
+def desired_warm(node: Node, now: datetime | None = None) -> list[DesiredWarm]:
+    """The warm desktops this node's agent should keep started now."""
+    now = now or timezone.now()
+    rows = (
+        WarmDesktop.objects.filter(
+            node=node,
+            state__in=[WarmState.STARTING, WarmState.READY],
+            booking__in=warm_bookings(now),
+        )
+        .select_related("booking__course", "booking__profile", "slice")
+        .order_by("pk")
+    )
+    return [
+        DesiredWarm(
+            key=w.key,
+            booking=w.booking_id,
+            course=w.booking.course.code,
+            image=w.booking.profile.image,
+            cpus=w.booking.profile.cpus,
+            memory_mb=w.booking.profile.memory_mb,
+            pids_limit=w.booking.profile.pids_limit,
+            shm_mb=w.booking.profile.shm_mb,
+            gpu_devices=[w.slice.device_uuid] if w.slice is not None else [],
+        )
+        for w in rows
+    ]
+
+
+def do_warm_report(node: Node, key: str, report: WarmReport) -> WarmDesktop:
+    """READY or FAILED from the agent; Conflict when the portal no longer wants that desktop."""
+    from ..tasks import schedule_soon
+
+    now = timezone.now()
+    with transaction.atomic():
+        warm = (
+            WarmDesktop.objects.select_for_update()
+            .filter(key=key, node=node, booking__in=warm_bookings(now))
+            .first()
+        )
+        if warm is None:
+            raise Conflict(f"Warm desktop {key} is not wanted on {node.hostname}; stop it.")
+        if report["state"] == "READY":
+            if warm.state == WarmState.FAILED:
+                raise Conflict(f"Warm desktop {key} was reported FAILED; stop it.")
+            warm.state = WarmState.READY
+            warm.port = report.get("port")
+            warm.container_id = report.get("container_id", "")
+            warm.ready_at = now
+            warm.reason = ""
+            warm.save(update_fields=["state", "port", "container_id", "ready_at", "reason"])
+            # A booked student may be waiting for it.
+            if Session.objects.filter(
+                booking_id=warm.booking_id, state__in=WAITING_STATES
+            ).exists():
+                schedule_soon()
+        else:
+            factor = min(2**warm.failures, WARM_RETRY_MAX_FACTOR)
+            warm.state = WarmState.FAILED
+            warm.failures += 1
+            warm.reason = report.get("reason", "")[:300]
+            warm.retry_at = now + timedelta(seconds=settings.WARM_RETRY_S * factor)
+            warm.save(update_fields=["state", "failures", "reason", "retry_at"])
+            log.warning(
+                "warm desktop %s on %s failed (%d in a row), retry at %s: %s",
+                key,
+                node.hostname,
+                warm.failures,
+                warm.retry_at,
+                warm.reason,
+            )
+    return warm
+
+
+def drop_warm(booking: Booking) -> int:
+    """Forget a booking's unclaimed warm desktops (its agents stop them at their next poll)."""
+    deleted, _ = WarmDesktop.objects.filter(booking=booking).delete()
+    return deleted
+
+
+def prune_warm(now: datetime) -> None:
+    """Drop warm desktops no longer wanted; give failed ones whose time has come a new key."""
+    wanted = warm_bookings(now)
+    WarmDesktop.objects.exclude(booking__in=wanted).delete()
+    unhealthy = [n.pk for n in Node.objects.all() if not n.is_healthy(now)]
+    WarmDesktop.objects.filter(node_id__in=unhealthy).delete()
+    for warm in WarmDesktop.objects.filter(state=WarmState.FAILED, retry_at__lte=now):
+        WarmDesktop.objects.filter(pk=warm.pk, state=WarmState.FAILED).update(
+            key=new_key(warm.booking_id), state=WarmState.STARTING, retry_at=None
+        )
+
+
+def warm_counts() -> dict[int, int]:
+    """Warm desktops per booking (every state: a failed one still holds its slice)."""
+    return dict(
+        WarmDesktop.objects.values_list("booking_id")
+        .annotate(n=Count("pk"))
+        .values_list("booking_id", "n")
+    )
+
+
+def claim_warm(snapshot: engine.Snapshot, now: datetime) -> set[int]:
+    """Place waiting booked requests on their booking's warm desktops; their session ids.
+
+    A READY one is claimed: the session gets its slice and ``warm_key`` and the agent hands
+    over the running container. Without a READY one a request still gets the slice of a
+    STARTING or FAILED one of its booking (no key: the agent stops that warm desktop and
+    starts the session's afresh), so warm desktops never keep a class from its capacity.
+    """
+    rank = {WarmState.READY: 0, WarmState.STARTING: 1, WarmState.FAILED: 2}
+    rows: dict[int, list[WarmDesktop]] = defaultdict(list)
+    for warm in sorted(
+        WarmDesktop.objects.all(), key=lambda w: (rank[WarmState(w.state)], w.ready_at or now, w.pk)
+    ):
+        rows[warm.booking_id].append(warm)
+    if not rows:
+        return set()
+    quotas = index_quotas(snapshot.quotas)
+    extra: dict[tuple[str, str], int] = defaultdict(int)
+    claimed: set[int] = set()
+    booked = [r for r in snapshot.queue if r.booking_id in rows]
+    for r in sorted(booked, key=lambda r: (r.submitted_at, r.session_id)):
+        if not rows[r.booking_id or 0] or engine.quota_block(r, quotas, extra):
+            continue
+        warm = rows[r.booking_id or 0].pop(0)
+        if _claim(r.session_id, warm):
+            claimed.add(r.session_id)
+            for scope, key in (
+                ("user", r.user),
+                ("course", r.course),
+                ("department", r.department),
+            ):
+                if (quota := quota_for(quotas, scope, key)) is not None:
+                    extra[(scope, quota.key)] += 1
+    return claimed
+
+
+def _claim(session_id: int, warm: WarmDesktop) -> bool:
+    try:
+        with transaction.atomic():
+            locked = (
+                WarmDesktop.objects.select_for_update(of=("self",))
+                .select_related("slice__gpu")
+                .filter(pk=warm.pk, key=warm.key)
+                .first()
+            )
+            if locked is None:
+                return False
+            ready = locked.state == WarmState.READY
+            units = 0.0
+            if locked.slice is not None:
+                units = locked.slice.gpu.compute_units * locked.slice.milli / 1000
+            do_transition(
+                session_id,
+                SessionState.PLACED,
+                actor="scheduler",
+                only_from=frozenset(WAITING_STATES),
+                node_id=locked.node_id,
+                placed_at=timezone.now(),
+                queue_position=None,
+                reason=(
+                    "placed on a desktop started ahead for your class; opening it (its home "
+                    "folder is temporary: save your work elsewhere)"
+                    if ready
+                    else "placed on a seat of your class; waiting for the node to start it"
+                ),
+                vnc_password=_password(),
+                eta=None,
+                blocked=False,
+                compute_units=round(units, 4),
+                warm_key=locked.key if ready else "",
+            )
+            locked.delete()
+            Allocation.objects.create(
+                session_id=session_id, node_id=locked.node_id, slice_id=locked.slice_id
+            )
+            AuditEvent.objects.create(
+                kind=AuditKind.SESSION_PLACED,
+                actor="scheduler",
+                session_id=session_id,
+                node_id=locked.node_id,
+                data={
+                    "slices": [locked.slice_id] if locked.slice_id else [],
+                    "nodes": [locked.node_id],
+                    "warm_key": locked.key if ready else "",
+                    "booking": locked.booking_id,
+                },
+            )
+        return True
+    except (IntegrityError, Conflict) as error:
+        log.info("claim of warm desktop %s by %s lost a race: %s", warm.key, session_id, error)
+        return False
+
+
+def _password() -> str:
+    from .cycle import VNC_PASSWORD_ALPHABET
+
+    return "".join(secrets.choice(VNC_PASSWORD_ALPHABET) for _ in range(8))
+
+
+def top_up_warm(snapshot: engine.Snapshot, result: engine.Plan, now: datetime) -> int:
+    """Start warm desktops where the engine would place each booking's students now.
+
+    Per booking: ``min(seats - sessions holding capacity for it, WARM_MAX_PER_BOOKING)``
+    warm desktops; extras (a seat got taken) go, failed and starting ones first. Returns how
+    many were added.
+    """
+    from .cycle import profile_request
+
+    bookings = list(warm_bookings(now).select_related("profile", "course"))
+    if not bookings:
+        return 0
+    taken = dict(
+        Session.objects.filter(
+            booking__in=[b.pk for b in bookings],
+            state__in=ON_NODE_STATES | {SessionState.STOPPING},
+        )
+        .values_list("booking_id")
+        .annotate(n=Count("pk"))
+        .values_list("booking_id", "n")
+    )
+    placed_ids = {p.session_id for p in result.placements}
+    for r in snapshot.queue:
+        if r.session_id in placed_ids and r.booking_id is not None:
+            taken[r.booking_id] = taken.get(r.booking_id, 0) + 1
+    rank = {WarmState.FAILED: 0, WarmState.STARTING: 1, WarmState.READY: 2}
+    needed: dict[int, int] = {}
+    for b in bookings:
+        target = max(0, min(b.seats - taken.get(b.pk, 0), settings.WARM_MAX_PER_BOOKING))
+        rows = sorted(
+            WarmDesktop.objects.filter(booking=b),
+            key=lambda w: (rank[WarmState(w.state)], -w.pk),
+        )
+        extra = len(rows) - target
+        if extra > 0:
+            WarmDesktop.objects.filter(pk__in=[w.pk for w in rows[:extra]]).delete()
+        elif extra < 0:
+            needed[b.pk] = -extra
+    if not needed:
+        return 0
+    by_id = {b.pk: b for b in bookings}
+    pool_models = sorted({s.gpu_model for s in snapshot.free_slices})
+    trial_queue = []
+    owner: dict[int, int] = {}
+    for booking_id, count in sorted(needed.items()):
+        b = by_id[booking_id]
+        for _ in range(count):
+            fake_id = -(len(owner) + 1)
+            owner[fake_id] = booking_id
+            trial_queue.append(
+                profile_request(
+                    b.profile,
+                    pool_models,
+                    session_id=fake_id,
+                    tier=TIER_BOOKED,
+                    submitted_at=now,
+                    course=b.course.code,
+                    booking_id=booking_id,
+                )
+            )
+    # What this cycle just placed is no longer free; nor is its nodes' CPU and memory.
+    used_slices = {sid for p in result.placements for sid in p.slice_ids}
+    used_slices |= {sid for p in result.placements for _, ids in p.others for sid in ids}
+    shapes = {r.session_id: r for r in snapshot.queue}
+    cpus: dict[int, float] = defaultdict(float)
+    memory: dict[int, int] = defaultdict(int)
+    for p in result.placements:
+        if (r := shapes.get(p.session_id)) is not None:
+            cpus[p.node_id] += r.cpus
+            memory[p.node_id] += r.memory_mb
+    trial = replace(
+        snapshot,
+        nodes=tuple(
+            replace(
+                n,
+                cpus_free=n.cpus_free - cpus[n.node_id],
+                memory_free_mb=n.memory_free_mb - memory[n.node_id],
+            )
+            for n in snapshot.nodes
+        ),
+        free_slices=tuple(s for s in snapshot.free_slices if s.slice_id not in used_slices),
+        queue=tuple(trial_queue),
+        quotas=(),
+    )
+    added = 0
+    for p in engine.plan(trial, now).placements:
+        if p.others or len(p.slice_ids) > 1:
+            continue
+        booking_id = owner[p.session_id]
+        try:
+            with transaction.atomic():
+                slice_id = p.slice_ids[0] if p.slice_ids else None
+                if (
+                    slice_id is not None
+                    and Allocation.objects.filter(slice_id=slice_id, released_at=None).exists()
+                ):
+                    continue
+                WarmDesktop.objects.create(
+                    booking_id=booking_id,
+                    node_id=p.node_id,
+                    slice_id=slice_id,
+                    key=new_key(booking_id),
+                )
+                added += 1
+        except IntegrityError as error:
+            log.info("warm desktop for booking %s lost a race: %s", booking_id, error)
+    if added:
+        log.info("warm pool: %d desktop(s) to start", added)
+    return added
+
+
+def warm_slice_ids() -> set[int]:
+    return set(WarmDesktop.objects.filter(slice__isnull=False).values_list("slice_id", flat=True))
+
+
+def warm_node_use() -> dict[int, tuple[float, int]]:
+    """CPU and memory of the warm desktops per node (their profile's limits)."""
+    use: dict[int, tuple[float, int]] = {}
+    for warm in WarmDesktop.objects.select_related("booking__profile"):
+        cpus, memory = use.get(warm.node_id, (0.0, 0))
+        profile = warm.booking.profile
+        use[warm.node_id] = (cpus + profile.cpus, memory + profile.memory_mb)
+    return use

@@ -1,0 +1,189 @@
+"""The warm pool on the agent: real dockerd, real containers of the tiny image.
+
+The agent keeps the portal's warm desktops started, claims one for a session (the session's
+password works afterwards and the warm desktop's random one no longer does), stops the ones
+that leave the list, adopts a claimed one after a restart, and cleans up failures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from nodeagent.images.check_image import handshake
+from nodeagent.protocol import LABEL_BOOKING, LABEL_MANAGED, LABEL_NODE, LABEL_SESSION, LABEL_WARM
+from nodeagent.reconcile import Reconciler
+from nodeagent.runtime import warm_container_name
+from nodeagent.runtime.docker_runtime import DockerRuntime
+from nodeagent.runtime.simulated_runtime import SimulatedRuntime
+from tests.nodeagent.conftest import desired_warm
+
+
+def converge(reconciler: Reconciler, sessions: list, warm: list, steps: int = 1) -> None:  # type: ignore[type-arg]
+    for _ in range(steps):
+        reconciler.step(sessions, warm)
+        assert reconciler.wait_idle(90), "reconcile actions did not finish"
+
+
+def login(port: int, password: str) -> str:
+    """A real VNC handshake through websockify, answering the challenge: OK or FAILED (n)."""
+    return asyncio.run(handshake(f"ws://127.0.0.1:{port}/websockify", password))[2]
+
+
+def node_containers(docker_client, node_name: str) -> list:  # type: ignore[no-untyped-def,type-arg]
+    labels = [f"{LABEL_MANAGED}=true", f"{LABEL_NODE}={node_name}"]
+    return docker_client.containers.list(all=True, filters={"label": labels})
+
+
+@pytest.fixture
+def docker_runtime(docker_client, node_name, sessions_dir) -> DockerRuntime:  # type: ignore[no-untyped-def]
+    return DockerRuntime(
+        docker_client, node_name=node_name, sessions_dir=sessions_dir, ready_timeout_s=30
+    )
+
+
+@pytest.mark.docker
+def test_warm_desktops_kept_claimed_dropped_and_adopted_after_restart(
+    docker_runtime, docker_client, tiny_image, node_name, sessions_dir, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    warm = [desired_warm(f"b7-{i}", image=tiny_image) for i in (1, 2, 3)]
+    reconciler = Reconciler(docker_runtime, fake_portal)
+
+    # Three warm desktops start, each answers a VNC handshake and is reported READY.
+    converge(reconciler, [], warm)
+    for w in warm:
+        assert fake_portal.warm_states(w["key"]) == ["READY"]
+    found = {c.labels[LABEL_WARM]: c for c in node_containers(docker_client, node_name)}
+    assert sorted(found) == ["b7-1", "b7-2", "b7-3"]
+    for container in found.values():
+        assert container.status == "running"
+        assert container.labels[LABEL_BOOKING] == "7"
+        assert LABEL_SESSION not in container.labels  # nobody's desktop yet
+        assert container.attrs["HostConfig"]["CapDrop"] == ["ALL"]
+        assert container.attrs["Config"]["User"] == "1000:1000"
+    # No home volume: a warm desktop's home is the container's own.
+    assert docker_client.volumes.list(filters={"label": f"{LABEL_NODE}={node_name}"}) == []
+    # Level-triggered: the same list again changes nothing.
+    again = reconciler.step([], warm)
+    assert again.is_quiet(), again
+    assert len(node_containers(docker_client, node_name)) == 3
+
+    # A student's session is placed on b7-1: the agent claims the running container.
+    warm_port = next(r["port"] for k, r in fake_portal.warm_reports if k == "b7-1")
+    warm_password = (sessions_dir / "wb7-1" / "passwd").read_text().strip()
+    assert login(warm_port, warm_password) == "OK"
+    session = make_session(
+        7001, image=tiny_image, vnc_password="claimpw1", placement="88", warm_key="b7-1"
+    )
+    summary = reconciler.step([session], warm[1:])
+    assert reconciler.wait_idle(60)
+    assert summary.claiming == [7001] and summary.starting == []
+    assert fake_portal.states(7001) == ["STARTING", "RUNNING"]
+    running = fake_portal.last(7001)
+    assert running["container_id"] == found["b7-1"].id  # the warm container, not a new one
+    assert running["port"] == warm_port and running["placement"] == "88"
+    # The session's password now opens the desktop; the warm desktop's random one does not.
+    assert login(warm_port, "claimpw1") == "OK"
+    assert login(warm_port, warm_password).startswith("FAILED")
+    claim = json.loads((sessions_dir / "claims" / "b7-1.json").read_text())
+    assert (claim["session_id"], claim["user"], claim["placement"]) == (7001, "alice", "88")
+    assert [c.session_id for c in docker_runtime.list_managed()] == [7001]
+
+    # b7-2 and b7-3 leave the list unclaimed: stopped and removed, with their folders.
+    converge(reconciler, [session], [])
+    assert [c.id for c in node_containers(docker_client, node_name)] == [found["b7-1"].id]
+    assert not (sessions_dir / "wb7-2").exists() and not (sessions_dir / "wb7-3").exists()
+    assert fake_portal.states(7001) == ["STARTING", "RUNNING"]  # the claimed one untouched
+    reconciler.close()
+
+    # A new agent process adopts the claimed desktop as session 7001's (claim record), starts
+    # nothing, and the session's password still works.
+    restarted = Reconciler(
+        DockerRuntime(docker_client, node_name=node_name, sessions_dir=sessions_dir), fake_portal
+    )
+    summary = restarted.step([session], [])
+    assert restarted.wait_idle(60)
+    assert summary.adopted == [7001] and summary.starting == [] and summary.claiming == []
+    assert fake_portal.states(7001) == ["STARTING", "RUNNING", "RUNNING"]
+    assert fake_portal.last(7001)["container_id"] == found["b7-1"].id
+    assert login(warm_port, "claimpw1") == "OK"
+
+    # The session ends: the claimed desktop goes with everything it had.
+    converge(restarted, [], [])
+    assert fake_portal.states(7001)[-1] == "ENDED"
+    assert node_containers(docker_client, node_name) == []
+    assert not (sessions_dir / "wb7-1").exists()
+    assert not (sessions_dir / "claims" / "b7-1.json").exists()
+
+
+@pytest.mark.docker
+def test_failed_warm_start_leaves_nothing_and_is_not_retried_under_its_key(
+    docker_runtime, docker_client, tiny_image, node_name, sessions_dir, fake_portal
+) -> None:  # type: ignore[no-untyped-def]
+    broken = desired_warm("b8-1", image="deskpool/no-such-image:latest")
+    reconciler = Reconciler(docker_runtime, fake_portal)
+
+    converge(reconciler, [], [broken], steps=3)
+
+    assert fake_portal.warm_states("b8-1") == ["FAILED"]  # once, not every step
+    assert "not present" in fake_portal.warm_reports[0][1]["reason"]
+    assert node_containers(docker_client, node_name) == []
+    assert not (sessions_dir / "wb8-1").exists()
+
+    # A warm desktop that dies is reported FAILED, removed, and not started again.
+    alive = desired_warm("b8-2", image=tiny_image)
+    converge(reconciler, [], [alive])
+    assert fake_portal.warm_states("b8-2") == ["READY"]
+    docker_client.containers.get(warm_container_name(node_name, "b8-2")).kill()
+    converge(reconciler, [], [alive], steps=3)
+    assert fake_portal.warm_states("b8-2") == ["READY", "FAILED"]
+    assert "137" in [r for k, r in fake_portal.warm_reports if k == "b8-2"][-1]["reason"]
+    assert node_containers(docker_client, node_name) == []
+    assert not (sessions_dir / "wb8-2").exists()
+
+
+@pytest.mark.docker
+def test_claim_of_a_gone_warm_desktop_starts_the_session_afresh(
+    docker_runtime, docker_client, tiny_image, node_name, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    session = make_session(7101, image=tiny_image, vnc_password="freshpw1", warm_key="b9-1")
+
+    converge(Reconciler(docker_runtime, fake_portal), [session], [])
+
+    assert fake_portal.states(7101) == ["STARTING", "RUNNING"]
+    [container] = node_containers(docker_client, node_name)
+    assert container.labels[LABEL_SESSION] == "7101"
+    assert login(fake_portal.last(7101)["port"], "freshpw1") == "OK"
+
+
+def test_simulated_runtime_keeps_and_claims_warm_desktops(
+    tmp_path: Path, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    runtime = SimulatedRuntime(node_name="sim", state_file=tmp_path / "s.json", start_delay_s=0)
+    reconciler = Reconciler(runtime, fake_portal)
+    converge(reconciler, [], [desired_warm("k1"), desired_warm("k2")])
+    assert fake_portal.warm_states("k1") == ["READY"] and fake_portal.warm_states("k2") == ["READY"]
+
+    session = make_session(31, warm_key="k1")
+    summary = reconciler.step([session], [desired_warm("k2")])
+    assert reconciler.wait_idle(10)
+    assert summary.claiming == [31]
+    assert fake_portal.states(31) == ["STARTING", "RUNNING"]
+    assert [w.key for w in runtime.list_warm()] == ["k2"]
+
+    converge(reconciler, [session], [])
+    assert runtime.list_warm() == []
+    assert [c.session_id for c in runtime.list_managed()] == [31]
+
+
+def test_warm_desktop_the_portal_refuses_is_stopped(tmp_path: Path, fake_portal) -> None:  # type: ignore[no-untyped-def]
+    runtime = SimulatedRuntime(node_name="sim", state_file=tmp_path / "s.json", start_delay_s=0)
+    fake_portal.unwanted_warm.add("k9")
+    reconciler = Reconciler(runtime, fake_portal)
+    converge(reconciler, [], [desired_warm("k9")])
+    assert [w.key for w in runtime.list_warm()] == ["k9"]  # the portal's 409 ...
+    converge(reconciler, [], [])  # ... and the key's absence from the next list: stopped
+    assert runtime.list_warm() == []
