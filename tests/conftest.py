@@ -7,6 +7,7 @@ These tests run on the real PostgreSQL and Redis named by DATABASE_URL and REDIS
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -143,3 +144,19 @@ def pool(register_node):
         ],
     )
     return node
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_warm_home_mounts_left(tmp_path_factory):
+    """Warm desktops' homes are bind mounts under a test's tmp folder; an agent killed by a
+    test leaves them mounted. Unmount them at the end, so that pytest's later clean-up of old
+    tmp folders never deletes through one."""
+    yield
+    from nodeagent.runtime import home_mounts
+
+    base = str(tmp_path_factory.getbasetemp())
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        points = {line.split(" ")[4] for line in f if "/warm-homes/" in line}
+    for point in sorted(points):
+        if point.startswith(base):
+            home_mounts.release(Path(point))

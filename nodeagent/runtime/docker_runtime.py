@@ -17,6 +17,7 @@ import os
 import re
 import secrets
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.models.containers import Container
+from docker.types import Mount
 
 from nodeagent.config import AgentConfig
 from nodeagent.protocol import (
@@ -51,12 +53,17 @@ from nodeagent.runtime import (
     StartFailed,
     WarmContainer,
     container_name,
+    home_mounts,
     warm_container_name,
 )
+from nodeagent.runtime.home_mounts import HomeMountError
 
 logger = logging.getLogger(__name__)
 
 PASSWORD_FILE_NAME = "passwd"
+WARM_HOMES_DIR_NAME = "warm-homes"  # under the sessions folder: warm desktops' home mounts
+SKELETON = "/etc/skel"  # the image's skeleton home, copied into new homes
+ORPHAN_AFTER_S = 300.0  # a warm home folder without its container this old is removed
 # In the desktop images: applies a password written into the mounted folder after the start.
 APPLY_PASSWORD_COMMAND = ["/usr/local/bin/deskpool-passwd"]
 CLAIMS_DIR_NAME = "claims"
@@ -398,10 +405,12 @@ class DockerRuntime:
     # -- the warm pool -------------------------------------------------------------------
     #
     # A warm desktop is started for a class booking before anyone asks: a random password
-    # in its own password folder (``w<key>``), no home volume (its home is the container's
-    # own, seeded from the image: the user's home volume cannot be attached to a running
-    # container), labels ``deskpool.warm=<key>`` and ``deskpool.booking``. A claim writes
-    # the session's password into that folder, runs deskpool-passwd in the container (Xvnc
+    # in its own password folder (``w<key>``), its home a shared host folder
+    # (``warm-homes/<key>``, seeded with the image's skeleton) mounted with rslave
+    # propagation, labels ``deskpool.warm=<key>`` and ``deskpool.booking``. A claim mounts
+    # the student's home volume on that folder (``home_mounts``: it shows up in the running
+    # desktop), writes the session's password into the password folder, runs
+    # deskpool-passwd in the container (Xvnc
     # re-reads its password file at every authentication) and records the claim in
     # ``claims/<key>.json`` under the sessions folder: labels cannot change, and a restarted
     # agent must still know whose desktop it is.
@@ -441,6 +450,7 @@ class DockerRuntime:
                     reason=reason,
                 )
             )
+        self._release_orphan_homes({w.key for w in found})
         return found
 
     def start_warm(self, warm: DesiredWarm) -> WarmContainer:
@@ -461,13 +471,17 @@ class DockerRuntime:
                 LABEL_COURSE: warm["course"],
             }
             args = self._limits_args(warm, f"warm {key}")
+            home = self._warm_home(key)
+            home.mkdir(parents=True, exist_ok=True, mode=0o755)
             args.update(
                 name=warm_container_name(self._node, key),
                 labels=labels,
                 volumes={str(password_dir): {"bind": DESKTOP_PASSWORD_MOUNT, "mode": "ro"}},
+                mounts=[Mount(DESKTOP_HOME, str(home), type="bind", propagation="rslave")],
             )
             args["environment"]["DESKPOOL_WARM_KEY"] = key
             container = self._client.containers.create(**args)
+            home_mounts.prepare(home, _archive(container, SKELETON))
             container.start()
             container.reload()
             port = _published_port(container.attrs)
@@ -479,7 +493,7 @@ class DockerRuntime:
                 self._ready_timeout_s,
                 abort_reason=lambda: self._exit_reason(container),
             )
-        except (DockerException, OSError, DesktopNotReady, StartFailed) as error:
+        except (DockerException, OSError, DesktopNotReady, StartFailed, HomeMountError) as error:
             self._forget_warm(key)
             raise StartFailed(_start_error_text(error)) from error
         except BaseException:
@@ -501,6 +515,7 @@ class DockerRuntime:
             if not containers:
                 raise StartFailed(f"warm desktop {key} is not running")
             [container] = containers[:1]
+            self._attach_home(key, container, session)
             self._replace_password(self._warm_dir(key), session["vnc_password"])
             applied = container.exec_run(APPLY_PASSWORD_COMMAND)
             if applied.exit_code != 0:
@@ -521,7 +536,7 @@ class DockerRuntime:
                 abort_reason=lambda: self._exit_reason(container),
             )
             container.reload()
-        except (DockerException, OSError, DesktopNotReady, StartFailed) as error:
+        except (DockerException, OSError, DesktopNotReady, StartFailed, HomeMountError) as error:
             self._forget_warm(key)
             raise StartFailed(_start_error_text(error)) from error
         except BaseException:
@@ -534,6 +549,34 @@ class DockerRuntime:
 
     def stop_warm(self, key: str) -> None:
         self._forget_warm(key)
+
+    def _attach_home(self, key: str, container: Container, session: DesiredSession) -> None:
+        """Mount the student's home volume into the running warm desktop (a new volume is
+        first seeded with the image's skeleton, as Docker seeds one at a cold start)."""
+        created = self._ensure_home_volume(session)
+        volume = self._client.volumes.get(session["home_volume"])
+        volume_dir = Path(volume.attrs.get("Mountpoint") or "")
+        if created and volume_dir.is_dir():
+            home_mounts.seed(volume_dir, _archive(container, SKELETON))
+        home_mounts.attach(volume_dir, self._warm_home(key))
+
+    def _release_orphan_homes(self, keys: set[str]) -> None:
+        """Unmount and remove home folders of warm desktops whose container is gone (removed
+        by hand, or by a crash between the two); a folder younger than ORPHAN_AFTER_S may
+        belong to a start in progress and is left alone."""
+        homes = self._sessions_dir / WARM_HOMES_DIR_NAME
+        if not homes.is_dir():
+            return
+        for folder in homes.iterdir():
+            if folder.name in keys:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                if time.time() - folder.stat().st_mtime > ORPHAN_AFTER_S:
+                    logger.warning("removing the home folder of gone warm desktop %s", folder.name)
+                    home_mounts.release(folder)
+
+    def _warm_home(self, key: str) -> Path:
+        return self._sessions_dir / WARM_HOMES_DIR_NAME / key
 
     def _warm_dir(self, key: str) -> Path:
         return self._sessions_dir / f"w{key}"
@@ -559,6 +602,7 @@ class DockerRuntime:
             except APIError as error:
                 if error.status_code != 409:
                     raise
+        home_mounts.release(self._warm_home(key))  # unmounts first: the volume is kept
         shutil.rmtree(self._warm_dir(key), ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             (self._claims_dir() / f"{key}.json").unlink()
@@ -607,6 +651,12 @@ class DockerRuntime:
 
     def _claimed_keys(self, session_id: int) -> list[str]:
         return [k for k, c in self._claims().items() if c["session_id"] == session_id]
+
+
+def _archive(container: Container, path: str) -> bytes:
+    """A folder of the container's image (or filesystem) as tar bytes."""
+    stream, _ = container.get_archive(path)
+    return b"".join(stream)
 
 
 def _published_port(attrs: dict[str, Any]) -> int | None:

@@ -230,8 +230,8 @@ def _claim(session_id: int, warm: WarmDesktop) -> bool:
                 placed_at=timezone.now(),
                 queue_position=None,
                 reason=(
-                    "placed on a desktop started ahead for your class; opening it (its home "
-                    "folder is temporary: save your work elsewhere)"
+                    "placed on a desktop started ahead for your class; opening it with your "
+                    "home folder"
                     if ready
                     else "placed on a seat of your class; waiting for the node to start it"
                 ),

@@ -18,6 +18,7 @@ from nodeagent.protocol import (
     SessionReport,
     WarmReport,
 )
+from nodeagent.runtime import home_mounts
 
 TINY_IMAGE = "deskpool/tiny:latest"
 # The image is built by nodeagent/images/build.sh; wait for a build in progress this long.
@@ -68,8 +69,15 @@ def node_name(docker_client) -> Iterator[str]:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def sessions_dir(tmp_path: Path) -> Path:
-    return tmp_path / "state" / "sessions"
+def sessions_dir(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "state" / "sessions"
+    yield path
+    # A test that failed half way may leave a warm desktop's home mounted: unmount it, so
+    # nothing later deletes through the mount.
+    homes = path / "warm-homes"
+    if homes.is_dir():
+        for home in homes.iterdir():
+            home_mounts.release(home)
 
 
 def desired_session(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from nodeagent.images.check_image import handshake
 from nodeagent.protocol import LABEL_BOOKING, LABEL_MANAGED, LABEL_NODE, LABEL_SESSION, LABEL_WARM
 from nodeagent.reconcile import Reconciler
-from nodeagent.runtime import warm_container_name
+from nodeagent.runtime import home_mounts, warm_container_name
 from nodeagent.runtime.docker_runtime import DockerRuntime
 from nodeagent.runtime.simulated_runtime import SimulatedRuntime
 from tests.nodeagent.conftest import desired_warm
@@ -64,7 +65,7 @@ def test_warm_desktops_kept_claimed_dropped_and_adopted_after_restart(
         assert LABEL_SESSION not in container.labels  # nobody's desktop yet
         assert container.attrs["HostConfig"]["CapDrop"] == ["ALL"]
         assert container.attrs["Config"]["User"] == "1000:1000"
-    # No home volume: a warm desktop's home is the container's own.
+    # No home volume yet: a warm desktop's home is the agent's folder until it is claimed.
     assert docker_client.volumes.list(filters={"label": f"{LABEL_NODE}={node_name}"}) == []
     # Level-triggered: the same list again changes nothing.
     again = reconciler.step([], warm)
@@ -187,3 +188,62 @@ def test_warm_desktop_the_portal_refuses_is_stopped(tmp_path: Path, fake_portal)
     assert [w.key for w in runtime.list_warm()] == ["k9"]  # the portal's 409 ...
     converge(reconciler, [], [])  # ... and the key's absence from the next list: stopped
     assert runtime.list_warm() == []
+
+
+@pytest.mark.docker
+def test_a_claimed_warm_desktop_gets_the_students_home_volume(
+    docker_runtime, docker_client, tiny_image, node_name, sessions_dir, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    reconciler = Reconciler(docker_runtime, fake_portal)
+    converge(reconciler, [], [desired_warm("b8-1", image=tiny_image)])
+    [container] = node_containers(docker_client, node_name)
+    # Before the claim: the image's skeleton home, in a folder of the agent's.
+    assert container.exec_run(["test", "-f", "/home/desktop/.bashrc"]).exit_code == 0
+    assert docker_client.volumes.list(filters={"label": f"{LABEL_NODE}={node_name}"}) == []
+
+    # A returning student: their home volume already holds their work.
+    returning = make_session(7101, image=tiny_image, vnc_password="homepw01", warm_key="b8-1")
+    volume = docker_client.volumes.create(
+        returning["home_volume"], labels={LABEL_MANAGED: "true", LABEL_NODE: node_name}
+    )
+    saved = Path(volume.attrs["Mountpoint"]) / "thesis.txt"
+    saved.write_text("chapter 1\n")
+    os.chown(saved, 1000, 1000)
+    os.chown(saved.parent, 1000, 1000)
+    converge(reconciler, [returning], [])
+    assert fake_portal.states(7101) == ["STARTING", "RUNNING"]
+    # The running desktop now shows the volume, and what the student saves lands in it.
+    assert container.exec_run(["cat", "/home/desktop/thesis.txt"]).output == b"chapter 1\n"
+    wrote = container.exec_run(["sh", "-c", "echo notes > /home/desktop/class.txt"])
+    assert wrote.exit_code == 0, wrote.output
+    assert (saved.parent / "class.txt").read_text() == "notes\n"
+
+    # The session ends: the desktop and its mounts go, the volume keeps the work.
+    converge(reconciler, [], [])
+    assert node_containers(docker_client, node_name) == []
+    home = sessions_dir / "warm-homes" / "b8-1"
+    assert not home.exists() and home_mounts.mount_count(home) == 0
+    assert (saved.parent / "class.txt").read_text() == "notes\n"
+    assert saved.read_text() == "chapter 1\n"
+
+
+@pytest.mark.docker
+def test_a_first_time_students_home_is_seeded_like_a_cold_start(
+    docker_runtime, docker_client, tiny_image, node_name, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    reconciler = Reconciler(docker_runtime, fake_portal)
+    converge(reconciler, [], [desired_warm("b9-1", image=tiny_image)])
+    [container] = node_containers(docker_client, node_name)
+    first = make_session(7201, image=tiny_image, vnc_password="newpw001", warm_key="b9-1")
+    converge(reconciler, [first], [])
+    assert fake_portal.states(7201) == ["STARTING", "RUNNING"]
+    volume = docker_client.volumes.get(first["home_volume"])  # created at the claim
+    folder = Path(volume.attrs["Mountpoint"])
+    assert (folder / ".bashrc").is_file()  # the image's skeleton, as Docker seeds a new volume
+    assert (folder.stat().st_uid, (folder / ".bashrc").stat().st_uid) == (1000, 1000)
+    wrote = container.exec_run(["sh", "-c", "echo hello > /home/desktop/first.txt"])
+    assert wrote.exit_code == 0, wrote.output
+    assert (folder / "first.txt").read_text() == "hello\n"
+    converge(reconciler, [], [])
+    assert node_containers(docker_client, node_name) == []
+    assert (folder / "first.txt").read_text() == "hello\n"  # kept for the next session
