@@ -220,16 +220,7 @@ class DockerRuntime:
             self._write_password(attempt.password_dir, session["vnc_password"])
             container = self._client.containers.create(**self._create_args(session, attempt))
             container.start()
-            container.reload()
-            port = _published_port(container.attrs)
-            if port is None:
-                raise StartFailed("the engine published no port for websockify")
-            self._readiness(
-                _connect_host(self._publish_address),
-                port,
-                self._ready_timeout_s,
-                abort_reason=lambda: self._exit_reason(container),
-            )
+            self._await_desktop(container)
             container.reload()
         except (DockerException, OSError, DesktopNotReady, StartFailed) as error:
             self._clean_up_failed(session, container, attempt)
@@ -240,6 +231,20 @@ class DockerRuntime:
         described = self._describe(container)
         assert described is not None  # we set the session label ourselves
         return described
+
+    def _await_desktop(self, container: Container) -> int:
+        """The started container's websockify port, once a VNC handshake answers there."""
+        container.reload()
+        port = _published_port(container.attrs)
+        if port is None:
+            raise StartFailed("the engine published no port for websockify")
+        self._readiness(
+            _connect_host(self._publish_address),
+            port,
+            self._ready_timeout_s,
+            abort_reason=lambda: self._exit_reason(container),
+        )
+        return port
 
     def wait_ready(self, managed: ManagedContainer) -> ManagedContainer:
         """Wait for a container found running (adopted) to answer a VNC handshake."""
@@ -483,16 +488,7 @@ class DockerRuntime:
             container = self._client.containers.create(**args)
             home_mounts.prepare(home, _archive(container, SKELETON))
             container.start()
-            container.reload()
-            port = _published_port(container.attrs)
-            if port is None:
-                raise StartFailed("the engine published no port for websockify")
-            self._readiness(
-                _connect_host(self._publish_address),
-                port,
-                self._ready_timeout_s,
-                abort_reason=lambda: self._exit_reason(container),
-            )
+            port = self._await_desktop(container)
         except (DockerException, OSError, DesktopNotReady, StartFailed, HomeMountError) as error:
             self._forget_warm(key)
             raise StartFailed(_start_error_text(error)) from error
@@ -525,16 +521,7 @@ class DockerRuntime:
                     f"(exit code {applied.exit_code}: {output[:120]})"
                 )
             self._write_claim(key, session)
-            container.reload()
-            port = _published_port(container.attrs)
-            if port is None:
-                raise StartFailed(f"warm desktop {key} publishes no websockify port")
-            self._readiness(
-                _connect_host(self._publish_address),
-                port,
-                self._ready_timeout_s,
-                abort_reason=lambda: self._exit_reason(container),
-            )
+            self._await_desktop(container)
             container.reload()
         except (DockerException, OSError, DesktopNotReady, StartFailed, HomeMountError) as error:
             self._forget_warm(key)

@@ -125,6 +125,18 @@ def index_quotas(quotas: Iterable[Quota]) -> dict[tuple[str, str], Quota]:
     return {(q.scope, q.key): q for q in quotas}
 
 
+def count_session(
+    request: QueuedRequest,
+    quotas: dict[tuple[str, str], Quota],
+    extra_sessions: dict[tuple[str, str], int],
+) -> None:
+    """Count a session just placed for ``request`` against each quota that covers it."""
+    for scope, key in _scopes(request):
+        quota = quota_for(quotas, scope, key)
+        if quota is not None:
+            extra_sessions[(scope, quota.key)] = extra_sessions.get((scope, quota.key), 0) + 1
+
+
 def quota_block(
     request: QueuedRequest,
     quotas: dict[tuple[str, str], Quota],
@@ -808,10 +820,7 @@ def _plan(snapshot: Snapshot, now: datetime) -> Plan:
         placement = _place(cycle, r, shape)
         if placement is not None:
             result.placements.append(placement)
-            for scope, key in _scopes(r):
-                q = quota_for(cycle.quotas, scope, key)
-                if q is not None:
-                    cycle.extra_sessions[(scope, q.key)] += 1
+            count_session(r, cycle.quotas, cycle.extra_sessions)
             continue
         if r.session_id in pending_victims:
             victims = pending_victims[r.session_id]

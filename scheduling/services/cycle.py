@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
@@ -312,6 +312,58 @@ def _workload(pool: Iterable[engine.FreeSlice]) -> tuple[engine.TargetShape, ...
     )
 
 
+def new_vnc_password() -> str:
+    return "".join(secrets.choice(VNC_PASSWORD_ALPHABET) for _ in range(8))
+
+
+def place_session(
+    session_id: int,
+    parts: Sequence[tuple[int, Sequence[int]]],
+    *,
+    units: float,
+    reason: str,
+    warm_key: str = "",
+    audit: dict | None = None,
+) -> None:
+    """A waiting session becomes PLACED on ``parts`` (``(node, slice ids)``, the first node
+    its own): new VNC password, live allocations and the audit record. Call it inside a
+    transaction; Conflict or IntegrityError when something raced it."""
+    node_id = parts[0][0]
+    do_transition(
+        session_id,
+        SessionState.PLACED,
+        actor="scheduler",
+        only_from=frozenset(WAITING_STATES),
+        node_id=node_id,
+        placed_at=timezone.now(),
+        queue_position=None,
+        reason=reason,
+        vnc_password=new_vnc_password(),
+        eta=None,
+        blocked=False,
+        compute_units=units,
+        warm_key=warm_key,
+    )
+    allocations = [
+        Allocation(session_id=session_id, node_id=node, slice_id=sid)
+        for node, ids in parts
+        for sid in ids
+    ] or [Allocation(session_id=session_id, node_id=node_id)]
+    for allocation in allocations:
+        allocation.save()
+    AuditEvent.objects.create(
+        kind=AuditKind.SESSION_PLACED,
+        actor="scheduler",
+        session_id=session_id,
+        node_id=node_id,
+        data={
+            "slices": [sid for _, ids in parts for sid in ids],
+            "nodes": [node for node, _ in parts],
+            **(audit or {}),
+        },
+    )
+
+
 def _apply_placement(placement: engine.Placement, snapshot: engine.Snapshot) -> bool:
     """Claim the session and its slices in one transaction; False if anything raced us."""
     by_id = {s.slice_id: s for s in snapshot.free_slices}
@@ -319,37 +371,11 @@ def _apply_placement(placement: engine.Placement, snapshot: engine.Snapshot) -> 
     units = sum(by_id[sid].compute_units for _, ids in parts for sid in ids if sid in by_id)
     try:
         with transaction.atomic():
-            do_transition(
+            place_session(
                 placement.session_id,
-                SessionState.PLACED,
-                actor="scheduler",
-                only_from=frozenset(WAITING_STATES),
-                node_id=placement.node_id,
-                placed_at=timezone.now(),
-                queue_position=None,
+                parts,
+                units=units,
                 reason="placed; waiting for the node to start the desktop",
-                vnc_password="".join(secrets.choice(VNC_PASSWORD_ALPHABET) for _ in range(8)),
-                eta=None,
-                blocked=False,
-                compute_units=units,
-                warm_key="",
-            )
-            allocations = [
-                Allocation(session_id=placement.session_id, node_id=node_id, slice_id=sid)
-                for node_id, ids in parts
-                for sid in ids
-            ] or [Allocation(session_id=placement.session_id, node_id=placement.node_id)]
-            for allocation in allocations:
-                allocation.save()
-            AuditEvent.objects.create(
-                kind=AuditKind.SESSION_PLACED,
-                actor="scheduler",
-                session_id=placement.session_id,
-                node_id=placement.node_id,
-                data={
-                    "slices": [sid for _, ids in parts for sid in ids],
-                    "nodes": [node_id for node_id, _ in parts],
-                },
             )
         return True
     except (IntegrityError, Conflict) as error:

@@ -36,12 +36,11 @@ from django.utils import timezone
 from nodeagent.protocol import DesiredWarm, WarmReport
 
 from .. import engine
-from ..choices import ON_NODE_STATES, WAITING_STATES, AuditKind, SessionState
+from ..choices import ON_NODE_STATES, WAITING_STATES, SessionState
 from ..engine.model import TIER_BOOKED
-from ..engine.planner import index_quotas, quota_for
-from ..models import Allocation, AuditEvent, Booking, Node, Session, WarmDesktop, WarmState
+from ..engine.planner import count_session, index_quotas
+from ..models import Allocation, Booking, Node, Session, WarmDesktop, WarmState
 from . import Conflict
-from .lifecycle import do_transition
 
 log = logging.getLogger(__name__)
 
@@ -196,17 +195,13 @@ def claim_warm(snapshot: engine.Snapshot, now: datetime) -> set[int]:
         warm = rows[r.booking_id or 0].pop(0)
         if _claim(r.session_id, warm):
             claimed.add(r.session_id)
-            for scope, key in (
-                ("user", r.user),
-                ("course", r.course),
-                ("department", r.department),
-            ):
-                if (quota := quota_for(quotas, scope, key)) is not None:
-                    extra[(scope, quota.key)] += 1
+            count_session(r, quotas, extra)
     return claimed
 
 
 def _claim(session_id: int, warm: WarmDesktop) -> bool:
+    from .cycle import place_session
+
     try:
         with transaction.atomic():
             locked = (
@@ -221,52 +216,25 @@ def _claim(session_id: int, warm: WarmDesktop) -> bool:
             units = 0.0
             if locked.slice is not None:
                 units = locked.slice.gpu.compute_units * locked.slice.milli / 1000
-            do_transition(
+            key = locked.key if ready else ""
+            locked.delete()
+            place_session(
                 session_id,
-                SessionState.PLACED,
-                actor="scheduler",
-                only_from=frozenset(WAITING_STATES),
-                node_id=locked.node_id,
-                placed_at=timezone.now(),
-                queue_position=None,
+                [(locked.node_id, [locked.slice_id] if locked.slice_id else [])],
+                units=round(units, 4),
                 reason=(
                     "placed on a desktop started ahead for your class; opening it with your "
                     "home folder"
                     if ready
                     else "placed on a seat of your class; waiting for the node to start it"
                 ),
-                vnc_password=_password(),
-                eta=None,
-                blocked=False,
-                compute_units=round(units, 4),
-                warm_key=locked.key if ready else "",
-            )
-            locked.delete()
-            Allocation.objects.create(
-                session_id=session_id, node_id=locked.node_id, slice_id=locked.slice_id
-            )
-            AuditEvent.objects.create(
-                kind=AuditKind.SESSION_PLACED,
-                actor="scheduler",
-                session_id=session_id,
-                node_id=locked.node_id,
-                data={
-                    "slices": [locked.slice_id] if locked.slice_id else [],
-                    "nodes": [locked.node_id],
-                    "warm_key": locked.key if ready else "",
-                    "booking": locked.booking_id,
-                },
+                warm_key=key,
+                audit={"warm_key": key, "booking": locked.booking_id},
             )
         return True
     except (IntegrityError, Conflict) as error:
         log.info("claim of warm desktop %s by %s lost a race: %s", warm.key, session_id, error)
         return False
-
-
-def _password() -> str:
-    from .cycle import VNC_PASSWORD_ALPHABET
-
-    return "".join(secrets.choice(VNC_PASSWORD_ALPHABET) for _ in range(8))
 
 
 def top_up_warm(snapshot: engine.Snapshot, result: engine.Plan, now: datetime) -> int:
