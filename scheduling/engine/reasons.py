@@ -1,0 +1,69 @@
+"""Why a request waits, is refused or is moved: a code plus parameters, never a sentence.
+
+The engine and the portal's services emit :class:`Reason` values; sessions store the code and
+the parameters; ``scheduling.presenters`` renders them in the reader's language and time zone.
+Parameters are plain JSON values, except times, which are aware :class:`datetime` objects
+(stored as ISO 8601 strings and read back as datetimes by the presenter, see ``TIME_PARAMS``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class Code(StrEnum):
+    """Every reason the portal can show; the presenter has one sentence for each."""
+
+    # -- the engine: waiting in the queue (params: tier, ahead, higher, gpu_count, memory_mb)
+    WAITING = "waiting"  # waiting for a free slice
+    WAITING_HOT = "waiting_hot"  # + limit_c: the free slices that fit are too hot
+    WAITING_HELD = "waiting_held"  # what is free is held for a class booking
+    NO_FIT = "no_fit"  # gpu_count, memory_mb, kinds, models: no healthy node can ever run it
+    # -- the engine: quotas (scope: user|course|department, key)
+    QUOTA_SLICE_MEMORY = "quota_slice_memory"  # limit_mb, need_mb
+    QUOTA_GPU_HOURS = "quota_gpu_hours"  # limit, used
+    QUOTA_SESSIONS = "quota_sessions"  # limit
+    # -- the engine: admission, preemption and the pool alert
+    POOL_BLOCK = "pool_block"  # utilisation, limit (ratios 0..1): hobby refused at submit
+    PREEMPTED = "preempted"  # for_tier, deadline: stops at the deadline, then requeued
+    POOL_OK = "pool_ok"  # utilisation
+    POOL_WARN = "pool_warn"  # utilisation, limit
+    POOL_BLOCKED = "pool_blocked"  # utilisation, limit
+    BOOKING_SHORT = "booking_short"  # booking, course, held, need: seats that do not fit
+    # -- the portal: lifecycle
+    SUBMITTED = "submitted"  # waiting for the scheduler's first look
+    PLACED = "placed"  # placed; waiting for the node to start the desktop
+    PLACED_WARM = "placed_warm"  # placed on a desktop started ahead for the class
+    PLACED_SEAT = "placed_seat"  # placed on a seat of the class; the node starts it
+    STARTING = "starting"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    TIME_LIMIT = "time_limit"  # minutes
+    REQUEUED_PREEMPTED = "requeued_preempted"  # back in the queue with its place kept
+    NODE_SILENT_REQUEUED = "node_silent_requeued"  # node, since
+    NODE_SILENT_ENDED = "node_silent_ended"  # node, since
+    AGENT = "agent"  # detail: what the node's agent said (its own words, not translated)
+    BOOKING_ENDED = "booking_ended"  # the class booking this desktop belonged to ended
+
+
+# Parameters holding aware datetimes (ISO 8601 strings once stored).
+TIME_PARAMS = frozenset({"deadline", "eta", "since", "until"})
+
+
+@dataclass(frozen=True)
+class Reason:
+    code: Code
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in TIME_PARAMS & self.params.keys():
+            value = self.params[name]
+            if isinstance(value, datetime) and value.tzinfo is None:
+                raise ValueError(f"reason parameter {name} must be an aware datetime")
+
+    def with_params(self, **extra: Any) -> Reason:
+        return Reason(self.code, {**self.params, **extra})
