@@ -22,6 +22,10 @@ class Code(StrEnum):
     WAITING = "waiting"  # waiting for a free slice
     WAITING_HOT = "waiting_hot"  # + limit_c: the free slices that fit are too hot
     WAITING_HELD = "waiting_held"  # what is free is held for a class booking
+    # starting once `count` desktops stop at `deadline` (their grace): ones preempted for it
+    # in an earlier cycle, or ones of lower priority preempted for it in this one
+    WAITING_VICTIMS = "waiting_victims"  # count, deadline
+    WAITING_PREEMPTING = "waiting_preempting"  # count, deadline
     NO_FIT = "no_fit"  # gpu_count, memory_mb, kinds, models: no healthy node can ever run it
     # -- the engine: quotas (scope: user|course|department, key)
     QUOTA_SLICE_MEMORY = "quota_slice_memory"  # limit_mb, need_mb
@@ -48,6 +52,7 @@ class Code(StrEnum):
     NODE_SILENT_ENDED = "node_silent_ended"  # node, since
     AGENT = "agent"  # detail: what the node's agent said (its own words, not translated)
     BOOKING_ENDED = "booking_ended"  # the class booking this desktop belonged to ended
+    NOTE = "note"  # text: a sentence stored before reasons were codes (shown as it is)
 
 
 # Parameters holding aware datetimes (ISO 8601 strings once stored).
