@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -15,8 +16,6 @@ app.autodiscover_tasks()
 
 @app.on_after_finalize.connect
 def _beat_entries(sender: Celery, **_: object) -> None:
-    from django.conf import settings
-
     every = settings.SCHEDULER_BEAT_SECONDS
     sender.add_periodic_task(
         every,

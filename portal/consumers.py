@@ -9,11 +9,12 @@ import logging
 import websockets
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
+from django.utils import translation
 
 from scheduling.choices import SessionState
+from scheduling.events import ADMIN_GROUP, user_group
 from scheduling.models import Session
-
-from .events import ADMIN_GROUP, user_group
+from scheduling.presenters import render
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +38,37 @@ class UpdatesConsumer(AsyncJsonWebsocketConsumer):
         for group in getattr(self, "groups_joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
 
+    def _render(self, code: str, params: dict) -> str:
+        """The reason in this page's language (the payload's was rendered by the sender)."""
+        language = translation.get_language_from_request(self.scope_request(), check_path=False)
+        with translation.override(language):
+            return render(code, params)
+
+    def scope_request(self):  # the little of a request that language negotiation reads
+        headers = dict(self.scope.get("headers") or [])
+        accept = headers.get(b"accept-language", b"").decode("latin-1")
+        cookies = self.scope.get("cookies") or {}
+        return _LanguageProbe(accept, cookies)
+
     async def session_update(self, event: dict) -> None:
-        await self.send_json({"type": "session.update", "session": event["session"]})
+        session = dict(event["session"])
+        session["reason"] = self._render(session["reason_code"], session["reason_params"])
+        await self.send_json({"type": "session.update", "session": session})
 
     async def pool_alert(self, event: dict) -> None:
-        await self.send_json({k: event[k] for k in ("type", "level", "utilisation", "message")})
+        alert = {k: event[k] for k in ("type", "level", "utilisation", "reason_code")}
+        alert["reason_params"] = event["reason_params"]
+        alert["reason"] = self._render(event["reason_code"], event["reason_params"])
+        await self.send_json(alert)
+
+
+class _LanguageProbe:
+    """Headers and cookies of the WebSocket handshake, shaped as language negotiation wants."""
+
+    def __init__(self, accept_language: str, cookies: dict) -> None:
+        self.META = {"HTTP_ACCEPT_LANGUAGE": accept_language}
+        self.COOKIES = cookies
+        self.path_info = "/"
 
 
 @database_sync_to_async

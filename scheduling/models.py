@@ -7,9 +7,14 @@ import secrets
 from typing import TYPE_CHECKING
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from guardian.shortcuts import get_objects_for_user
+
+from portal.models import Course
 
 from .choices import (
     ON_NODE_STATES,
@@ -20,6 +25,7 @@ from .choices import (
     SessionState,
     SliceKind,
 )
+from .presenters import render
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -158,8 +164,6 @@ class DesktopProfile(models.Model):
 class SessionQuerySet(models.QuerySet["Session"]):
     def visible_to(self, user: AbstractBaseUser | AnonymousUser) -> SessionQuerySet:
         """Sessions this user may read: their own, all for admins, and guardian grants."""
-        from guardian.shortcuts import get_objects_for_user
-
         if not user.is_authenticated:
             return self.none()
         if user.is_staff:
@@ -198,7 +202,10 @@ class Session(models.Model):
     )
     node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL)
     queue_position = models.PositiveIntegerField(null=True, blank=True)
-    reason = models.CharField(max_length=300, blank=True)
+    # Why it waits, moved or ended: a code of ``engine.reasons.Code`` and its parameters
+    # (times as ISO 8601); ``scheduling.presenters`` renders them for the reader.
+    reason_code = models.CharField(max_length=40, blank=True)
+    reason_params = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
     vnc_password = models.CharField(max_length=8, blank=True)
     desktop_host = models.CharField(max_length=200, blank=True)
     desktop_port = models.PositiveIntegerField(null=True, blank=True)
@@ -236,6 +243,11 @@ class Session(models.Model):
         return PURPOSE_TIER[Purpose(self.purpose)]
 
     @property
+    def reason(self) -> str:
+        """The reason rendered in the active language and time zone."""
+        return render(self.reason_code, self.reason_params)
+
+    @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
 
@@ -245,9 +257,19 @@ class Session(models.Model):
 
 
 class Allocation(models.Model):
-    """A session's hold on one slice (or, for CPU-only desktops, on a node)."""
+    """A hold on one slice (or, for CPU-only desktops, on a node): a session's or a warm
+    desktop's. Every hold is a row of this one table, so one partial unique index covers all.
 
-    session = models.ForeignKey(Session, related_name="allocations", on_delete=models.CASCADE)
+    A warm desktop's hold moves to the student's session when it is claimed (one conditional
+    UPDATE, ``services.warm``); deleting an unclaimed warm desktop deletes its hold.
+    """
+
+    session = models.ForeignKey(
+        Session, null=True, blank=True, related_name="allocations", on_delete=models.CASCADE
+    )
+    warm = models.ForeignKey(
+        "WarmDesktop", null=True, blank=True, related_name="holds", on_delete=models.CASCADE
+    )
     node = models.ForeignKey(Node, on_delete=models.PROTECT)
     slice = models.ForeignKey(Slice, null=True, blank=True, on_delete=models.PROTECT)
     created_at = models.DateTimeField(default=timezone.now)
@@ -261,10 +283,17 @@ class Allocation(models.Model):
                 condition=Q(released_at__isnull=True),
                 name="one_active_allocation_per_slice",
             ),
+            # A hold belongs to exactly one holder: a session or a warm desktop.
+            models.CheckConstraint(
+                condition=Q(session__isnull=False, warm__isnull=True)
+                | Q(session__isnull=True, warm__isnull=False),
+                name="allocation_has_one_holder",
+            ),
         ]
 
     def __str__(self) -> str:
-        return f"allocation of {self.slice or self.node} to session {self.session_id}"
+        holder = f"session {self.session_id}" if self.session_id else f"warm {self.warm_id}"
+        return f"allocation of {self.slice or self.node} to {holder}"
 
 
 class AuditEvent(models.Model):
@@ -323,8 +352,6 @@ class PoolPolicy(models.Model):
         return f"pool policy (warn {self.warn_percent}%, block {self.block_percent}%)"
 
     def clean(self) -> None:
-        from django.core.exceptions import ValidationError
-
         if not 0 < self.warn_percent <= self.block_percent <= 100:
             raise ValidationError(
                 "Thresholds must satisfy 0 < warning <= block <= 100 (percent of GPU capacity)."
@@ -369,6 +396,12 @@ class Quota(models.Model):
         return f"{self.scope} quota for {self.key}"
 
 
+class BookingQuerySet(models.QuerySet["Booking"]):
+    def visible_to(self, user: AbstractBaseUser | AnonymousUser) -> BookingQuerySet:
+        """Bookings of the courses this user may read (``Course.objects.visible_to``)."""
+        return self.filter(course__in=Course.objects.visible_to(user))
+
+
 class Booking(models.Model):
     """An instructor's booking: ``seats`` desktops of a profile for a course in a window."""
 
@@ -382,6 +415,8 @@ class Booking(models.Model):
     )
     created_at = models.DateTimeField(default=timezone.now)
     cancelled_at = models.DateTimeField(null=True, blank=True)
+
+    objects = BookingQuerySet.as_manager()
 
     class Meta:
         ordering = ["starts_at", "pk"]
@@ -401,15 +436,16 @@ class WarmState(models.TextChoices):
 
 
 class WarmDesktop(models.Model):
-    """A desktop started ahead, without a user, on a slice held for a class booking.
+    """A desktop started ahead, without a user, for a class booking; its slice (or node, for
+    a CPU-only profile) is held by an :class:`Allocation` row linked to it.
 
-    Rows live while the portal wants the desktop: a claim deletes the row (the session takes
-    the slice, with ``Session.warm_key``), and so do the booking's end or cancellation.
+    Rows live while the portal wants the desktop: a claim moves the hold to the session (with
+    ``Session.warm_key``) and deletes the row; the booking's end or cancellation deletes it
+    and, with it, the hold.
     """
 
     booking = models.ForeignKey(Booking, related_name="warm_desktops", on_delete=models.CASCADE)
     node = models.ForeignKey(Node, related_name="warm_desktops", on_delete=models.CASCADE)
-    slice = models.ForeignKey(Slice, null=True, blank=True, on_delete=models.CASCADE)
     key = models.CharField(max_length=40, unique=True)
     state = models.CharField(max_length=10, choices=WarmState.choices, default=WarmState.STARTING)
     reason = models.CharField(max_length=300, blank=True)
@@ -422,13 +458,12 @@ class WarmDesktop(models.Model):
 
     class Meta:
         ordering = ["booking_id", "pk"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["slice"],
-                condition=Q(slice__isnull=False),
-                name="one_warm_desktop_per_slice",
-            ),
-        ]
 
     def __str__(self) -> str:
         return f"warm desktop {self.key} ({self.state}) on {self.node}"
+
+    @property
+    def held_slice(self) -> Slice | None:
+        """The slice its live hold is on (None for a CPU-only desktop, or once claimed)."""
+        hold = self.holds.filter(released_at=None).select_related("slice").first()
+        return hold.slice if hold is not None else None

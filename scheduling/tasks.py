@@ -8,7 +8,10 @@ from functools import lru_cache
 import redis
 from celery import shared_task
 from django.conf import settings
-from django.db import transaction
+from django.utils import timezone
+
+from .services.cycle import do_scheduling_cycle
+from .services.health import do_sweep_silent_nodes
 
 log = logging.getLogger(__name__)
 
@@ -21,16 +24,11 @@ def lock_client() -> redis.Redis:
     return redis.Redis.from_url(settings.LOCK_REDIS_URL)
 
 
-def schedule_soon() -> None:
-    """Ask for a scheduling cycle once the current transaction commits."""
-    transaction.on_commit(lambda: run_scheduling_cycle.delay())
-
-
-@shared_task(ignore_result=True, expires=60)
+@shared_task(name="scheduling.tasks.run_scheduling_cycle", ignore_result=True, expires=60)
 def run_scheduling_cycle() -> int:
-    """Single-flight per pool: a cycle asked for while one runs makes that one go again."""
-    from .services.cycle import do_scheduling_cycle
+    """Single-flight per pool: a cycle asked for while one runs makes that one go again.
 
+    Services ask for it by name (``services.kick.schedule_soon``)."""
     client = lock_client()
     client.set(CYCLE_DIRTY, 1)
     cycles = 0
@@ -52,9 +50,5 @@ def run_scheduling_cycle() -> int:
 @shared_task(ignore_result=True, expires=15)
 def sweep_nodes() -> int:
     """Requeue the sessions of nodes that stopped answering; returns how many moved."""
-    from django.utils import timezone
-
-    from .services.health import do_sweep_silent_nodes
-
     result = do_sweep_silent_nodes(timezone.now())
     return result.requeued + result.ended

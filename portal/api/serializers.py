@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from django.urls import reverse
 from rest_framework import serializers
 
-from scheduling.choices import Purpose, SessionState
+from scheduling.choices import ON_NODE_STATES, Purpose, SessionState
+from scheduling.events import session_payload
 from scheduling.models import Booking, DesktopProfile, Gpu, Node, Session, Slice
 
 
@@ -34,53 +34,33 @@ class SessionCreateSerializer(serializers.Serializer):
     course = serializers.CharField(required=False, allow_blank=True, allow_null=True)
 
 
-class SessionSerializer(serializers.ModelSerializer):
-    profile = serializers.IntegerField(source="profile_id", read_only=True)
-    profile_name = serializers.CharField(source="profile.name", read_only=True)
-    node = serializers.SerializerMethodField()
-    slice = serializers.SerializerMethodField()
-    desktop_url = serializers.SerializerMethodField()
-    simulated = serializers.SerializerMethodField()
+class SessionSerializer(serializers.Serializer):
+    """A session as the API shows it: ``scheduling.events.session_payload``, the same dict
+    live updates carry. The fields below declare it for the OpenAPI schema."""
 
-    class Meta:
-        model = Session
-        fields = [
-            "id",
-            "state",
-            "purpose",
-            "profile",
-            "profile_name",
-            "queue_position",
-            "reason",
-            "eta",
-            "blocked",
-            "preempt_deadline",
-            "booking",
-            "node",
-            "slice",
-            "desktop_url",
-            "simulated",
-            "created_at",
-            "started_at",
-            "ended_at",
-        ]
+    id = serializers.IntegerField()
+    state = serializers.ChoiceField(choices=SessionState.choices)
+    purpose = serializers.ChoiceField(choices=Purpose.choices)
+    profile = serializers.IntegerField()
+    profile_name = serializers.CharField()
+    queue_position = serializers.IntegerField(allow_null=True)
+    reason = serializers.CharField(help_text="The reason in the reader's language and zone.")
+    reason_code = serializers.CharField(help_text="A code of scheduling.engine.reasons.Code.")
+    reason_params = serializers.DictField(help_text="Its parameters; times in ISO 8601.")
+    eta = serializers.DateTimeField(allow_null=True)
+    blocked = serializers.BooleanField()
+    preempt_deadline = serializers.DateTimeField(allow_null=True)
+    booking = serializers.IntegerField(allow_null=True)
+    node = serializers.CharField(allow_null=True)
+    slice = serializers.CharField(allow_null=True)
+    desktop_url = serializers.CharField(allow_null=True)
+    simulated = serializers.BooleanField()
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
 
-    def get_node(self, session: Session) -> str | None:
-        return session.node.hostname if session.node else None
-
-    def get_slice(self, session: Session) -> str | None:
-        held = [a.slice for a in session.allocations.all() if a.slice and not a.released_at]
-        if not held:
-            return None
-        return ", ".join(f"gpu{s.gpu.index} {s.profile or s.kind}" for s in held)
-
-    def get_desktop_url(self, session: Session) -> str | None:
-        if session.state not in (SessionState.RUNNING, SessionState.PREEMPTING):
-            return None
-        return reverse("desktop", args=[session.pk])
-
-    def get_simulated(self, session: Session) -> bool:
-        return bool(session.node and session.node.runtime == "simulated")
+    def to_representation(self, instance: Session) -> dict:
+        return dict(session_payload(instance))
 
 
 class SliceSerializer(serializers.ModelSerializer):
@@ -166,6 +146,4 @@ class BookingSerializer(serializers.ModelSerializer):
         ]
 
     def get_seats_running(self, booking: Booking) -> int:
-        from scheduling.choices import ON_NODE_STATES
-
         return booking.sessions.filter(state__in=ON_NODE_STATES).count()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import Prefetch, Q
+from django.db.models import Prefetch
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
@@ -10,14 +10,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from scheduling import engine
+from scheduling.api_errors import as_api_error
 from scheduling.models import Allocation, Booking, DesktopProfile, Gpu, Node, PoolPolicy, Session
 from scheduling.services import ServiceError
 from scheduling.services.bookings import check_booking, do_cancel_booking, do_create_booking
-from scheduling.services.cycle import build_snapshot
+from scheduling.services.pool import pool_utilisation
 from scheduling.services.sessions import check_submit, do_stop, do_submit
 
-from .errors import as_api_error
 from .serializers import (
     BookingCreateSerializer,
     BookingSerializer,
@@ -98,10 +97,7 @@ class PoolView(APIView):
         )
         data = NodeSerializer(nodes, many=True, context={"held": held}).data
         total = sum(len(g["slices"]) for n in data for g in n["gpus"])
-        snapshot = build_snapshot()
-        busy = engine.utilisation(
-            snapshot.free_slices, [s for r in snapshot.running for s in r.slices]
-        )
+        busy = pool_utilisation()
         policy = PoolPolicy.current()
         return Response(
             {
@@ -127,11 +123,7 @@ class BookingViewSet(
     serializer_class = BookingSerializer
 
     def get_queryset(self):
-        user = self.request.user
-        bookings = Booking.objects.select_related("course", "profile")
-        if user.is_staff:
-            return bookings
-        return bookings.filter(Q(course__instructors=user) | Q(course__students=user)).distinct()
+        return Booking.objects.visible_to(self.request.user).select_related("course", "profile")
 
     def get_serializer_class(self):
         return BookingCreateSerializer if self.action == "create" else BookingSerializer

@@ -7,6 +7,7 @@ from django.utils import timezone
 from nodeagent.protocol import DesiredSession, SessionReport
 
 from ..choices import ON_NODE_STATES, TERMINAL_STATES, SessionState
+from ..engine.reasons import Code, Reason
 from ..models import Allocation, Node, Session
 from . import Conflict, NotFound
 from .health import do_record_session_failed, do_record_session_running
@@ -86,7 +87,7 @@ def do_report(node: Node, session_id: int, report: SessionReport) -> Session:
     if state == "STARTING":
         if session.state != S.PLACED:
             return session
-        return do_transition(session_id, S.STARTING, actor=actor, reason="starting the desktop")
+        return do_transition(session_id, S.STARTING, actor=actor, reason=Reason(Code.STARTING))
     if state == "RUNNING":
         if session.state in (S.RUNNING, S.PREEMPTING):
             return session  # PREEMPTING: it runs on through its grace countdown
@@ -104,7 +105,8 @@ def do_report(node: Node, session_id: int, report: SessionReport) -> Session:
     if session.state in TERMINAL_STATES:
         return session  # a late ENDED/FAILED/LOST after the portal already ended it
     target = {"ENDED": S.ENDED, "FAILED": S.FAILED, "LOST": S.LOST}[state]
-    ended = do_transition(session_id, target, actor=actor, reason=reason)
+    why = Reason(Code.AGENT, {"detail": reason}) if reason else None
+    ended = do_transition(session_id, target, actor=actor, reason=why)
     if target == S.FAILED:
         do_record_session_failed(node)
     return ended

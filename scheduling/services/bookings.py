@@ -14,6 +14,7 @@ from portal.models import Course
 from ..choices import AuditKind
 from ..models import AuditEvent, Booking, DesktopProfile, Slice
 from . import Conflict, ServiceError
+from .kick import schedule_soon
 from .warm import drop_warm
 
 MAX_SEATS = 500
@@ -81,8 +82,6 @@ def check_booking(
 
 
 def do_create_booking(user: AbstractBaseUser, request: BookingRequest) -> Booking:
-    from ..tasks import schedule_soon
-
     with transaction.atomic():
         booking = Booking.objects.create(
             course=request.course,
@@ -109,8 +108,6 @@ def do_create_booking(user: AbstractBaseUser, request: BookingRequest) -> Bookin
 
 
 def do_cancel_booking(user: AbstractBaseUser, booking: Booking) -> Booking:
-    from ..tasks import schedule_soon
-
     if not can_book_for(user, booking.course):
         raise ServiceError(f"Only instructors of {booking.course.code} can cancel this booking.")
     with transaction.atomic():

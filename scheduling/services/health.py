@@ -19,8 +19,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from ..choices import NODE_BOUND_STATES, AuditKind, SessionState
+from ..engine.reasons import Code, Reason
+from ..locks import lock_node
 from ..models import AuditEvent, Node, Session
 from . import Conflict
+from .kick import schedule_soon
 from .lifecycle import do_transition
 
 log = logging.getLogger(__name__)
@@ -44,14 +47,9 @@ class SweepResult:
     ended: int
 
 
-def _reason(node: Node, target: SessionState) -> str:
-    since = timezone.localtime(node.last_heartbeat).strftime("%H:%M")
-    if target == S.ENDED:
-        return f"node {node.hostname} stopped answering at {since}; your session was ended"
-    return (
-        f"node {node.hostname} stopped answering at {since}; your session was requeued "
-        "and keeps its place by age"
-    )
+def _reason(node: Node, target: SessionState) -> Reason:
+    code = Code.NODE_SILENT_ENDED if target == S.ENDED else Code.NODE_SILENT_REQUEUED
+    return Reason(code, {"node": node.hostname, "since": node.last_heartbeat})
 
 
 def do_sweep_silent_nodes(now: datetime | None = None) -> SweepResult:
@@ -78,7 +76,7 @@ def _sweep_node(node_id: int, cutoff: datetime) -> tuple[str, int, int] | None:
     """One node in one transaction; None if it answered again or has nothing to move."""
     with transaction.atomic():
         # The row lock makes a heartbeat arriving now wait until the sessions have moved.
-        node = Node.objects.select_for_update().filter(pk=node_id).first()
+        node = lock_node(node_id)
         if node is None or node.last_heartbeat is None or node.last_heartbeat >= cutoff:
             return None
         requeued = ended = 0
@@ -165,8 +163,6 @@ def do_cordon(node: Node, actor: str) -> bool:
 
 def do_clear_cordon(node: Node, actor: str) -> bool:
     """An admin puts the node back in service; False if it was not cordoned."""
-    from ..tasks import schedule_soon
-
     with transaction.atomic():
         cleared = (
             Node.objects.filter(pk=node.pk, cordoned=True).update(

@@ -14,8 +14,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..choices import TERMINAL_STATES, WAITING_STATES, AuditKind, SessionState
+from ..engine.reasons import Reason
+from ..events import broadcast_session
 from ..models import Allocation, AuditEvent, Session
+from ..presenters import stored
 from . import Conflict
+from .kick import schedule_soon
 
 S = SessionState
 
@@ -57,7 +61,7 @@ def do_transition(
     target: SessionState,
     *,
     actor: str,
-    reason: str = "",
+    reason: Reason | None = None,
     only_from: frozenset[SessionState] | None = None,
     **fields: Any,
 ) -> Session:
@@ -74,8 +78,14 @@ def do_transition(
         # Back in the queue: the next placement picks a node, a slice and a password anew.
         for name, empty in REQUEUE_CLEARS.items():
             changes.setdefault(name, empty)
-    if reason or target in TERMINAL_STATES or target == S.RUNNING:
-        changes.setdefault("reason", reason)
+    if reason is not None:
+        fields_of_reason = stored(reason)
+        changes.update(fields_of_reason)
+    elif target in TERMINAL_STATES or target == S.RUNNING:
+        fields_of_reason = {"reason_code": "", "reason_params": {}}
+        changes.update(fields_of_reason)
+    else:
+        fields_of_reason = {}
     with transaction.atomic():
         row = Session.objects.filter(pk=session_id).values_list("state", "node_id").first()
         if row is None:
@@ -95,17 +105,13 @@ def do_transition(
             actor=actor,
             session_id=session_id,
             node_id=node_id,  # the node it was on, also when a requeue clears it
-            data={"from": current, "to": target, "reason": reason, "released": released},
+            data={"from": current, "to": target, "released": released, **fields_of_reason},
         )
         _after_commit(session_id, capacity_released=released > 0 or target in WAITING_STATES)
     return Session.objects.select_related("profile", "node", "user").get(pk=session_id)
 
 
 def _after_commit(session_id: int, *, capacity_released: bool) -> None:
-    from portal.events import broadcast_session
-
-    from ..tasks import schedule_soon
-
-    transaction.on_commit(lambda: broadcast_session(session_id))
+    broadcast_session(session_id)
     if capacity_released:
         schedule_soon()

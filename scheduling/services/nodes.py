@@ -13,6 +13,7 @@ from ..choices import AuditKind, SliceKind
 from ..engine.compute import gpu_compute_units, slice_milli
 from ..models import AuditEvent, Gpu, JoinToken, Node, Slice, hash_token
 from . import Conflict, ServiceError
+from .kick import schedule_soon
 
 
 def do_create_join_token(hostname: str = "", *, actor: str) -> str:
@@ -88,8 +89,6 @@ def do_register(payload: Registration, node: Node | None) -> tuple[Node, str | N
 
 
 def _after_commit_schedule() -> None:
-    from ..tasks import schedule_soon
-
     schedule_soon()
 
 

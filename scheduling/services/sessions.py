@@ -21,9 +21,15 @@ from ..choices import (
     Purpose,
     SessionState,
 )
-from ..models import AuditEvent, Booking, DesktopProfile, Quota, Session
+from ..engine.reasons import Code, Reason
+from ..events import broadcast_session
+from ..models import AuditEvent, Booking, DesktopProfile, PoolPolicy, Quota, Session
+from ..presenters import refusal, stored
 from . import Conflict, ServiceError
+from .kick import schedule_soon
 from .lifecycle import do_transition
+from .pool import pool_utilisation
+from .snapshot import engine_policy, profile_request
 from .usage import collect_usage, department_of
 
 MAX_OPEN_SESSIONS_PER_USER = 3
@@ -91,14 +97,10 @@ def _check_admission(
     user: AbstractBaseUser, profile: DesktopProfile, purpose: Purpose, course: Course | None
 ) -> None:
     """Refuse what the pool's thresholds or the quotas refuse now, saying why."""
-    from .cycle import build_snapshot, profile_request
-
-    snapshot = build_snapshot()
-    held = [s for r in snapshot.running for s in r.slices]
-    busy = engine.utilisation(snapshot.free_slices, held)
-    refused = engine.admission_block(PURPOSE_TIER[purpose], busy, snapshot.policy)
+    policy = engine_policy(PoolPolicy.current())
+    refused = engine.admission_block(PURPOSE_TIER[purpose], pool_utilisation(), policy)
     if refused:
-        raise ServiceError(refused, field="purpose")
+        raise ServiceError(refusal(refused), field="purpose")
     probe = Session(user=user, profile=profile, purpose=purpose, course=course)
     request = profile_request(
         profile,
@@ -111,8 +113,7 @@ def _check_admission(
     quotas = {(q.scope, q.key): q for q in _submit_quotas(request, usage)}
     blocked = engine.quota_block(request, quotas, starting=False)
     if blocked:
-        message = blocked.removeprefix("blocked: ")
-        raise ServiceError(message[:1].upper() + message[1:] + ".")
+        raise ServiceError(refusal(blocked))
 
 
 def _submit_quotas(request: engine.QueuedRequest, usage) -> list[engine.Quota]:
@@ -144,10 +145,6 @@ def _submit_quotas(request: engine.QueuedRequest, usage) -> list[engine.Quota]:
 
 def do_submit(user: AbstractBaseUser, request: SubmitRequest) -> Session:
     """Create the session as QUEUED, audit it, and ask for a scheduling cycle after commit."""
-    from portal.events import broadcast_session
-
-    from ..tasks import schedule_soon
-
     with transaction.atomic():
         session = Session.objects.create(
             user=user,
@@ -156,7 +153,7 @@ def do_submit(user: AbstractBaseUser, request: SubmitRequest) -> Session:
             course=request.course,
             booking=request.booking,
             state=SessionState.QUEUED,
-            reason="waiting for the scheduler",
+            **stored(Reason(Code.SUBMITTED)),
         )
         AuditEvent.objects.create(
             kind=AuditKind.SESSION_SUBMITTED,
@@ -168,8 +165,7 @@ def do_submit(user: AbstractBaseUser, request: SubmitRequest) -> Session:
                 "booking": request.booking.pk if request.booking else None,
             },
         )
-        session_id = session.pk
-        transaction.on_commit(lambda: broadcast_session(session_id))
+        broadcast_session(session.pk)
         schedule_soon()
     return session
 
@@ -180,7 +176,9 @@ def do_stop(user: AbstractBaseUser, session: Session) -> Session:
     if session.state in TERMINAL_STATES:
         raise Conflict(f"This session has already {session.state.lower()}.")
     if session.state in WAITING_STATES:
-        return do_transition(session.pk, SessionState.CANCELLED, actor=actor, reason="stopped")
+        return do_transition(
+            session.pk, SessionState.CANCELLED, actor=actor, reason=Reason(Code.STOPPED)
+        )
     if session.state == SessionState.PLACED:
         # No desktop was reported yet: end it now. Should the agent start one regardless,
         # its report is refused and it stops that container.
@@ -189,11 +187,13 @@ def do_stop(user: AbstractBaseUser, session: Session) -> Session:
                 session.pk,
                 SessionState.ENDED,
                 actor=actor,
-                reason="stopped",
+                reason=Reason(Code.STOPPED),
                 only_from=frozenset({SessionState.PLACED}),
             )
         except Conflict:
             session.refresh_from_db()
     if session.state == SessionState.STOPPING:
         return session
-    return do_transition(session.pk, SessionState.STOPPING, actor=actor, reason="stopping")
+    return do_transition(
+        session.pk, SessionState.STOPPING, actor=actor, reason=Reason(Code.STOPPING)
+    )

@@ -5,16 +5,19 @@ Each scheduling cycle (:func:`scheduling.services.cycle.do_scheduling_cycle`):
 1. :func:`prune_warm` drops warm desktops the pool no longer wants (booking cancelled,
    over, or no longer near; node unhealthy) and gives failed ones a new key once their
    retry time has come.
-2. The snapshot leaves warm desktops' slices out of the free pool, counts their profile's
+2. The snapshot leaves warm desktops' held slices out of the free pool, counts their profile's
    CPU and memory as used on their node, and lowers their booking's seats by their number
    (the engine holds capacity only for the seats no warm desktop covers).
 3. :func:`claim_warm` places waiting requests of a booking on warm desktops of that
    booking, READY ones first, in order of arrival and within quotas: the session gets the
    warm desktop's slice (and, when it is READY, its ``warm_key``), the warm row goes; the
    engine plans the rest of the queue.
-4. :func:`top_up_warm` asks the engine where the booking's students would be placed now
-   (its held slices first) and starts warm desktops there, up to
-   ``min(seats not yet taken, WARM_MAX_PER_BOOKING)`` per booking.
+4. :func:`top_up_warm` starts warm desktops on the booking holds the engine's plan chose
+   (``Plan.holds``), up to ``min(seats not yet taken, WARM_MAX_PER_BOOKING)`` per booking.
+
+A warm desktop holds its slice (or its node, for a CPU-only profile) through an
+:class:`~scheduling.models.Allocation` row, like a session: one partial unique index covers
+every hold. A claim moves that row to the session with one conditional UPDATE.
 
 The agent learns its warm desktops from ``desired/`` and reports READY or FAILED to
 ``warm/<key>/report/`` (:func:`do_warm_report`).
@@ -25,7 +28,6 @@ from __future__ import annotations
 import logging
 import secrets
 from collections import defaultdict
-from dataclasses import replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -37,10 +39,12 @@ from nodeagent.protocol import DesiredWarm, WarmReport
 
 from .. import engine
 from ..choices import ON_NODE_STATES, WAITING_STATES, SessionState
-from ..engine.model import TIER_BOOKED
-from ..engine.planner import count_session, index_quotas
+from ..engine.reasons import Code, Reason
+from ..locks import lock_warm
 from ..models import Allocation, Booking, Node, Session, WarmDesktop, WarmState
 from . import Conflict
+from .kick import schedule_soon
+from .placement import place_session
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +82,8 @@ def desired_warm(node: Node, now: datetime | None = None) -> list[DesiredWarm]:
             state__in=[WarmState.STARTING, WarmState.READY],
             booking__in=warm_bookings(now),
         )
-        .select_related("booking__course", "booking__profile", "slice")
+        .select_related("booking__course", "booking__profile")
+        .prefetch_related("holds__slice")
         .order_by("pk")
     )
     return [
@@ -91,7 +96,9 @@ def desired_warm(node: Node, now: datetime | None = None) -> list[DesiredWarm]:
             memory_mb=w.booking.profile.memory_mb,
             pids_limit=w.booking.profile.pids_limit,
             shm_mb=w.booking.profile.shm_mb,
-            gpu_devices=[w.slice.device_uuid] if w.slice is not None else [],
+            gpu_devices=[
+                h.slice.device_uuid for h in w.holds.all() if h.slice and h.released_at is None
+            ],
         )
         for w in rows
     ]
@@ -99,15 +106,9 @@ def desired_warm(node: Node, now: datetime | None = None) -> list[DesiredWarm]:
 
 def do_warm_report(node: Node, key: str, report: WarmReport) -> WarmDesktop:
     """READY or FAILED from the agent; Conflict when the portal no longer wants that desktop."""
-    from ..tasks import schedule_soon
-
     now = timezone.now()
     with transaction.atomic():
-        warm = (
-            WarmDesktop.objects.select_for_update()
-            .filter(key=key, node=node, booking__in=warm_bookings(now))
-            .first()
-        )
+        warm = lock_warm(key=key, node=node, booking__in=warm_bookings(now))
         if warm is None:
             raise Conflict(f"Warm desktop {key} is not wanted on {node.hostname}; stop it.")
         if report["state"] == "READY":
@@ -143,8 +144,9 @@ def do_warm_report(node: Node, key: str, report: WarmReport) -> WarmDesktop:
 
 
 def drop_warm(booking: Booking) -> int:
-    """Forget a booking's unclaimed warm desktops (its agents stop them at their next poll)."""
-    deleted, _ = WarmDesktop.objects.filter(booking=booking).delete()
+    """Forget a booking's unclaimed warm desktops and their holds (agents stop them)."""
+    deleted = WarmDesktop.objects.filter(booking=booking).count()
+    WarmDesktop.objects.filter(booking=booking).delete()
     return deleted
 
 
@@ -160,20 +162,11 @@ def prune_warm(now: datetime) -> None:
         )
 
 
-def warm_counts() -> dict[int, int]:
-    """Warm desktops per booking (every state: a failed one still holds its slice)."""
-    return dict(
-        WarmDesktop.objects.values_list("booking_id")
-        .annotate(n=Count("pk"))
-        .values_list("booking_id", "n")
-    )
-
-
 def claim_warm(snapshot: engine.Snapshot, now: datetime) -> set[int]:
     """Place waiting booked requests on their booking's warm desktops; their session ids.
 
-    A READY one is claimed: the session gets its slice and ``warm_key`` and the agent hands
-    over the running container. Without a READY one a request still gets the slice of a
+    A READY one is claimed: the session gets its hold and ``warm_key`` and the agent hands
+    over the running container. Without a READY one a request still gets the hold of a
     STARTING or FAILED one of its booking (no key: the agent stops that warm desktop and
     starts the session's afresh), so warm desktops never keep a class from its capacity.
     """
@@ -185,7 +178,7 @@ def claim_warm(snapshot: engine.Snapshot, now: datetime) -> set[int]:
         rows[warm.booking_id].append(warm)
     if not rows:
         return set()
-    quotas = index_quotas(snapshot.quotas)
+    quotas = engine.index_quotas(snapshot.quotas)
     extra: dict[tuple[str, str], int] = defaultdict(int)
     claimed: set[int] = set()
     booked = [r for r in snapshot.queue if r.booking_id in rows]
@@ -193,44 +186,46 @@ def claim_warm(snapshot: engine.Snapshot, now: datetime) -> set[int]:
         if not rows[r.booking_id or 0] or engine.quota_block(r, quotas, extra):
             continue
         warm = rows[r.booking_id or 0].pop(0)
-        if _claim(r.session_id, warm):
+        if claim(r.session_id, warm):
             claimed.add(r.session_id)
-            count_session(r, quotas, extra)
+            engine.count_session(r, quotas, extra)
     return claimed
 
 
-def _claim(session_id: int, warm: WarmDesktop) -> bool:
-    from .cycle import place_session
+def claim(session_id: int, warm: WarmDesktop) -> bool:
+    """Move the warm desktop's hold to the session (one conditional UPDATE) and place it.
 
+    False when another claim, or the warm desktop's removal, got there first.
+    """
+    ready = warm.state == WarmState.READY
+    key = warm.key if ready else ""
     try:
         with transaction.atomic():
-            locked = (
-                WarmDesktop.objects.select_for_update(of=("self",))
-                .select_related("slice__gpu")
-                .filter(pk=warm.pk, key=warm.key)
-                .first()
-            )
-            if locked is None:
+            moved = Allocation.objects.filter(
+                warm_id=warm.pk, warm__key=warm.key, session=None, released_at=None
+            ).update(session_id=session_id, warm=None)
+            if moved == 0:
                 return False
-            ready = locked.state == WarmState.READY
-            units = 0.0
-            if locked.slice is not None:
-                units = locked.slice.gpu.compute_units * locked.slice.milli / 1000
-            key = locked.key if ready else ""
-            locked.delete()
+            holds = list(
+                Allocation.objects.filter(session_id=session_id, released_at=None).select_related(
+                    "slice__gpu"
+                )
+            )
+            units = sum(h.slice.gpu.compute_units * h.slice.milli / 1000 for h in holds if h.slice)
             place_session(
                 session_id,
-                [(locked.node_id, [locked.slice_id] if locked.slice_id else [])],
+                warm.node_id,
                 units=round(units, 4),
-                reason=(
-                    "placed on a desktop started ahead for your class; opening it with your "
-                    "home folder"
-                    if ready
-                    else "placed on a seat of your class; waiting for the node to start it"
-                ),
+                reason=Reason(Code.PLACED_WARM if ready else Code.PLACED_SEAT),
                 warm_key=key,
-                audit={"warm_key": key, "booking": locked.booking_id},
+                audit={
+                    "slices": [h.slice_id for h in holds if h.slice_id],
+                    "nodes": [warm.node_id],
+                    "warm_key": key,
+                    "booking": warm.booking_id,
+                },
             )
+            WarmDesktop.objects.filter(pk=warm.pk).delete()
         return True
     except (IntegrityError, Conflict) as error:
         log.info("claim of warm desktop %s by %s lost a race: %s", warm.key, session_id, error)
@@ -238,15 +233,13 @@ def _claim(session_id: int, warm: WarmDesktop) -> bool:
 
 
 def top_up_warm(snapshot: engine.Snapshot, result: engine.Plan, now: datetime) -> int:
-    """Start warm desktops where the engine would place each booking's students now.
+    """Start warm desktops on the booking holds of the plan, for bookings near their window.
 
     Per booking: ``min(seats - sessions holding capacity for it, WARM_MAX_PER_BOOKING)``
     warm desktops; extras (a seat got taken) go, failed and starting ones first. Returns how
     many were added.
     """
-    from .cycle import profile_request
-
-    bookings = list(warm_bookings(now).select_related("profile", "course"))
+    bookings = list(warm_bookings(now))
     if not bookings:
         return 0
     taken = dict(
@@ -275,88 +268,31 @@ def top_up_warm(snapshot: engine.Snapshot, result: engine.Plan, now: datetime) -
             WarmDesktop.objects.filter(pk__in=[w.pk for w in rows[:extra]]).delete()
         elif extra < 0:
             needed[b.pk] = -extra
-    if not needed:
-        return 0
-    by_id = {b.pk: b for b in bookings}
-    pool_models = sorted({s.gpu_model for s in snapshot.free_slices})
-    trial_queue = []
-    owner: dict[int, int] = {}
-    for booking_id, count in sorted(needed.items()):
-        b = by_id[booking_id]
-        for _ in range(count):
-            fake_id = -(len(owner) + 1)
-            owner[fake_id] = booking_id
-            trial_queue.append(
-                profile_request(
-                    b.profile,
-                    pool_models,
-                    session_id=fake_id,
-                    tier=TIER_BOOKED,
-                    submitted_at=now,
-                    course=b.course.code,
-                    booking_id=booking_id,
-                )
-            )
-    # What this cycle just placed is no longer free; nor is its nodes' CPU and memory.
-    used_slices = {sid for p in result.placements for sid in p.slice_ids}
-    used_slices |= {sid for p in result.placements for _, ids in p.others for sid in ids}
-    shapes = {r.session_id: r for r in snapshot.queue}
-    cpus: dict[int, float] = defaultdict(float)
-    memory: dict[int, int] = defaultdict(int)
-    for p in result.placements:
-        if (r := shapes.get(p.session_id)) is not None:
-            cpus[p.node_id] += r.cpus
-            memory[p.node_id] += r.memory_mb
-    trial = replace(
-        snapshot,
-        nodes=tuple(
-            replace(
-                n,
-                cpus_free=n.cpus_free - cpus[n.node_id],
-                memory_free_mb=n.memory_free_mb - memory[n.node_id],
-            )
-            for n in snapshot.nodes
-        ),
-        free_slices=tuple(s for s in snapshot.free_slices if s.slice_id not in used_slices),
-        queue=tuple(trial_queue),
-        quotas=(),
-    )
     added = 0
-    for p in engine.plan(trial, now).placements:
-        if p.others or len(p.slice_ids) > 1:
+    for hold in result.holds:
+        if needed.get(hold.booking_id, 0) <= 0 or len(hold.slice_ids) > 1:
             continue
-        booking_id = owner[p.session_id]
-        try:
-            with transaction.atomic():
-                slice_id = p.slice_ids[0] if p.slice_ids else None
-                if (
-                    slice_id is not None
-                    and Allocation.objects.filter(slice_id=slice_id, released_at=None).exists()
-                ):
-                    continue
-                WarmDesktop.objects.create(
-                    booking_id=booking_id,
-                    node_id=p.node_id,
-                    slice_id=slice_id,
-                    key=new_key(booking_id),
-                )
-                added += 1
-        except IntegrityError as error:
-            log.info("warm desktop for booking %s lost a race: %s", booking_id, error)
+        if _start_warm(hold):
+            needed[hold.booking_id] -= 1
+            added += 1
     if added:
         log.info("warm pool: %d desktop(s) to start", added)
     return added
 
 
-def warm_slice_ids() -> set[int]:
-    return set(WarmDesktop.objects.filter(slice__isnull=False).values_list("slice_id", flat=True))
-
-
-def warm_node_use() -> dict[int, tuple[float, int]]:
-    """CPU and memory of the warm desktops per node (their profile's limits)."""
-    use: dict[int, tuple[float, int]] = {}
-    for warm in WarmDesktop.objects.select_related("booking__profile"):
-        cpus, memory = use.get(warm.node_id, (0.0, 0))
-        profile = warm.booking.profile
-        use[warm.node_id] = (cpus + profile.cpus, memory + profile.memory_mb)
-    return use
+def _start_warm(hold: engine.BookingHold) -> bool:
+    """A warm desktop on one of the plan's booking holds; False if the slice got taken."""
+    try:
+        with transaction.atomic():
+            warm = WarmDesktop.objects.create(
+                booking_id=hold.booking_id, node_id=hold.node_id, key=new_key(hold.booking_id)
+            )
+            Allocation.objects.create(
+                warm=warm,
+                node_id=hold.node_id,
+                slice_id=hold.slice_ids[0] if hold.slice_ids else None,
+            )
+        return True
+    except IntegrityError as error:
+        log.info("warm desktop for booking %s lost a race: %s", hold.booking_id, error)
+        return False

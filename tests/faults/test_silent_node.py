@@ -82,7 +82,7 @@ def test_silent_node_gets_nothing_new_and_its_sessions_are_requeued(
     wait_for(
         lambda: (
             Session.objects.filter(pk=waiting, state="QUEUED", queue_position__isnull=False)
-            .exclude(reason__in=["", "waiting for the scheduler"])
+            .exclude(reason_code__in=["", "submitted"])
             .first()
         ),
         10,

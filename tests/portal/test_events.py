@@ -10,7 +10,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.db import connection, transaction
 
-from portal import events
+from scheduling import events
 from scheduling.services.sessions import check_submit, do_submit
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -108,8 +108,9 @@ def test_warm_entries_only_for_bookings_in_or_near_their_window(
     assert (entry["cpus"], entry["memory_mb"]) == (profile.cpus, profile.memory_mb)
     devices = [d for e in entries for d in e["gpu_devices"]]
     assert len(devices) == 3 and len(set(devices)) == 3  # one slice each, all different
-    # Their slices are the booking's: held, not allocated to anyone.
-    assert not Allocation.objects.filter(slice__device_uuid__in=devices).exists()
+    # Their slices are the booking's: held by the warm desktops, by no session.
+    holds = Allocation.objects.filter(slice__device_uuid__in=devices, released_at=None)
+    assert holds.count() == 3 and not holds.filter(session__isnull=False).exists()
 
     # Stable: the next cycle keeps the same warm desktops.
     do_scheduling_cycle()
@@ -138,6 +139,8 @@ def test_a_booked_student_is_placed_on_a_ready_warm_slice_and_the_entry_carries_
     assert len(keys) == 2
     ready_key, other_key = sorted(keys)
     ready = WarmDesktop.objects.get(key=ready_key)
+    ready_slice = ready.held_slice
+    assert ready_slice is not None
     answer = report_warm(agent_token, ready_key, "READY", port=40001, container_id="c0ffee")
     assert answer.status_code == 200 and answer.json() == {"state": "READY"}
 
@@ -148,11 +151,11 @@ def test_a_booked_student_is_placed_on_a_ready_warm_slice_and_the_entry_carries_
     seat.refresh_from_db()
     assert seat.state == S.PLACED and seat.warm_key == ready_key
     [allocation] = Allocation.objects.filter(session=seat, released_at=None)
-    assert allocation.slice_id == ready.slice_id and seat.node_id == ready.node_id
+    assert allocation.slice_id == ready_slice.pk and seat.node_id == ready.node_id
     answer = desired(agent_token)
     [entry] = answer["sessions"]
     assert entry["session_id"] == seat.pk and entry["warm_key"] == ready_key
-    assert entry["gpu_devices"] == [ready.slice.device_uuid]
+    assert entry["gpu_devices"] == [ready_slice.device_uuid]
     assert len(entry["vnc_password"]) == 8
     # The claimed desktop is no longer a warm one; the other seat's still is.
     assert {w["key"] for w in answer["warm"]} == {other_key}
@@ -162,6 +165,8 @@ def test_a_booked_student_is_placed_on_a_ready_warm_slice_and_the_entry_carries_
     # STARTING one, without its key (the agent stops that warm desktop and starts theirs
     # afresh), so warm desktops never keep a class from its seats.
     other = WarmDesktop.objects.get(key=other_key)
+    other_slice = other.held_slice
+    assert other_slice is not None
     classmate = make_user("cleo")
     course.students.add(classmate)
     second = do_submit(classmate, check_submit(classmate, profile.pk, "coursework", "cs101"))
@@ -169,7 +174,7 @@ def test_a_booked_student_is_placed_on_a_ready_warm_slice_and_the_entry_carries_
     second.refresh_from_db()
     assert second.state == S.PLACED and second.warm_key == ""
     [allocation] = Allocation.objects.filter(session=second, released_at=None)
-    assert allocation.slice_id == other.slice_id
+    assert allocation.slice_id == other_slice.pk
     [entry] = [s for s in desired(agent_token)["sessions"] if s["session_id"] == second.pk]
     assert "warm_key" not in entry
     assert warm_keys(agent_token) == set()  # both seats taken: no warm desktop left
@@ -217,7 +222,7 @@ def test_a_failed_warm_start_is_retried_later_with_a_new_key(
     type(pool_node).objects.filter(pk=pool_node.pk).update(last_heartbeat=later)
     do_scheduling_cycle(now=later)
     [retry] = desired_warm(pool_node, later)
-    assert retry["key"] != key and retry["gpu_devices"] == [row.slice.device_uuid]
+    assert retry["key"] != key and retry["gpu_devices"] == [row.held_slice.device_uuid]
     # A second failure waits twice as long.
     assert report_warm(agent_token, retry["key"], "FAILED").status_code == 200
     assert WarmDesktop.objects.get().retry_at >= timezone.now() + timedelta(seconds=119)

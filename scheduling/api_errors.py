@@ -5,8 +5,8 @@ from __future__ import annotations
 from rest_framework import status
 from rest_framework.exceptions import APIException, NotFound, ValidationError
 
-from scheduling.services import Conflict, ServiceError
-from scheduling.services import NotFound as ServiceNotFound
+from .services import Conflict, ServiceError
+from .services import NotFound as ServiceNotFound
 
 
 class ConflictError(APIException):

@@ -1,0 +1,160 @@
+"""Live updates to browsers over Channels, built here and sent only after the commit.
+
+Every payload a page receives is declared in this module. Services call
+:func:`broadcast_session` and :func:`broadcast_pool_alert`; both queue the send with
+``transaction.on_commit``, so a rolled-back change is never announced. Pages subscribe
+through ``portal.consumers.UpdatesConsumer``, which joins the groups named here.
+
+:func:`session_payload` is also the user API's representation of a session
+(``portal.api.serializers.SessionSerializer``), so a page and the API never disagree.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any, Literal, TypedDict
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+from django.urls import reverse
+from rest_framework.fields import DateTimeField
+
+from . import engine
+from .choices import SessionState
+from .models import Session
+from .presenters import render, stored
+
+log = logging.getLogger(__name__)
+
+ADMIN_GROUP = "pool-admins"
+OPENABLE_STATES = (SessionState.RUNNING, SessionState.PREEMPTING)
+
+
+class SessionPayload(TypedDict):
+    id: int
+    state: str
+    purpose: str
+    profile: int
+    profile_name: str
+    queue_position: int | None
+    reason: str  # rendered in the reader's language and time zone
+    reason_code: str
+    reason_params: dict[str, Any]
+    eta: str | None
+    blocked: bool
+    preempt_deadline: str | None
+    booking: int | None
+    node: str | None
+    slice: str | None
+    desktop_url: str | None
+    simulated: bool
+    created_at: str
+    started_at: str | None
+    ended_at: str | None
+
+
+class SessionUpdate(TypedDict):
+    type: Literal["session.update"]
+    session: SessionPayload
+
+
+class PoolAlert(TypedDict):
+    type: Literal["pool.alert"]
+    level: str  # ok | warn | block
+    utilisation: float  # 0..1
+    reason: str
+    reason_code: str
+    reason_params: dict[str, Any]
+
+
+Payload = SessionUpdate | PoolAlert
+
+
+def user_group(user_id: int) -> str:
+    return f"user-{user_id}"
+
+
+_TIME = DateTimeField()
+
+
+def _time(value: datetime | None) -> str | None:
+    return None if value is None else _TIME.to_representation(value)
+
+
+def session_payload(session: Session) -> SessionPayload:
+    """A session as pages and the API show it. Prefetch ``allocations__slice__gpu``."""
+    held = [a.slice for a in session.allocations.all() if a.slice and not a.released_at]
+    return SessionPayload(
+        id=session.pk,
+        state=session.state,
+        purpose=session.purpose,
+        profile=session.profile_id,
+        profile_name=session.profile.name,
+        queue_position=session.queue_position,
+        reason=render(session.reason_code, session.reason_params),
+        reason_code=session.reason_code,
+        reason_params=dict(session.reason_params or {}),
+        eta=_time(session.eta),
+        blocked=session.blocked,
+        preempt_deadline=_time(session.preempt_deadline),
+        booking=session.booking_id,
+        node=session.node.hostname if session.node else None,
+        slice=", ".join(f"gpu{s.gpu.index} {s.profile or s.kind}" for s in held) or None,
+        desktop_url=(
+            reverse("desktop", args=[session.pk]) if session.state in OPENABLE_STATES else None
+        ),
+        simulated=bool(session.node and session.node.runtime == "simulated"),
+        created_at=_TIME.to_representation(session.created_at),
+        started_at=_time(session.started_at),
+        ended_at=_time(session.ended_at),
+    )
+
+
+def send_after_commit(group: str, payload: Payload) -> None:
+    """The one way to send to browsers: queued until the surrounding transaction commits."""
+    transaction.on_commit(lambda: _send(group, payload))
+
+
+def _send(group: str, payload: Payload) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(group, dict(payload))
+    except Exception:  # a page missing one update refreshes on the next; never fail the write
+        log.exception("could not send %s to %s", payload["type"], group)
+
+
+def broadcast_session(session_id: int) -> None:
+    """After commit, send the session's state to its owner's open pages."""
+    transaction.on_commit(lambda: _broadcast_session(session_id))
+
+
+def _broadcast_session(session_id: int) -> None:
+    session = (
+        Session.objects.select_related("profile", "node", "user")
+        .prefetch_related("allocations__slice__gpu")
+        .filter(pk=session_id)
+        .first()
+    )
+    if session is None:
+        return
+    _send(
+        user_group(session.user_id),
+        SessionUpdate(type="session.update", session=session_payload(session)),
+    )
+
+
+def broadcast_pool_alert(alert: engine.Alert) -> None:
+    """After commit, tell every admin's open pages that the pool crossed a threshold."""
+    fields = stored(alert.reason)
+    payload = PoolAlert(
+        type="pool.alert",
+        level=alert.level,
+        utilisation=round(alert.utilisation, 4),
+        reason=render(fields["reason_code"], fields["reason_params"]),
+        **fields,
+    )
+    send_after_commit(ADMIN_GROUP, payload)

@@ -1,0 +1,33 @@
+"""Every row lock (``select_for_update``) of the resource side, in one place.
+
+Locks are taken in primary-key order wherever several rows are locked together, so two
+writers never wait on each other in opposite orders. Call these inside a transaction.
+"""
+
+from __future__ import annotations
+
+from .models import JoinToken, Node, PoolPolicy, WarmDesktop
+
+
+def lock_node(node_id: int) -> Node | None:
+    return Node.objects.select_for_update().filter(pk=node_id).first()
+
+
+def lock_policy() -> PoolPolicy:
+    """The pool policy row (created first if there is none)."""
+    return PoolPolicy.objects.select_for_update().get(pk=PoolPolicy.current().pk)
+
+
+def lock_warm(**lookup: object) -> WarmDesktop | None:
+    """One warm desktop matched by ``lookup``, locked without locking joined rows."""
+    return (
+        WarmDesktop.objects.select_for_update(of=("self",))
+        .select_related("booking")
+        .filter(**lookup)  # type: ignore[arg-type]
+        .order_by("pk")
+        .first()
+    )
+
+
+def lock_unused_join_token(token_hash: str) -> JoinToken | None:
+    return JoinToken.objects.select_for_update().filter(token_hash=token_hash, used_at=None).first()

@@ -1,0 +1,192 @@
+"""Applying the engine's plan: placements, the queue's positions and reasons, preemptions,
+and the pool alert. Each change is its own transaction; one that lost a race is skipped and
+the next cycle sees the pool as it is."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from .. import engine
+from ..choices import WAITING_STATES, AuditKind, SessionState
+from ..engine.reasons import Code, Reason
+from ..events import broadcast_pool_alert, broadcast_session
+from ..locks import lock_policy
+from ..models import Allocation, AuditEvent, Session
+from ..presenters import stored
+from . import Conflict
+from .lifecycle import do_transition
+
+log = logging.getLogger(__name__)
+
+VNC_PASSWORD_ALPHABET = "abcdefghijkmnopqrstuvwxyzACDEFGHJKLMNPQRSTUVWXYZ23456789"
+ETA_STEP = timedelta(minutes=1)  # an ETA that moved less than this is not pushed again
+
+
+def new_vnc_password() -> str:
+    return "".join(secrets.choice(VNC_PASSWORD_ALPHABET) for _ in range(8))
+
+
+def place_session(
+    session_id: int,
+    node_id: int,
+    *,
+    units: float,
+    reason: Reason,
+    warm_key: str = "",
+    audit: Mapping[str, Any],
+) -> None:
+    """A waiting session becomes PLACED on ``node_id``: new VNC password, the audit record.
+    The caller gives it its holds in the same transaction; Conflict when something raced."""
+    do_transition(
+        session_id,
+        SessionState.PLACED,
+        actor="scheduler",
+        only_from=frozenset(WAITING_STATES),
+        node_id=node_id,
+        placed_at=timezone.now(),
+        queue_position=None,
+        reason=reason,
+        vnc_password=new_vnc_password(),
+        eta=None,
+        blocked=False,
+        compute_units=units,
+        warm_key=warm_key,
+    )
+    AuditEvent.objects.create(
+        kind=AuditKind.SESSION_PLACED,
+        actor="scheduler",
+        session_id=session_id,
+        node_id=node_id,
+        data=dict(audit),
+    )
+
+
+def apply_placement(placement: engine.Placement, snapshot: engine.Snapshot) -> bool:
+    """Claim the session and its slices in one transaction; False if anything raced us."""
+    by_id = {s.slice_id: s for s in snapshot.free_slices}
+    parts: list[tuple[int, Sequence[int]]] = [
+        (placement.node_id, placement.slice_ids),
+        *placement.others,
+    ]
+    units = sum(by_id[sid].compute_units for _, ids in parts for sid in ids if sid in by_id)
+    try:
+        with transaction.atomic():
+            place_session(
+                placement.session_id,
+                placement.node_id,
+                units=units,
+                reason=Reason(Code.PLACED),
+                audit={
+                    "slices": [sid for _, ids in parts for sid in ids],
+                    "nodes": [node for node, _ in parts],
+                },
+            )
+            holds = [
+                Allocation(session_id=placement.session_id, node_id=node, slice_id=sid)
+                for node, ids in parts
+                for sid in ids
+            ] or [Allocation(session_id=placement.session_id, node_id=placement.node_id)]
+            for hold in holds:
+                hold.save()
+        return True
+    except (IntegrityError, Conflict) as error:
+        log.info("placement of session %s lost a race: %s", placement.session_id, error)
+        return False
+
+
+def _queue_reason(entry: engine.QueueEntry) -> Reason:
+    if entry.eta is None or entry.blocked:
+        return entry.reason
+    return entry.reason.with_params(eta=entry.eta)
+
+
+def _minute(moment: datetime | None) -> datetime | None:
+    return None if moment is None else moment.replace(second=0, microsecond=0)
+
+
+def apply_queue(entries: list[engine.QueueEntry]) -> None:
+    """Store every waiting session's position, reason and estimated start; push the changes."""
+    current = {
+        s.pk: (s.queue_position, s.reason_code, _stable(s.reason_params), s.blocked, _minute(s.eta))
+        for s in Session.objects.filter(pk__in=[e.session_id for e in entries])
+    }
+    for entry in entries:
+        position = entry.position or None
+        fields = stored(_queue_reason(entry))
+        seen = (
+            position,
+            fields["reason_code"],
+            _stable(fields["reason_params"]),
+            entry.blocked,
+            _minute(entry.eta),
+        )
+        # The ETA moves a little every cycle: only a change a person would see is pushed.
+        if current.get(entry.session_id) == seen:
+            continue
+        with transaction.atomic():
+            changed = Session.objects.filter(pk=entry.session_id, state__in=WAITING_STATES).update(
+                queue_position=position, eta=entry.eta, blocked=entry.blocked, **fields
+            )
+            if changed:
+                broadcast_session(entry.session_id)
+
+
+def _stable(params: Mapping[str, Any]) -> tuple:
+    """Parameters compared without the ETA (its minute is compared on its own)."""
+    return tuple(sorted((k, repr(v)) for k, v in params.items() if k != "eta"))
+
+
+def apply_preemption(p: engine.Preemption) -> bool:
+    try:
+        with transaction.atomic():
+            do_transition(
+                p.victim_id,
+                SessionState.PREEMPTING,
+                actor="scheduler",
+                reason=p.reason,
+                only_from=frozenset({SessionState.RUNNING}),
+                preempt_deadline=p.deadline,
+                preempted_for_id=p.for_session_id,
+            )
+            AuditEvent.objects.create(
+                kind=AuditKind.SESSION_PREEMPTED,
+                actor="scheduler",
+                session_id=p.victim_id,
+                data={"for": p.for_session_id, "deadline": p.deadline.isoformat()},
+            )
+        return True
+    except Conflict as error:
+        log.info("preemption of session %s skipped: %s", p.victim_id, error)
+        return False
+
+
+def apply_alert(alert: engine.Alert | None) -> None:
+    """Record and announce a change of the pool's alert level."""
+    if alert is None:
+        return
+    with transaction.atomic():
+        policy = lock_policy()
+        if policy.alert_level == alert.level:
+            return
+        previous = policy.alert_level
+        policy.alert_level = alert.level
+        policy.save(update_fields=["alert_level"])
+        AuditEvent.objects.create(
+            kind=AuditKind.POOL_ALERT,
+            actor="scheduler",
+            data={
+                "level": alert.level,
+                "previous": previous,
+                "utilisation": round(alert.utilisation, 4),
+                **stored(alert.reason),
+            },
+        )
+        broadcast_pool_alert(alert)
+    log.warning("pool alert %s -> %s (%s)", previous, alert.level, alert.reason.code)

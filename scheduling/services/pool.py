@@ -1,0 +1,25 @@
+"""The pool's utilisation, read with two aggregate queries (no engine snapshot)."""
+
+from __future__ import annotations
+
+from django.db.models import Sum
+
+from ..choices import ON_NODE_STATES
+from ..models import Allocation, Slice
+
+
+def pool_utilisation() -> float:
+    """Share of the pool's GPU capacity (milli) held by sessions on their nodes.
+
+    The same figure the engine computes from a snapshot (``engine.utilisation``): slices held
+    by sessions over those plus the free ones; slices held otherwise (a warm desktop, a
+    stopping session) count as neither.
+    """
+    present = Slice.objects.filter(present=True, gpu__present=True)
+    live = Allocation.objects.filter(released_at=None, slice__isnull=False)
+    held = present.filter(
+        pk__in=live.filter(session__state__in=ON_NODE_STATES).values("slice_id")
+    ).aggregate(milli=Sum("milli"))["milli"]
+    free = present.exclude(pk__in=live.values("slice_id")).aggregate(milli=Sum("milli"))["milli"]
+    total = (held or 0) + (free or 0)
+    return (held or 0) / total if total else 0.0
