@@ -60,3 +60,16 @@ def test_the_owners_group_receives_the_update_through_redis(owner, profile):
     session, message = async_to_sync(listen_and_submit)()
     assert message["type"] == "session.update"
     assert (message["session"]["id"], message["session"]["state"]) == (session.pk, "QUEUED")
+
+
+def test_the_live_update_carries_what_the_api_returns(owner, profile, sent):
+    """One payload for pages and the API: the reason rendered, its code and parameters."""
+    from rest_framework.test import APIClient
+
+    session = do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
+    [(_, payload, _)] = sent
+    client = APIClient()
+    client.force_authenticate(owner)
+    api = client.get(f"/api/v1/sessions/{session.pk}/").json()
+    assert payload["session"] == api
+    assert (api["reason_code"], api["reason"]) == ("submitted", "waiting for the scheduler")

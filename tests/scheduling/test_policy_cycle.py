@@ -5,7 +5,7 @@ Real PostgreSQL; the pool is the conftest's ten slices (8 MIG 1g.10gb on two A10
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.utils import timezone
@@ -117,6 +117,8 @@ def test_above_the_block_threshold_hobby_is_refused_but_thesis_queues(
     with pytest.raises(ServiceError) as refused:
         check_submit(owner, profile.pk, "hobby", None)
     assert "above the 50% limit for hobby" in refused.value.message
+    # The refusal says to come back later; it does not invite a higher purpose.
+    assert "thesis" not in refused.value.message and "coursework" not in refused.value.message
     assert submit(owner, profile, "thesis").state == S.QUEUED
     alerts = AuditEvent.objects.filter(kind=AuditKind.POOL_ALERT)
     assert [a.data["level"] for a in alerts] == ["block"]
@@ -164,6 +166,14 @@ def test_the_api_shows_position_reason_and_estimated_start(make_user, owner, pro
     assert body["state"] == "QUEUED" and body["queue_position"] == 1
     assert body["eta"] is not None and "estimated start" in body["reason"]
     assert body["blocked"] is False
+    # The reason as data: its code and parameters, the estimated start an aware time.
+    assert body["reason_code"] == "waiting"
+    params = body["reason_params"]
+    assert (params["tier"], params["ahead"], params["higher"]) == ("thesis", 0, 0)
+    stored_eta = datetime.fromisoformat(params["eta"])  # JSON keeps milliseconds
+    eta = datetime.fromisoformat(body["eta"].replace("Z", "+00:00"))
+    assert stored_eta.tzinfo is not None and abs(stored_eta - eta) < timedelta(milliseconds=1)
+    )
 
 
 @pytest.fixture
