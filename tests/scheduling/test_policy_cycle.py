@@ -173,7 +173,6 @@ def test_the_api_shows_position_reason_and_estimated_start(make_user, owner, pro
     stored_eta = datetime.fromisoformat(params["eta"])  # JSON keeps milliseconds
     eta = datetime.fromisoformat(body["eta"].replace("Z", "+00:00"))
     assert stored_eta.tzinfo is not None and abs(stored_eta - eta) < timedelta(milliseconds=1)
-    )
 
 
 @pytest.fixture
