@@ -1,12 +1,26 @@
 """The scheduling engine: pure Python, no Django. A snapshot and a clock go in, a plan comes out.
 
 The portal's Celery cycle builds a :class:`Snapshot` from the database and applies the
-:class:`Plan`; simulators and benchmarks drive the same :func:`plan`.
+:class:`Plan`; simulators and benchmarks drive the same :func:`plan`. Code outside the engine
+imports from here (and may import :mod:`scheduling.engine.reasons`), not from the modules
+inside; the simulators may use the internals.
+
+Modules: ``model`` (the data), ``reasons`` (codes and parameters), ``planner`` (``plan``: the
+order and the steps), ``quotas`` (quotas, admission, the pool alert), ``pool`` (the pool during
+a cycle: capacity and feasibility), ``placement`` (node scores, the best node), ``holds``
+(booking holds, backfill), ``preempt`` (preemption), ``explain`` (queue reasons and estimated
+starts), ``workload`` (the target workload), ``scoring`` (fragmentation scores, shared with the
+trace simulator), ``compute`` (compute units, milli-GPU of a slice), ``mig`` (MIG tables).
 """
 
+from .compute import gpu_compute_units, slice_milli
 from .model import (
+    TIER_BOOKED,
+    TIER_KEYS,
+    TIER_THESIS,
     Alert,
     Booking,
+    BookingHold,
     FreeSlice,
     NodeState,
     Placement,
@@ -19,13 +33,29 @@ from .model import (
     Rack,
     RunningSession,
     Snapshot,
+    expected_duration_s,
 )
-from .planner import admission_block, alert_for, plan, quota_block, utilisation
+from .planner import effective_tier, plan
+from .quotas import (
+    admission_block,
+    alert_for,
+    count_session,
+    index_quotas,
+    quota_block,
+    quota_for,
+    utilisation,
+)
+from .reasons import Code, Reason
 from .scoring import TargetShape
 
 __all__ = [
+    "TIER_BOOKED",
+    "TIER_KEYS",
+    "TIER_THESIS",
     "Alert",
     "Booking",
+    "BookingHold",
+    "Code",
     "FreeSlice",
     "NodeState",
     "Placement",
@@ -36,12 +66,20 @@ __all__ = [
     "QueuedRequest",
     "Quota",
     "Rack",
+    "Reason",
     "RunningSession",
     "Snapshot",
     "TargetShape",
     "admission_block",
     "alert_for",
+    "count_session",
+    "effective_tier",
+    "expected_duration_s",
+    "gpu_compute_units",
+    "index_quotas",
     "plan",
     "quota_block",
+    "quota_for",
+    "slice_milli",
     "utilisation",
 ]

@@ -14,11 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from .reasons import Reason
 from .scoring import TargetShape
 
-TIER_BOOKED = 0
-TIER_NAMES = {0: "booked class", 1: "thesis", 2: "coursework", 3: "hobby"}
+TIER_BOOKED = 0  # a class booking inside its window
 TIER_THESIS = 1
+# The tiers' keys, as reasons carry them (the presenter names them in the reader's language).
+TIER_KEYS = {0: "booked", 1: "thesis", 2: "coursework", 3: "hobby"}
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,11 @@ class Snapshot:
     workload: tuple[TargetShape, ...] = ()
 
 
+def expected_duration_s(request: QueuedRequest, policy: Policy) -> int:
+    """The request's expected run time: its own, else the policy's default."""
+    return request.duration_s or policy.default_duration_s
+
+
 @dataclass(frozen=True)
 class Placement:
     session_id: int
@@ -169,14 +176,14 @@ class Preemption:
     victim_id: int
     for_session_id: int
     deadline: datetime
-    reason: str
+    reason: Reason  # Code.PREEMPTED: for_tier, deadline
 
 
 @dataclass(frozen=True)
 class QueueEntry:
     session_id: int
-    position: int
-    reason: str
+    position: int  # 1, 2, ... in serving order; 0 when blocked
+    reason: Reason  # a waiting code, Code.NO_FIT, or a quota code when blocked
     eta: datetime | None = None
     blocked: bool = False  # by a quota or a rule: it will not start until that changes
 
@@ -185,7 +192,18 @@ class QueueEntry:
 class Alert:
     level: str  # ok | warn | block
     utilisation: float
-    message: str
+    reason: Reason  # Code.POOL_OK, POOL_WARN or POOL_BLOCKED
+
+
+@dataclass(frozen=True)
+class BookingHold:
+    """Capacity a booking holds at the end of the plan: one seat's slices on one node."""
+
+    booking_id: int
+    node_id: int
+    slice_ids: tuple[int, ...]
+    cpus: float
+    memory_mb: int
 
 
 @dataclass
@@ -194,4 +212,6 @@ class Plan:
     queue: list[QueueEntry] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
     alert: Alert | None = None
-    notes: list[str] = field(default_factory=list)  # e.g. a booking that cannot be held
+    notes: list[Reason] = field(default_factory=list)  # Code.BOOKING_SHORT: seats not held
+    # Holds still standing (not taken by a booked placement or a backfill), by booking start.
+    holds: list[BookingHold] = field(default_factory=list)

@@ -7,20 +7,23 @@ from datetime import UTC, datetime, timedelta
 
 from scheduling.engine import (
     Booking,
+    BookingHold,
+    Code,
     FreeSlice,
     NodeState,
     Policy,
     QueuedRequest,
     Quota,
     Rack,
+    Reason,
     RunningSession,
     Snapshot,
     admission_block,
     alert_for,
+    index_quotas,
     plan,
     quota_block,
 )
-from scheduling.engine.planner import index_quotas
 from scheduling.engine.scoring import TargetShape, WorkloadMix, strand_growth
 
 NOW = datetime(2026, 12, 2, 9, 58, tzinfo=UTC)
@@ -72,7 +75,9 @@ def test_thesis_request_overtakes_an_older_hobby_request():
     result = plan(snapshot, NOW)
     assert [p.session_id for p in result.placements] == [2]
     assert [(q.session_id, q.position) for q in result.queue] == [(1, 1)]
-    assert "in hobby" in result.queue[0].reason
+    assert result.queue[0].reason == Reason(
+        Code.WAITING, {"tier": "hobby", "ahead": 0, "higher": 0, "gpu_count": 1, "memory_mb": 4000}
+    )
 
 
 def test_the_smallest_slice_that_fits_is_taken():
@@ -115,9 +120,11 @@ def test_positions_count_every_tier_ahead():
     busy = running(50, tier=1, slices=(mig(9),))
     result = plan(Snapshot((node(1),), (), queue, running=(busy,)), NOW)
     assert [(q.session_id, q.position) for q in result.queue] == [(4, 1), (2, 2), (3, 3), (1, 4)]
-    assert result.queue[2].reason == (
-        "waiting for a free slice: 1 ahead of you in coursework, 1 in higher tiers"
-    )
+    assert [q.reason.code for q in result.queue] == [Code.WAITING] * 4
+    assert [
+        (q.reason.params["tier"], q.reason.params["ahead"], q.reason.params["higher"])
+        for q in result.queue
+    ] == [("thesis", 0, 0), ("coursework", 0, 1), ("coursework", 1, 1), ("hobby", 0, 3)]
 
 
 def test_within_a_tier_less_recent_usage_goes_first_and_waiting_makes_up_for_it():
@@ -135,7 +142,8 @@ def test_a_hot_gpu_gets_no_new_work_and_the_reason_says_so():
     hot = mig(1, temperature_c=88.0)
     result = plan(Snapshot((node(1),), (hot,), (request(1, 2),)), NOW)
     assert result.placements == []
-    assert "85 °C" in result.queue[0].reason
+    assert result.queue[0].reason.code == Code.WAITING_HOT
+    assert result.queue[0].reason.params["limit_c"] == 85.0
     cooler = mig(2, gpu_id=2, temperature_c=70.0)
     result = plan(Snapshot((node(1),), (hot, cooler), (request(1, 2),)), NOW)
     assert result.placements[0].slice_ids == (2,)
@@ -185,24 +193,40 @@ def test_quotas_block_with_a_reason_at_submit_and_at_placement():
         Quota("department", "*", max_slice_memory_mb=10000),
     )
     index = index_quotas(quotas)
-    assert "1 concurrent" in quota_block(request(1, 2, user="ada"), index)
-    assert "40 GPU-hours" in quota_block(request(1, 2, user="ben", course="cs101"), index)
+    assert quota_block(request(1, 2, user="ada"), index) == Reason(
+        Code.QUOTA_SESSIONS, {"scope": "user", "key": "ada", "limit": 1}
+    )
+    assert quota_block(request(1, 2, user="ada"), index, starting=False) is None
+    assert quota_block(request(1, 2, user="ben", course="cs101"), index) == Reason(
+        Code.QUOTA_GPU_HOURS, {"scope": "course", "key": "cs101", "limit": 40.0, "used": 40.5}
+    )
     big = request(1, 2, user="ben", department="physics", gpu_memory_min_mb=20000)
-    assert "largest slice" in quota_block(big, index)
+    assert quota_block(big, index) == Reason(
+        Code.QUOTA_SLICE_MEMORY,
+        {"scope": "department", "key": "physics", "limit_mb": 10000, "need_mb": 20000},
+    )
     assert quota_block(request(1, 2, user="ben", department="physics"), index) is None
     result = plan(Snapshot((node(1),), (mig(1),), (request(1, 2, user="ada"),), quotas=quotas), NOW)
     assert result.placements == [] and result.queue[0].blocked
-    assert result.queue[0].reason.startswith("blocked: your quota")
+    assert (result.queue[0].position, result.queue[0].eta) == (0, None)
+    assert result.queue[0].reason.code == Code.QUOTA_SESSIONS
 
 
 def test_admission_refuses_hobby_above_the_block_threshold_and_alerts_above_warning():
     policy = Policy(warn_utilisation=0.8, block_utilisation=0.9)
-    assert admission_block(3, 0.92, policy) is not None
+    assert admission_block(3, 0.92, policy) == Reason(
+        Code.POOL_BLOCK, {"utilisation": 0.92, "limit": 0.9}
+    )
+    assert admission_block(3, 2 / 3 + 0.3, policy).params["utilisation"] == 0.9667
     assert admission_block(2, 0.99, policy) is None and admission_block(1, 0.99, policy) is None
     assert admission_block(3, 0.85, policy) is None
-    assert alert_for(0.85, policy).level == "warn"
+    warn = alert_for(0.85, policy)
+    assert warn.level == "warn"
+    assert warn.reason == Reason(Code.POOL_WARN, {"utilisation": 0.85, "limit": 0.8})
     assert alert_for(0.95, policy).level == "block"
-    assert alert_for(0.5, policy).level == "ok"
+    assert alert_for(0.95, policy).reason.code == Code.POOL_BLOCKED
+    assert alert_for(0.95, policy).reason.params["limit"] == 0.9
+    assert alert_for(0.5, policy).reason == Reason(Code.POOL_OK, {"utilisation": 0.5})
     busy = [running(100 + i, 3, (mig(10 + i, gpu_id=10 + i),)) for i in range(9)]
     result = plan(Snapshot((node(1),), (mig(1),), (), running=tuple(busy)), NOW)
     assert result.alert.level == "block" and result.alert.utilisation == 0.9
@@ -216,8 +240,14 @@ def test_preemption_takes_hobby_first_with_least_lost_work_and_respects_protecti
     thesis_busy = (old_hobby, young_hobby, coursework, fresh_hobby)
     result = plan(Snapshot((node(1),), (), (request(1, 1),), running=thesis_busy), NOW)
     assert [p.victim_id for p in result.preemptions] == [12]
-    assert result.queue[0].eta == NOW + timedelta(minutes=5)
-    assert "grace" in result.queue[0].reason
+    deadline = NOW + timedelta(minutes=5)
+    assert result.preemptions[0].reason == Reason(
+        Code.PREEMPTED, {"for_tier": "thesis", "deadline": deadline}
+    )
+    assert result.queue[0].eta == deadline
+    assert result.queue[0].reason.code == Code.WAITING_PREEMPTING
+    assert result.queue[0].reason.params["count"] == 1
+    assert result.queue[0].reason.params["deadline"] == deadline
     # Hobby requests never preempt; thesis work is never preempted.
     assert (
         plan(Snapshot((node(1),), (), (request(2, 3),), running=thesis_busy), NOW).preemptions == []
@@ -230,6 +260,9 @@ def test_preemption_takes_hobby_first_with_least_lost_work_and_respects_protecti
     pending = replace(young_hobby, preempted_for=1, ends_at=NOW + timedelta(minutes=3))
     again = plan(Snapshot((node(1),), (), (request(1, 1),), running=(old_hobby, pending)), NOW)
     assert again.preemptions == [] and again.queue[0].eta == NOW + timedelta(minutes=3)
+    assert again.queue[0].reason.code == Code.WAITING_VICTIMS
+    assert again.queue[0].reason.params["count"] == 1
+    assert again.queue[0].reason.params["deadline"] == NOW + timedelta(minutes=3)
 
 
 def test_a_booking_holds_its_seats_and_lets_short_requests_backfill():
@@ -239,7 +272,8 @@ def test_a_booking_holds_its_seats_and_lets_short_requests_backfill():
     long_ones = (request(1, 1, duration_s=4 * 3600), request(2, 1, duration_s=4 * 3600))
     result = plan(Snapshot((node(1),), slices, long_ones, bookings=(booking,)), NOW)
     assert [p.session_id for p in result.placements] == [1]
-    assert "held for a class booking" in result.queue[0].reason
+    assert result.queue[0].reason.code == Code.WAITING_HELD
+    assert result.queue[0].reason.params["tier"] == "thesis"
     short = request(3, 3, duration_s=30 * 60)
     result = plan(Snapshot((node(1),), slices, (*long_ones, short), bookings=(booking,)), NOW)
     assert sorted(p.session_id for p in result.placements) == [1, 3]
@@ -265,7 +299,11 @@ def test_estimated_starts_follow_running_ends_and_the_queue_ahead():
     assert etas[3] == NOW + timedelta(minutes=90)  # slice 1 again, after request 1's hour
     nothing_fits = request(4, 2, gpu_memory_min_mb=200_000)
     result = plan(Snapshot((node(1),), (), (nothing_fits,), running=busy), NOW)
-    assert result.queue[0].eta is None and "no healthy node" in result.queue[0].reason
+    assert result.queue[0].eta is None
+    assert result.queue[0].reason == Reason(
+        Code.NO_FIT,
+        {"gpu_count": 1, "memory_mb": 200_000, "kinds": ["mig", "share"], "models": []},
+    )
 
 
 def test_a_booking_counts_slices_freed_before_it_starts_and_holds_the_tightest_free_ones():
@@ -337,3 +375,36 @@ def test_workload_mix_figures():
     assert strand_growth(2000, 0, 16000, 15000, 8000) == 125
     assert strand_growth(2000, 0, 40000, 39000, 8000) == 0
     assert strand_growth(2000, 1000, 16000, 15000, 0) == 0  # unknown ratio: no stranding
+
+
+def test_the_plan_returns_the_holds_still_standing_and_notes_seats_that_do_not_fit():
+    shape = request(0, 2)
+    soon = Booking(7, "cs101", 2, NOW + timedelta(hours=1), NOW + timedelta(hours=3), shape)
+    slices = (mig(1, gpu_id=1), mig(2, gpu_id=2))
+    result = plan(Snapshot((node(1),), slices, (), bookings=(soon,)), NOW)
+    assert result.holds == [BookingHold(7, 1, (1,), 1.0, 1024), BookingHold(7, 1, (2,), 1.0, 1024)]
+    assert result.notes == []
+    # A request that ends before the class starts backfills a hold: one is left standing.
+    short = request(3, 3, duration_s=30 * 60)
+    result = plan(Snapshot((node(1),), slices, (short,), bookings=(soon,)), NOW)
+    assert [p.slice_ids for p in result.placements] == [(1,)]
+    assert result.holds == [BookingHold(7, 1, (2,), 1.0, 1024)]
+    # In the window, a seat of the class takes its booking's hold.
+    during = NOW + timedelta(hours=1, minutes=5)
+    seat = request(4, 2, booking_id=7)
+    result = plan(Snapshot((node(1),), slices, (seat,), bookings=(soon,)), during)
+    assert [p.slice_ids for p in result.placements] == [(1,)]
+    assert result.holds == [BookingHold(7, 1, (2,), 1.0, 1024)]
+    # Seats beyond the pool are a note; holds come by booking start, then booking id.
+    later = Booking(3, "art", 3, NOW + timedelta(hours=2), NOW + timedelta(hours=4), shape)
+    three = (*slices, mig(5, gpu_id=5), mig(6, gpu_id=6))
+    result = plan(Snapshot((node(1),), three, (), bookings=(later, soon)), NOW)
+    assert [(h.booking_id, h.slice_ids) for h in result.holds] == [
+        (7, (1,)),
+        (7, (2,)),
+        (3, (5,)),
+        (3, (6,)),
+    ]
+    assert result.notes == [
+        Reason(Code.BOOKING_SHORT, {"booking": 3, "course": "art", "held": 2, "need": 3})
+    ]

@@ -11,7 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduling.engine import (
+    TIER_KEYS,
     Booking,
+    Code,
     FreeSlice,
     NodeState,
     QueuedRequest,
@@ -25,6 +27,15 @@ from scheduling.engine import (
 NOW = datetime(2026, 12, 2, 9, 58, tzinfo=UTC)
 KINDS = ("mig", "share", "whole")
 SLICE_MEMORY = (2048, 4864, 9984, 20096, 40192, 81920)
+
+QUOTA_CODES = {Code.QUOTA_SESSIONS, Code.QUOTA_GPU_HOURS, Code.QUOTA_SLICE_MEMORY}
+WAITING_CODES = {
+    Code.WAITING,
+    Code.WAITING_HOT,
+    Code.WAITING_HELD,
+    Code.WAITING_VICTIMS,
+    Code.WAITING_PREEMPTING,
+}
 
 PROPS = settings(max_examples=200, deadline=None)
 # A fixed target workload for the fragmentation score, so that removing requests from the
@@ -258,7 +269,10 @@ def test_quotas_hold(snapshot):
                 assert q.gpu_hours_week < q.max_gpu_hours_week
     for entry in result.queue:
         if entry.blocked:
-            assert entry.reason.startswith("blocked:") and entry.position == 0 and not entry.eta
+            assert entry.reason.code in QUOTA_CODES and entry.position == 0 and not entry.eta
+            assert entry.reason.params["scope"] in ("user", "course")
+        else:
+            assert entry.reason.code not in QUOTA_CODES
 
 
 # -- bookings ---------------------------------------------------------------------------------
@@ -362,3 +376,56 @@ def test_preemption_only_takes_lower_tiers_outside_their_protected_time(snapshot
     for q in waiting.values():
         if q.eta is not None:
             assert q.eta >= NOW
+
+
+# -- reasons and holds ----------------------------------------------------------------------------
+
+
+@PROPS
+@given(with_running(), st.integers(0, 4), st.integers(-60, 600))
+def test_reasons_carry_their_parameters_and_standing_holds_are_free_and_unplaced(
+    snapshot, seats, starts_in_min
+):
+    shape = QueuedRequest(0, 2, NOW, 1, 4000, ("mig", "whole"), 1.0, 1024)
+    booking = Booking(
+        1, "c0", seats, NOW + timedelta(minutes=starts_in_min),
+        NOW + timedelta(minutes=starts_in_min + 90), shape,
+    )  # fmt: skip
+    result = plan(replace(snapshot, bookings=(booking,)), NOW)
+    requests = {r.session_id: r for r in snapshot.queue}
+    for entry in result.queue:
+        reason, r = entry.reason, requests[entry.session_id]
+        if reason.code == Code.NO_FIT:
+            assert reason.params == {
+                "gpu_count": r.gpu_count,
+                "memory_mb": r.gpu_memory_min_mb,
+                "kinds": list(r.allowed_kinds),
+                "models": list(r.gpu_models),
+            }
+            continue
+        assert reason.code in WAITING_CODES
+        p = reason.params
+        assert p["tier"] in TIER_KEYS.values()
+        assert p["ahead"] + p["higher"] == entry.position - 1
+        assert (p["gpu_count"], p["memory_mb"]) == (r.gpu_count, r.gpu_memory_min_mb)
+        if reason.code in (Code.WAITING_VICTIMS, Code.WAITING_PREEMPTING):
+            assert p["count"] >= 1 and p["deadline"] == entry.eta
+    for p in result.preemptions:
+        assert p.reason.code == Code.PREEMPTED
+        assert p.reason.params["deadline"] == p.deadline
+        assert p.reason.params["for_tier"] in TIER_KEYS.values()
+    free = {s.slice_id: s for s in snapshot.free_slices}
+    placed = {sid for p in result.placements for sid in p.slice_ids}
+    held = [sid for h in result.holds for sid in h.slice_ids]
+    assert len(held) == len(set(held)) and not placed & set(held)
+    for h in result.holds:
+        assert h.booking_id == 1 and len(h.slice_ids) == 1
+        assert all(free[sid].node_id == h.node_id for sid in h.slice_ids)
+    assert len(result.holds) <= seats
+    if booking.ends_at <= NOW:
+        assert result.holds == []
+    assert result.alert is not None and result.alert.reason.code in (
+        Code.POOL_OK,
+        Code.POOL_WARN,
+        Code.POOL_BLOCKED,
+    )

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
+from dataclasses import replace
 from datetime import datetime
 
 import pytest
 
+from scheduling.engine import Quota
 from scheduling.engine.mig import table_for, validate_layout
 from scheduling.sim import campus as C
+from scheduling.sim.__main__ import main as sim_main
 
 
 @pytest.fixture(scope="module")
@@ -145,3 +149,58 @@ def test_percentile_and_jain():
     assert C.percentile(list(range(1, 101)), 95) == 95
     assert C.jain([1, 1, 1]) == pytest.approx(1.0)
     assert C.jain([1, 0, 0, 0]) == pytest.approx(0.25)
+
+
+def test_the_snapshot_carries_what_the_portal_puts_in_its_own():
+    cfg = C.Config(
+        start_h=10.0,
+        end_h=11.0,
+        quotas=(Quota("user", "*", max_sessions=1), Quota("course", "ART-101", max_sessions=9)),
+        rack_budgets_w=(("r1", 5000.0),),
+    )
+    day = C.CampusDay(cfg)
+    for job in [_job(1, "a", 1, 10.0, 30), _job(2, "a", 1, 10.0, 30)]:
+        day._add_job(job)
+        day.enqueue(job, day.at(day.t), job.duration_s, job.expected_s, episode=0)
+    day.cycle()
+    snap = day.snapshot()
+    # Racks with a budget, drawing what their busy slices draw (a whole A100: 400 W).
+    assert [(r.name, r.budget_w) for r in snap.racks] == [("r1", 5000.0)]
+    busy = [s for r in snap.running for s in r.slices]
+    assert busy and snap.racks[0].draw_w == sum(s.power_w for s in busy if s.node_id in (1, 2))
+    assert {s.power_w for s in busy} == {400.0}
+    # The user's "*" row expanded for the member waiting, with the session holding capacity.
+    (quota,) = [q for q in snap.quotas if q.scope == "user"]
+    assert (quota.key, quota.max_sessions, quota.sessions) == ("a", 1, 1)
+    assert [q.key for q in snap.quotas if q.scope == "course"] == ["ART-101"]
+
+
+def test_a_quota_of_the_config_holds_through_the_day():
+    quotas = (Quota("user", "*", max_sessions=1),)
+    layout = (C.NodeSpec("n1", C.A100, 2, 81920, C.WHOLE, 64, 262144, True, True),)
+    cfg = C.Config(
+        start_h=10.0, end_h=11.0, painting=0, blender=0, medical=0, bookings=(),
+        research_curve=((0, 0),), layout=layout, quotas=quotas,
+    )  # fmt: skip
+    day = C.CampusDay(cfg)
+    for job in [_job(1, "a", 1, 10.0, 20), _job(2, "a", 1, 10.0, 20)]:
+        day._add_job(job)
+    res = day.run()
+    starts = sorted(e.started_s for e in res.episodes if e.started_s is not None)
+    assert starts == [10 * 3600, 10 * 3600 + 20 * 60]  # one at a time, though 2 GPUs are free
+    # A GPU-hour quota used up refuses at submit, as the portal does.
+    spent = replace(cfg, quotas=(Quota("user", "b", max_gpu_hours_week=0.0),))
+    day = C.CampusDay(spent)
+    day._add_job(_job(3, "b", 1, 10.0, 20))
+    res = day.run()
+    assert res.quota_refused == 1 and res.episodes == []
+
+
+def test_the_command_runs(tmp_path, capsys):
+    out = tmp_path / "day.json"
+    assert (
+        sim_main(["campus", "--seed", "5", "--start", "10", "--end", "10.5", "--json", str(out)])
+        == 0
+    )
+    assert "campus day 10:00-10:30 UTC, seed 5" in capsys.readouterr().out
+    assert json.loads(out.read_text())["seed"] == 5
