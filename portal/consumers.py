@@ -82,7 +82,7 @@ def _desktop_endpoint(user, session_id: int) -> tuple[str, int] | None:
         )
         .first()
     )
-    if session is None:
+    if session is None or session.desktop_port is None:
         return None
     return session.desktop_host, session.desktop_port
 

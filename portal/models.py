@@ -10,11 +10,11 @@ from django.db.models import Q
 from guardian.shortcuts import get_objects_for_user
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+    from django.contrib.auth.models import AnonymousUser, User
 
 
 class CourseQuerySet(models.QuerySet["Course"]):
-    def visible_to(self, user: AbstractBaseUser | AnonymousUser) -> CourseQuerySet:
+    def visible_to(self, user: User | AnonymousUser) -> CourseQuerySet:
         """Courses this user may read: taught or taken, all for admins, and guardian grants."""
         if not user.is_authenticated:
             return self.none()

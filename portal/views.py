@@ -14,6 +14,7 @@ from scheduling.services import ServiceError
 from scheduling.services.sessions import check_submit, do_stop, do_submit
 
 from .api.serializers import SessionSerializer
+from .people import signed_in
 
 
 def _my_session(request: HttpRequest, session_id: int, *, to_open: bool = False) -> Session:
@@ -33,17 +34,18 @@ def _my_session(request: HttpRequest, session_id: int, *, to_open: bool = False)
     return session
 
 
-def _home_context(request: HttpRequest, **extra) -> dict:
+def _home_context(request: HttpRequest, **extra: object) -> dict:
+    user = signed_in(request.user)
     return {
         "profiles": DesktopProfile.objects.filter(active=True),
         "purposes": Purpose.choices,
-        "courses": request.user.courses_enrolled.all(),
-        "sessions": Session.objects.filter(user=request.user)
+        "courses": user.courses_enrolled.all(),
+        "sessions": Session.objects.filter(user=user)
         .exclude(state__in=TERMINAL_STATES)
         .select_related("profile"),
-        "recent": Session.objects.filter(
-            user=request.user, state__in=TERMINAL_STATES
-        ).select_related("profile")[:5],
+        "recent": Session.objects.filter(user=user, state__in=TERMINAL_STATES).select_related(
+            "profile"
+        )[:5],
         **extra,
     }
 
@@ -65,12 +67,12 @@ def submit_session(request: HttpRequest) -> HttpResponse:
         if not form["profile"].isdigit():
             raise ServiceError("Pick a desktop profile.", field="profile")
         submit = check_submit(
-            request.user, int(form["profile"]), form["purpose"], form["course"] or None
+            signed_in(request.user), int(form["profile"]), form["purpose"], form["course"] or None
         )
     except ServiceError as error:
         context = _home_context(request, form=form, error=error)
         return render(request, "portal/home.html", context, status=400)
-    session = do_submit(request.user, submit)
+    session = do_submit(signed_in(request.user), submit)
     return redirect("session-page", session_id=session.pk)
 
 
@@ -90,7 +92,7 @@ def session_detail(request: HttpRequest, session_id: int) -> HttpResponse:
 def stop_session(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _my_session(request, session_id, to_open=True)
     try:
-        do_stop(request.user, session)
+        do_stop(signed_in(request.user), session)
     except ServiceError as error:
         messages.warning(request, error.message)
     return redirect("session-page", session_id=session.pk)

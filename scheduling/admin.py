@@ -192,9 +192,11 @@ class BookingAdmin(admin.ModelAdmin):
     list_filter = ["course"]
     actions = ["cancel"]
 
-    def get_form(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
-        form = super().get_form(request, obj, **kwargs)
-        form.request = request
+    def get_form(  # type: ignore[override]
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
+        form.request = request  # type: ignore[attr-defined]
         return form
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:

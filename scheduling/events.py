@@ -155,6 +155,7 @@ def broadcast_pool_alert(alert: engine.Alert) -> None:
         level=alert.level,
         utilisation=round(alert.utilisation, 4),
         reason=render(fields["reason_code"], fields["reason_params"]),
-        **fields,
+        reason_code=fields["reason_code"],
+        reason_params=fields["reason_params"],
     )
     send_after_commit(ADMIN_GROUP, payload)

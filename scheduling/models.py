@@ -28,7 +28,7 @@ from .choices import (
 from .presenters import render
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+    from django.contrib.auth.models import AnonymousUser, User
 
 
 def hash_token(token: str) -> str:
@@ -162,7 +162,7 @@ class DesktopProfile(models.Model):
 
 
 class SessionQuerySet(models.QuerySet["Session"]):
-    def visible_to(self, user: AbstractBaseUser | AnonymousUser) -> SessionQuerySet:
+    def visible_to(self, user: User | AnonymousUser) -> SessionQuerySet:
         """Sessions this user may read: their own, all for admins, and guardian grants."""
         if not user.is_authenticated:
             return self.none()
@@ -173,7 +173,7 @@ class SessionQuerySet(models.QuerySet["Session"]):
         ).values("pk")
         return self.filter(Q(user=user) | Q(pk__in=granted))
 
-    def openable_by(self, user: AbstractBaseUser | AnonymousUser) -> SessionQuerySet:
+    def openable_by(self, user: User | AnonymousUser) -> SessionQuerySet:
         """Sessions whose desktop this user may open: only the owner's, and admins'."""
         if not user.is_authenticated:
             return self.none()
@@ -241,6 +241,10 @@ class Session(models.Model):
     @property
     def tier(self) -> int:
         return PURPOSE_TIER[Purpose(self.purpose)]
+
+    @property
+    def course_code(self) -> str:
+        return self.course.code if self.course is not None else ""
 
     @property
     def reason(self) -> str:
@@ -397,7 +401,7 @@ class Quota(models.Model):
 
 
 class BookingQuerySet(models.QuerySet["Booking"]):
-    def visible_to(self, user: AbstractBaseUser | AnonymousUser) -> BookingQuerySet:
+    def visible_to(self, user: User | AnonymousUser) -> BookingQuerySet:
         """Bookings of the courses this user may read (``Course.objects.visible_to``)."""
         return self.filter(course__in=Course.objects.visible_to(user))
 

@@ -10,6 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.people import signed_in
 from scheduling.api_errors import as_api_error
 from scheduling.models import Allocation, Booking, DesktopProfile, Gpu, Node, PoolPolicy, Session
 from scheduling.services import ServiceError
@@ -56,14 +57,14 @@ class SessionViewSet(
         form.is_valid(raise_exception=True)
         try:
             submit = check_submit(
-                request.user,
+                signed_in(request.user),
                 form.validated_data["profile"],
                 form.validated_data["purpose"],
                 form.validated_data.get("course") or None,
             )
         except ServiceError as error:
             raise as_api_error(error) from error
-        session = do_submit(request.user, submit)
+        session = do_submit(signed_in(request.user), submit)
         return Response(
             SessionSerializer(self.get_queryset().get(pk=session.pk)).data,
             status=status.HTTP_201_CREATED,
@@ -74,7 +75,7 @@ class SessionViewSet(
     def stop(self, request: Request, pk: str | None = None) -> Response:
         session = self.get_object()
         try:
-            do_stop(request.user, session)
+            do_stop(signed_in(request.user), session)
         except ServiceError as error:
             raise as_api_error(error) from error
         return Response(SessionSerializer(self.get_queryset().get(pk=session.pk)).data)
@@ -135,7 +136,7 @@ class BookingViewSet(
         data = form.validated_data
         try:
             checked = check_booking(
-                request.user,
+                signed_in(request.user),
                 data["course"],
                 data["profile"],
                 data["seats"],
@@ -144,7 +145,7 @@ class BookingViewSet(
             )
         except ServiceError as error:
             raise as_api_error(error) from error
-        booking = do_create_booking(request.user, checked)
+        booking = do_create_booking(signed_in(request.user), checked)
         return Response(BookingSerializer(booking).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: BookingSerializer})
@@ -152,7 +153,7 @@ class BookingViewSet(
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         booking = self.get_object()
         try:
-            booking = do_cancel_booking(request.user, booking)
+            booking = do_cancel_booking(signed_in(request.user), booking)
         except ServiceError as error:
             raise as_api_error(error) from error
         return Response(BookingSerializer(booking).data)

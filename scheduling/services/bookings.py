@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -30,7 +30,7 @@ class BookingRequest:
     ends_at: datetime
 
 
-def can_book_for(user: AbstractBaseUser, course: Course) -> bool:
+def can_book_for(user: User, course: Course) -> bool:
     return bool(user.is_staff) or course.instructors.filter(pk=user.pk).exists()
 
 
@@ -45,7 +45,7 @@ def fitting_slices(profile: DesktopProfile) -> int:
 
 
 def check_booking(
-    user: AbstractBaseUser,
+    user: User,
     course_code: str,
     profile_id: int,
     seats: int,
@@ -81,7 +81,7 @@ def check_booking(
     return BookingRequest(course, profile, seats, starts_at, ends_at)
 
 
-def do_create_booking(user: AbstractBaseUser, request: BookingRequest) -> Booking:
+def do_create_booking(user: User, request: BookingRequest) -> Booking:
     with transaction.atomic():
         booking = Booking.objects.create(
             course=request.course,
@@ -107,7 +107,7 @@ def do_create_booking(user: AbstractBaseUser, request: BookingRequest) -> Bookin
     return booking
 
 
-def do_cancel_booking(user: AbstractBaseUser, booking: Booking) -> Booking:
+def do_cancel_booking(user: User, booking: Booking) -> Booking:
     if not can_book_for(user, booking.course):
         raise ServiceError(f"Only instructors of {booking.course.code} can cancel this booking.")
     with transaction.atomic():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -47,7 +47,7 @@ class SubmitRequest:
 
 
 def check_submit(
-    user: AbstractBaseUser, profile_id: int, purpose: str, course_code: str | None
+    user: User, profile_id: int, purpose: str, course_code: str | None
 ) -> SubmitRequest:
     """Validate a request for a desktop; raise ServiceError naming the field at fault."""
     profile = DesktopProfile.objects.filter(pk=profile_id, active=True).first()
@@ -94,7 +94,7 @@ def check_submit(
 
 
 def _check_admission(
-    user: AbstractBaseUser, profile: DesktopProfile, purpose: Purpose, course: Course | None
+    user: User, profile: DesktopProfile, purpose: Purpose, course: Course | None
 ) -> None:
     """Refuse what the pool's thresholds or the quotas refuse now, saying why."""
     policy = engine_policy(PoolPolicy.current())
@@ -143,7 +143,7 @@ def _submit_quotas(request: engine.QueuedRequest, usage) -> list[engine.Quota]:
     return out
 
 
-def do_submit(user: AbstractBaseUser, request: SubmitRequest) -> Session:
+def do_submit(user: User, request: SubmitRequest) -> Session:
     """Create the session as QUEUED, audit it, and ask for a scheduling cycle after commit."""
     with transaction.atomic():
         session = Session.objects.create(
@@ -170,7 +170,7 @@ def do_submit(user: AbstractBaseUser, request: SubmitRequest) -> Session:
     return session
 
 
-def do_stop(user: AbstractBaseUser, session: Session) -> Session:
+def do_stop(user: User, session: Session) -> Session:
     """End a session at the user's request, whatever stage it has reached."""
     actor = f"user:{user.get_username()}"
     if session.state in TERMINAL_STATES:

@@ -115,7 +115,7 @@ def _pool(
                 links[g.node_id].add((g.pk, uuid_to_gpu[peer]))
         rack = (by_id[g.node_id].labels or {}).get("rack", "")
         rack_draw[rack] += float((g.metrics or {}).get("power_w") or 0.0)
-    used = defaultdict(lambda: (0.0, 0))
+    used: defaultdict[int, tuple[float, int]] = defaultdict(lambda: (0.0, 0))
     for row in (
         Session.objects.on_node()
         .values("node_id")
@@ -189,7 +189,7 @@ def _request(s: Session, usage: Usage, pool_models: list[str]) -> engine.QueuedR
         tier=s.tier,
         submitted_at=s.created_at,
         user=s.user.get_username(),
-        course=s.course.code if s.course_id else "",
+        course=s.course_code,
         department=department_of(s),
         booking_id=s.booking_id,
         usage_gpu_hours=usage.decayed_by_user.get(s.user.get_username(), 0.0),
@@ -252,7 +252,7 @@ def build_snapshot(now: datetime | None = None) -> engine.Snapshot:
                 started_at=started,
                 ends_at=ends,
                 user=s.user.get_username(),
-                course=s.course.code if s.course_id else "",
+                course=s.course_code,
                 department=department_of(s),
                 booking_id=s.booking_id,
                 preempted_for=s.preempted_for_id,

@@ -35,8 +35,8 @@ def _overlap_hours(start: datetime, end: datetime, since: datetime) -> float:
 
 def scope_keys(session: Session) -> Iterable[tuple[str, str]]:
     yield ("user", session.user.get_username())
-    if session.course_id:
-        yield ("course", session.course.code)
+    if session.course_code:
+        yield ("course", session.course_code)
     department = department_of(session)
     if department:
         yield ("department", department)

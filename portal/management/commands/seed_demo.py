@@ -74,7 +74,7 @@ PROFILES = [
     },
 ]
 
-USERS = [
+USERS: list[tuple[str, dict[str, object]]] = [
     ("student1", {"first_name": "Ada"}),
     ("student2", {"first_name": "Ben"}),
     ("instructor1", {"first_name": "Ines"}),
