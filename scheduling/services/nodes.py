@@ -10,7 +10,7 @@ from django.utils import timezone
 from nodeagent.protocol import PROTOCOL_VERSION, GpuInventory, Heartbeat, Registration
 
 from ..choices import AuditKind, SliceKind
-from ..engine.compute import gpu_compute_units, slice_milli
+from ..engine import gpu_compute_units, slice_milli
 from ..models import AuditEvent, Gpu, JoinToken, Node, Slice, hash_token
 from . import Conflict, ServiceError
 from .kick import schedule_soon
