@@ -1,0 +1,110 @@
+"""Changes made in the Django admin go through the services: bookings through check_booking,
+do_create_booking and do_cancel_booking (with the warm pool's clean-up), policy and quota
+edits through do_save_audited."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from portal.models import Course
+from scheduling.choices import AuditKind
+from scheduling.models import Allocation, AuditEvent, Booking, PoolPolicy, WarmDesktop
+
+pytestmark = pytest.mark.django_db
+
+FORMAT = "%Y-%m-%d"
+
+
+@pytest.fixture
+def admin_client(admin_user) -> Client:
+    client = Client()
+    client.force_login(admin_user)
+    return client
+
+
+@pytest.fixture
+def course(db):
+    return Course.objects.create(code="cs101", title="Intro", department="cs")
+
+
+def booking_form(course, profile, seats: int, starts_in: timedelta) -> dict:
+    start = timezone.localtime(timezone.now() + starts_in)
+    end = start + timedelta(hours=2)
+    return {
+        "course": course.pk,
+        "profile": profile.pk,
+        "seats": seats,
+        "starts_at_0": start.strftime(FORMAT),
+        "starts_at_1": start.strftime("%H:%M:%S"),
+        "ends_at_0": end.strftime(FORMAT),
+        "ends_at_1": end.strftime("%H:%M:%S"),
+    }
+
+
+def test_a_booking_added_in_the_admin_is_checked_like_any_other(
+    admin_client, course, profile, pool
+):
+    url = "/admin/scheduling/booking/add/"
+    too_many = admin_client.post(url, booking_form(course, profile, 50, timedelta(days=1)))
+    assert too_many.status_code == 200  # the form again, with the service's message
+    assert "slices that fit" in too_many.content.decode()
+    in_the_past = admin_client.post(url, booking_form(course, profile, 2, -timedelta(days=1)))
+    assert "starts in the past" in in_the_past.content.decode()
+    assert not Booking.objects.exists()
+
+    made = admin_client.post(url, booking_form(course, profile, 2, timedelta(days=1)))
+    assert made.status_code == 302
+    booking = Booking.objects.get()
+    assert booking.seats == 2
+    assert AuditEvent.objects.filter(kind=AuditKind.BOOKING_CREATED).count() == 1
+
+
+def test_cancelling_in_the_admin_drops_the_warm_desktops_and_their_holds(
+    admin_client, course, profile, pool
+):
+    start = timezone.now() + timedelta(minutes=2)
+    booking = Booking.objects.create(
+        course=course, profile=profile, seats=1, starts_at=start, ends_at=start + timedelta(hours=1)
+    )
+    warm = WarmDesktop.objects.create(booking=booking, node=pool, key="b1-cafe0000")
+    slice_ = pool.gpus.first().slices.first()
+    Allocation.objects.create(warm=warm, node=pool, slice=slice_)
+
+    answer = admin_client.post(
+        "/admin/scheduling/booking/",
+        {"action": "cancel", "_selected_action": [booking.pk]},
+    )
+    assert answer.status_code == 302
+    booking.refresh_from_db()
+    assert booking.cancelled_at is not None
+    assert not WarmDesktop.objects.exists()
+    assert not Allocation.objects.filter(slice=slice_, released_at=None).exists()
+    assert AuditEvent.objects.filter(kind=AuditKind.BOOKING_CANCELLED).count() == 1
+    # Saved bookings are not edited or deleted there.
+    page = admin_client.get(f"/admin/scheduling/booking/{booking.pk}/change/").content.decode()
+    assert 'name="seats"' not in page
+    assert admin_client.get(f"/admin/scheduling/booking/{booking.pk}/delete/").status_code == 403
+
+
+def test_a_policy_edit_in_the_admin_is_audited(admin_client):
+    policy = PoolPolicy.current()
+    fields = {
+        "warn_percent": 70,
+        "block_percent": 85,
+        "temperature_limit_c": 85.0,
+        "protected_minutes": 15,
+        "grace_minutes": 5,
+        "aging_minutes_per_gpu_hour": 15.0,
+        "usage_half_life_days": 7.0,
+        "booking_hold_hours": 24.0,
+    }
+    answer = admin_client.post(f"/admin/scheduling/poolpolicy/{policy.pk}/change/", fields)
+    assert answer.status_code == 302
+    policy.refresh_from_db()
+    assert (policy.warn_percent, policy.block_percent) == (70, 85)
+    [event] = AuditEvent.objects.filter(kind=AuditKind.POLICY_CHANGED)
+    assert event.data["changed"] == {"warn_percent": "70", "block_percent": "85"}
