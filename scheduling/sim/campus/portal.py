@@ -175,6 +175,7 @@ class Portal:
             quotas=self.quotas(queue, now_usage, holding),
             racks=racks(self.pool, self.cfg.rack_budgets_w, busy),
             policy=self.cfg.policy,
+            workload=self.workload(),
         )
 
     def workload(self) -> tuple[TargetShape, ...]:

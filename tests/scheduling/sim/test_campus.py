@@ -164,6 +164,12 @@ def test_the_snapshot_carries_what_the_portal_puts_in_its_own():
         day.enqueue(job, day.at(day.t), job.duration_s, job.expected_s, episode=0)
     day.cycle()
     snap = day.snapshot()
+    # The catalogue, weighted by requests so far plus one: two TRAIN_1 requests of 10 profiles.
+    weights = {(s.cpu_milli, s.gpu_milli, s.num_gpu): s.weight for s in snap.workload}
+    assert len(snap.workload) == len(C.CATALOGUE)
+    assert weights[(8000, 1000, 1)] == pytest.approx(3 / 12)
+    assert weights[(2000, 250, 1)] == pytest.approx(1 / 12)  # AI painting: a T4 share fits
+    assert sum(s.weight for s in snap.workload) == pytest.approx(1.0)
     # Racks with a budget, drawing what their busy slices draw (a whole A100: 400 W).
     assert [(r.name, r.budget_w) for r in snap.racks] == [("r1", 5000.0)]
     busy = [s for r in snap.running for s in r.slices]
