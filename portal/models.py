@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings
 from django.db import models
@@ -12,19 +12,27 @@ from guardian.shortcuts import get_objects_for_user
 if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User
 
+QS = TypeVar("QS", bound=models.QuerySet[Any])
+
+
+def visible_through(queryset: QS, user: User | AnonymousUser, permission: str, own: Q) -> QS:
+    """Rows a person may read: all for admins; else their ``own`` rows and the rows granted
+    to them with django-guardian's object ``permission``. Nothing for anonymous users."""
+    if not user.is_authenticated:
+        return queryset.none()
+    if user.is_staff:
+        return queryset.all()
+    model = queryset.model
+    granted = get_objects_for_user(user, permission, klass=model, accept_global_perms=False)
+    readable = model._default_manager.filter(own | Q(pk__in=granted.values("pk")))
+    return queryset.filter(pk__in=readable.values("pk"))
+
 
 class CourseQuerySet(models.QuerySet["Course"]):
     def visible_to(self, user: User | AnonymousUser) -> CourseQuerySet:
         """Courses this user may read: taught or taken, all for admins, and guardian grants."""
-        if not user.is_authenticated:
-            return self.none()
-        if user.is_staff:
-            return self.all()
-        granted = get_objects_for_user(
-            user, "portal.view_course", klass=Course, accept_global_perms=False
-        ).values("pk")
-        mine = Q(instructors=user) | Q(students=user) | Q(pk__in=granted)
-        return self.filter(pk__in=Course.objects.filter(mine).values("pk"))
+        own = Q(instructors=user) | Q(students=user)
+        return visible_through(self, user, "portal.view_course", own)
 
 
 class Course(models.Model):

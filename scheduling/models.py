@@ -12,9 +12,8 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
-from guardian.shortcuts import get_objects_for_user
 
-from portal.models import Course
+from portal.models import Course, visible_through
 
 from .choices import (
     ON_NODE_STATES,
@@ -164,14 +163,7 @@ class DesktopProfile(models.Model):
 class SessionQuerySet(models.QuerySet["Session"]):
     def visible_to(self, user: User | AnonymousUser) -> SessionQuerySet:
         """Sessions this user may read: their own, all for admins, and guardian grants."""
-        if not user.is_authenticated:
-            return self.none()
-        if user.is_staff:
-            return self.all()
-        granted = get_objects_for_user(
-            user, "scheduling.view_session", klass=Session, accept_global_perms=False
-        ).values("pk")
-        return self.filter(Q(user=user) | Q(pk__in=granted))
+        return visible_through(self, user, "scheduling.view_session", Q(user=user))
 
     def openable_by(self, user: User | AnonymousUser) -> SessionQuerySet:
         """Sessions whose desktop this user may open: only the owner's, and admins'."""
