@@ -282,7 +282,9 @@ class Cycle:
                         x.milli,
                         x.compute_units,
                         x.gpu_model,
-                        x.temperature_c,
+                        # None and a reading sort apart (a GPU may report no temperature)
+                        x.temperature_c is None,
+                        x.temperature_c or 0.0,
                         x.power_w,
                     )  # fmt: skip
                 )

@@ -408,3 +408,10 @@ def test_the_plan_returns_the_holds_still_standing_and_notes_seats_that_do_not_f
     assert result.notes == [
         Reason(Code.BOOKING_SHORT, {"booking": 3, "course": "art", "held": 2, "need": 3})
     ]
+
+
+def test_gpus_of_one_node_with_and_without_a_reported_temperature():
+    """A node whose agent reports a temperature for some GPUs and none for others."""
+    slices = (mig(1, gpu_id=1, temperature_c=70.0), mig(2, gpu_id=2))
+    result = plan(Snapshot((node(1),), slices, (request(1, 2),)), NOW)
+    assert [p.slice_ids for p in result.placements] == [(2,)]  # the cooler one (not reported)
