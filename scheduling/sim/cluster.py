@@ -32,7 +32,8 @@ class Cluster:
         lefts = self.gpu_left[j]
         if not lefts:
             return False
-        if pod.gpu_spec and self.models[j] not in pod.allowed_models:
+        # A pod with a gpu_spec always has allowed_models (trace.Pod).
+        if pod.gpu_spec and self.models[j] not in pod.allowed_models:  # type: ignore[operator]
             return False
         if pod.is_share:
             return max(lefts) >= pod.gpu_milli

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from scheduling.engine.scoring import (
     FragmentationModel,
@@ -60,8 +60,9 @@ class Policy:
         entry = self._shapes.get(pod.kind)
         n_changes = len(cluster.changes)
         if entry is None:
-            scores, gpus = [-1] * len(cluster.nodes), [None] * len(cluster.nodes)
-            todo: Sequence[int] = range(len(cluster.nodes))
+            scores = [-1] * len(cluster.nodes)
+            gpus: list[tuple[int, ...] | None] = [None] * len(cluster.nodes)
+            todo: Iterable[int] = range(len(cluster.nodes))
             entry = [scores, gpus, n_changes]
             self._shapes[pod.kind] = entry
         else:
@@ -167,7 +168,7 @@ class FGDPolicy(Policy):
         if pod.is_share:
             # The simulator keeps the first GPU index among equal best scores.
             for i, v in enumerate(lefts):
-                if v >= pod.gpu_milli and by_value[v] == score:
+                if v >= pod.gpu_milli and by_value is not None and by_value[v] == score:
                     return score, (i,)
         return score, exclusive_gpus(lefts, pod.num_gpu)
 
@@ -263,7 +264,7 @@ class DeskpoolPolicy(Policy):
         n_changes = len(cluster.changes)
         if entry is None:
             scores, gpus = [_NO] * len(cluster.nodes), [None] * len(cluster.nodes)
-            todo: Sequence[int] = range(len(cluster.nodes))
+            todo: Iterable[int] = range(len(cluster.nodes))
             self._shapes[pod.kind] = [scores, gpus, n_changes]
         else:
             scores, gpus, seen = entry

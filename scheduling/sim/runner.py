@@ -17,8 +17,8 @@ from .trace import Node, Pod, load_nodes, load_pods
 from .workload import TypicalPod, build_workload, typical_pods
 
 CHECKPOINTS = (0.9, 0.95, 1.0, 1.3)
-CSV_COLUMNS = ("seq", "pod", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
-CSV_COLUMNS += ("node", "gpus")
+CSV_COLUMNS: tuple[str, ...] = ("seq", "pod", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+CSV_COLUMNS += ("gpu_spec", "node", "gpus")
 
 
 def simulate(
