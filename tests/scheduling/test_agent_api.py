@@ -6,6 +6,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from scheduling.choices import SessionState
+from scheduling.engine.reasons import Code, Reason
 from scheduling.models import Allocation, Node, Session
 from scheduling.services.cycle import do_scheduling_cycle
 from scheduling.services.lifecycle import do_transition
@@ -141,7 +142,8 @@ def test_a_session_placed_again_on_the_same_node_is_a_new_placement(owner, profi
         )
         assert answer.json() == {"state": state}
 
-    do_transition(session.pk, SessionState.QUEUED, actor="test", reason="node went silent")
+    silent = Reason(Code.NOTE, {"text": "node went silent"})
+    do_transition(session.pk, SessionState.QUEUED, actor="test", reason=silent)
     do_scheduling_cycle()
     [second] = agent(token).get("/api/agent/v1/desired/").json()["sessions"]
 
