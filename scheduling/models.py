@@ -52,6 +52,11 @@ class Node(models.Model):
     failures_in_a_row = models.PositiveIntegerField(
         default=0, help_text="Sessions reported FAILED since the last one reached RUNNING here."
     )
+    # As the agent reports them (nodeagent.protocol: Registration, Heartbeat).
+    protocol_version = models.PositiveIntegerField(null=True, blank=True)
+    running_sessions = models.JSONField(
+        default=list, blank=True, help_text="Session ids its agent ran at the last heartbeat."
+    )
 
     class Meta:
         ordering = ["hostname"]
@@ -101,6 +106,19 @@ class Gpu(models.Model):
     simulated = models.BooleanField(default=False)
     metrics = models.JSONField(default=dict, blank=True)
     present = models.BooleanField(default=True)
+    # The rest of its inventory as the agent reports it (nodeagent.protocol.GpuInventory);
+    # null where the agent does not say (a simulated GPU has no PCIe link).
+    mig_mode = models.BooleanField(default=False)
+    pci_bus_id = models.CharField(max_length=32, blank=True)
+    share_count = models.PositiveSmallIntegerField(null=True, blank=True)
+    share_memory_mb = models.PositiveIntegerField(null=True, blank=True)
+    pcie_link_gen = models.PositiveSmallIntegerField(null=True, blank=True)
+    pcie_link_width = models.PositiveSmallIntegerField(null=True, blank=True)
+    pcie_link_gen_max = models.PositiveSmallIntegerField(null=True, blank=True)
+    pcie_link_width_max = models.PositiveSmallIntegerField(null=True, blank=True)
+    pcie_topology = models.JSONField(
+        null=True, blank=True, help_text="Other GPU's UUID -> closest common PCIe ancestor."
+    )
 
     class Meta:
         ordering = ["node__hostname", "index"]
