@@ -16,7 +16,13 @@ from nodeagent.credentials import (
     load_credential,
     save_credential,
 )
-from nodeagent.portal_client import Conflict, PortalClient, PortalUnavailable, Unauthorized
+from nodeagent.portal_client import (
+    Conflict,
+    PortalClient,
+    PortalError,
+    PortalUnavailable,
+    Unauthorized,
+)
 from nodeagent.probe import GpuProbe
 from nodeagent.probe.host import host_labels, merged_labels
 from nodeagent.protocol import (
@@ -91,21 +97,21 @@ class Agent:
 
     def registration(self, join_token: str | None) -> Registration:
         facts = self.probe.node_facts()
-        registration = Registration(
-            protocol_version=PROTOCOL_VERSION,
-            agent_version=AGENT_VERSION,
-            hostname=self.config.node_name,
-            address=self.config.publish_address,
-            cpu_count=facts.cpu_count,
-            memory_mb=facts.memory_mb,
+        fields: dict[str, object] = {
+            "protocol_version": PROTOCOL_VERSION,
+            "agent_version": AGENT_VERSION,
+            "hostname": self.config.node_name,
+            "address": self.config.publish_address,
+            "cpu_count": facts.cpu_count,
+            "memory_mb": facts.memory_mb,
             # Host facts under the fleet file's labels under DESKPOOL_LABELS: explicit wins.
-            labels=merged_labels(self.read_host_labels(), facts.labels, self.config.labels),
-            runtime=self.runtime.kind,
-            gpus=self.probe.inventory(),
-        )
-        if join_token:
-            registration["join_token"] = join_token
-        return registration
+            "labels": merged_labels(self.read_host_labels(), facts.labels, self.config.labels),
+            "runtime": self.runtime.kind,
+            "gpus": self.probe.inventory(),
+        }
+        if join_token:  # the first registration only; absent from the body otherwise
+            fields["join_token"] = join_token
+        return Registration.model_validate(fields)
 
     def register(self) -> RegistrationAnswer:
         """Register once: with the stored node token if there is one, else the join token."""
@@ -145,14 +151,23 @@ class Agent:
                 f"(agent {AGENT_VERSION}): {error}. Upgrade the agent or the portal.",
                 exit_code=2,
             ) from None
-        if token := answer.get("node_token"):
+        except (Unauthorized, PortalUnavailable):
+            raise
+        except PortalError as error:
+            # 400: this agent sends what the portal does not take (e.g. a field a newer
+            # agent has and an older portal does not know), or an answer it cannot read.
+            raise AgentExit(
+                f"the portal refused the registration of agent {AGENT_VERSION}: {error}",
+                exit_code=2,
+            ) from None
+        if answer.node_token:
             save_credential(
                 self.config.credential_file(),
-                NodeCredential(self.config.portal_url, int(answer["node_id"]), token),
+                NodeCredential(self.config.portal_url, answer.node_id, answer.node_token),
             )
         logger.info(
             "registered as node %s with %d GPU(s), runtime %s%s",
-            answer["node_id"],
+            answer.node_id,
             len(self.probe.inventory()),
             self.runtime.kind,
             " (SIMULATED GPUs)" if self.probe.simulated else "",
@@ -190,16 +205,14 @@ class Agent:
             answer = self.register_until_answered()
         if answer is None:
             return
-        poll_s = (
-            self.config.poll_interval_s or answer.get("poll_interval_s") or DEFAULT_POLL_INTERVAL_S
-        )
-        heartbeat_s = answer.get("heartbeat_interval_s") or DEFAULT_HEARTBEAT_INTERVAL_S
+        poll_s = self.config.poll_interval_s or answer.poll_interval_s or DEFAULT_POLL_INTERVAL_S
+        heartbeat_s = answer.heartbeat_interval_s or DEFAULT_HEARTBEAT_INTERVAL_S
         next_heartbeat = 0.0
         while not self.stopping.is_set():
             wait_s = poll_s
             try:
                 desired = self.client.desired()
-                summary = self.reconciler.step(desired["sessions"], desired.get("warm", []))
+                summary = self.reconciler.step(desired.sessions, desired.warm)
                 if not summary.is_quiet():
                     logger.info("reconcile: %s", summary)
                 if time.monotonic() >= next_heartbeat:
@@ -217,6 +230,10 @@ class Agent:
                     break
             except AgentExit:
                 raise
+            except PortalError as error:
+                # E.g. an answer this agent cannot read (BadAnswer): desktops left alone.
+                wait_s = self.backoff.next_delay()
+                logger.error("portal: %s; desktops left alone, retry in %.1f s", error, wait_s)
             except Exception:
                 # E.g. the Docker engine restarting: log, back off, try the whole step again.
                 wait_s = self.backoff.next_delay()

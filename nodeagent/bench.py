@@ -104,7 +104,7 @@ class Bench:
         for _ in range(self.args.sequential):
             session = self.session()
             times.append(self.timed_start(session))
-            self.runtime.stop(session["session_id"])
+            self.runtime.stop(session.session_id)
         return times
 
     def warm_claims(self) -> list[float]:
@@ -129,7 +129,7 @@ class Bench:
             started = time.perf_counter()
             self.runtime.claim(key, session)
             times.append(time.perf_counter() - started)
-            self.runtime.stop(session["session_id"])
+            self.runtime.stop(session.session_id)
         return times
 
     def parallel(self) -> tuple[float, list[float]]:

@@ -7,7 +7,7 @@ import json
 import sys
 
 from nodeagent.probe.nvml import NvmlProbe, NvmlUnavailable
-from nodeagent.protocol import GpuInventory, GpuMetrics
+from nodeagent.protocol import GpuInventory, GpuMetrics, to_wire
 
 
 def _cell(value: object) -> str:
@@ -24,19 +24,19 @@ def _link(gen: object, width: object) -> str:
 
 def _live_line(m: GpuMetrics) -> str:
     """Power limit, fan, PCIe traffic, ECC and XID of one GPU; n/a where the card says nothing."""
-    xids = m.get("xid_errors")
+    xids = m.xid_errors
     return (
-        f"       limit {_with(m.get('power_limit_w'), ' W')}, fan {_with(m.get('fan_pct'), '%')}, "
-        f"PCIe tx/rx {_cell(m.get('pcie_tx_kbps'))}/{_cell(m.get('pcie_rx_kbps'))} KB/s, "
-        f"ECC corrected/uncorrected {_cell(m.get('ecc_corrected_volatile'))}/"
-        f"{_cell(m.get('ecc_uncorrected_volatile'))}, "
+        f"       limit {_with(m.power_limit_w, ' W')}, fan {_with(m.fan_pct, '%')}, "
+        f"PCIe tx/rx {_cell(m.pcie_tx_kbps)}/{_cell(m.pcie_rx_kbps)} KB/s, "
+        f"ECC corrected/uncorrected {_cell(m.ecc_corrected_volatile)}/"
+        f"{_cell(m.ecc_uncorrected_volatile)}, "
         f"XID {'n/a (not watched)' if xids is None else (', '.join(map(str, xids)) or 'none')}"
     )
 
 
 def _pcie_line(gpu: GpuInventory) -> str:
-    now = _link(gpu.get("pcie_link_gen"), gpu.get("pcie_link_width"))
-    best = _link(gpu.get("pcie_link_gen_max"), gpu.get("pcie_link_width_max"))
+    now = _link(gpu.pcie_link_gen, gpu.pcie_link_width)
+    best = _link(gpu.pcie_link_gen_max, gpu.pcie_link_width_max)
     return f"       PCIe link {now} now, {best} at most"
 
 
@@ -57,42 +57,40 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         probe.close()
     if args.json:
-        print(json.dumps({"gpus": inventory, "metrics": metrics}, indent=2))
+        wire = {"gpus": [to_wire(g) for g in inventory], "metrics": [to_wire(m) for m in metrics]}
+        print(json.dumps(wire, indent=2))
         return 0
     if not inventory:
         print("NVML is present but reports no GPUs.")
         return 0
-    by_uuid = {m["uuid"]: m for m in metrics}
+    by_uuid = {m.uuid: m for m in metrics}
     print(
         f"{'idx':>3}  {'name':<26} {'memory':>9} {'cc':>4}  {'MIG':<4} {'util%':>6} "
         f"{'used MB':>8} {'temp C':>7} {'power W':>8}  uuid / pci"
     )
     for gpu in inventory:
-        m = by_uuid.get(gpu["uuid"])
+        m = by_uuid.get(gpu.uuid)
         print(
-            f"{gpu['index']:>3}  {gpu['name'][:26]:<26} {gpu['memory_mb']:>6} MB "
-            f"{gpu['compute_capability']:>4}"
-            f"  {'on' if gpu['mig_mode'] else 'off':<4} {_cell(m and m['utilization_pct']):>6} "
-            f"{_cell(m and m['memory_used_mb']):>8} {_cell(m and m['temperature_c']):>7} "
-            f"{_cell(m and m['power_w']):>8}  {gpu['uuid']} {gpu['pci_bus_id']}"
+            f"{gpu.index:>3}  {gpu.name[:26]:<26} {gpu.memory_mb:>6} MB "
+            f"{gpu.compute_capability:>4}"
+            f"  {'on' if gpu.mig_mode else 'off':<4} {_cell(m and m.utilization_pct):>6} "
+            f"{_cell(m and m.memory_used_mb):>8} {_cell(m and m.temperature_c):>7} "
+            f"{_cell(m and m.power_w):>8}  {gpu.uuid} {gpu.pci_bus_id}"
         )
         if m is not None:
             print(_live_line(m))
         print(_pcie_line(gpu))
-        for instance in gpu["mig_instances"]:
-            print(
-                f"       MIG {instance['profile']:<10} {instance['memory_mb']:>6} MB  "
-                f"{instance['uuid']}"
-            )
-        if gpu["nvlink_peers"]:
-            print(f"       NVLink peers: {', '.join(gpu['nvlink_peers'])}")
-    indices = {gpu["uuid"]: gpu["index"] for gpu in inventory}
+        for instance in gpu.mig_instances:
+            print(f"       MIG {instance.profile:<10} {instance.memory_mb:>6} MB  {instance.uuid}")
+        if gpu.nvlink_peers:
+            print(f"       NVLink peers: {', '.join(gpu.nvlink_peers)}")
+    indices = {gpu.uuid: gpu.index for gpu in inventory}
     if len(inventory) > 1:
         print("PCIe topology (closest common ancestor of each pair):")
         for gpu in inventory:
-            peers = gpu.get("pcie_topology") or {}
+            peers = gpu.pcie_topology or {}
             cells = [f"{indices.get(peer, peer)}:{level}" for peer, level in peers.items()]
-            print(f"{gpu['index']:>3}  {' '.join(cells) or 'n/a'}")
+            print(f"{gpu.index:>3}  {' '.join(cells) or 'n/a'}")
     return 0
 
 

@@ -1,21 +1,32 @@
-"""HTTP client for the portal's agent API (``/api/agent/v1/``, see :mod:`nodeagent.protocol`)."""
+"""HTTP client for the portal's agent API (``/api/agent/v1/``, see :mod:`nodeagent.protocol`).
+
+Every request body is made from its protocol model (:func:`~nodeagent.protocol.to_wire`);
+every answer is validated with its model before the agent acts on it: an answer that does
+not match is :class:`BadAnswer`, and the agent leaves its desktops alone.
+"""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, TypeVar
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
 from nodeagent.protocol import (
+    ConflictAnswer,
     DesiredState,
     Heartbeat,
+    HeartbeatAnswer,
     Registration,
     RegistrationAnswer,
+    ReportAnswer,
     SessionReport,
     WarmReport,
+    to_wire,
 )
 
 API_PREFIX = "/api/agent/v1/"
+A = TypeVar("A", bound=BaseModel)  # the answer's protocol model
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
 
 
@@ -33,6 +44,10 @@ class PortalUnavailable(PortalError):
 
 class Unauthorized(PortalError):
     """401/403: the join token or node token is missing, wrong or revoked."""
+
+
+class BadAnswer(PortalError):
+    """The portal answered with a body the agent cannot read (not its protocol model)."""
 
 
 class Conflict(PortalError):
@@ -64,43 +79,42 @@ class PortalClient:
 
     def register(self, registration: Registration) -> RegistrationAnswer:
         """Register (first time with ``join_token`` in the body, later with the node token)."""
-        answer = cast(RegistrationAnswer, self._request("POST", "register/", registration))
-        if token := answer.get("node_token"):
-            self.node_token = token
+        answer = self._request("POST", "register/", RegistrationAnswer, registration)
+        if answer.node_token:
+            self.node_token = answer.node_token
         return answer
 
-    def heartbeat(self, heartbeat: Heartbeat) -> dict[str, Any]:
-        return self._request("POST", "heartbeat/", heartbeat)
+    def heartbeat(self, heartbeat: Heartbeat) -> HeartbeatAnswer:
+        return self._request("POST", "heartbeat/", HeartbeatAnswer, heartbeat)
 
     def desired(self) -> DesiredState:
-        return cast(DesiredState, self._request("GET", "desired/"))
+        return self._request("GET", "desired/", DesiredState)
 
     def report(self, session_id: int, report: SessionReport) -> str:
         """Report a session's state; returns the portal's state. Conflict: stop that session."""
-        answer = self._request("POST", f"sessions/{session_id}/report/", report)
-        return str(answer.get("state", ""))
+        return self._request("POST", f"sessions/{session_id}/report/", ReportAnswer, report).state
 
     def report_warm(self, key: str, report: WarmReport) -> str:
         """Report a warm desktop's state. Conflict: the portal no longer wants it."""
-        answer = self._request("POST", f"warm/{key}/report/", report)
-        return str(answer.get("state", ""))
+        return self._request("POST", f"warm/{key}/report/", ReportAnswer, report).state
 
-    def _request(self, method: str, path: str, body: object | None = None) -> dict[str, Any]:
+    def _request(self, method: str, path: str, answer: type[A], body: BaseModel | None = None) -> A:
         headers = {"Authorization": f"Node {self.node_token}"} if self.node_token else {}
+        json = to_wire(body) if body is not None else None
         try:
-            response = self._http.request(method, path, json=body, headers=headers)
+            response = self._http.request(method, path, json=json, headers=headers)
         except httpx.TransportError as error:
             raise PortalUnavailable(
                 f"portal unreachable: {type(error).__name__}: {error}"
             ) from error
-        return _answer_of(response)
+        return _answer_of(response, answer)
 
 
-def _answer_of(response: httpx.Response) -> dict[str, Any]:
+def _answer_of(response: httpx.Response, answer: type[A]) -> A:
     try:
         data: Any = response.json()
     except ValueError:
-        data = {}
+        data = None
     body = data if isinstance(data, dict) else {}
     detail = str(body.get("detail") or response.text[:200] or response.reason_phrase)
     where = f"{response.request.method} {response.request.url.path}"
@@ -108,10 +122,23 @@ def _answer_of(response: httpx.Response) -> dict[str, Any]:
     if status in (401, 403):
         raise Unauthorized(f"{where}: {status} {detail}", status_code=status)
     if status == 409:
-        state = body.get("state")
-        raise Conflict(f"{where}: 409 {detail}", state=str(state) if state is not None else None)
+        try:
+            state = ConflictAnswer.model_validate(body).state
+        except ValidationError:
+            state = None  # a 409 without the portal's usual body still means: stop
+        raise Conflict(f"{where}: 409 {detail}", state=state)
     if status >= 500:
         raise PortalUnavailable(f"{where}: {status} {detail}", status_code=status)
     if status >= 400:
         raise PortalError(f"{where}: {status} {detail}", status_code=status)
-    return body
+    try:
+        return answer.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or '(body)'}: {e['msg']}"
+            for e in error.errors(include_url=False, include_input=False)[:5]
+        )
+        raise BadAnswer(
+            f"{where}: {status} answer is not a valid {answer.__name__}: {problems}",
+            status_code=status,
+        ) from None

@@ -1,53 +1,48 @@
-"""Messages between the node agent and the portal's agent API (``/api/agent/v1/``).
+"""The agent protocol: every message between node agents and the portal, defined once.
 
-The agent owns these schemas; the portal imports them, never the reverse. Every
-message is plain JSON. Field names here are the wire names.
+These pydantic models are the single definition of the wire (``/api/agent/v1/``). The agent
+builds what it sends from them and validates what it receives with them; the portal
+validates agent requests with the same models (``scheduling/agent_api.py``) and builds its
+answers from them; the OpenAPI schema at ``/api/schema/`` is generated from them. The agent
+owns this module; the portal imports it, never the reverse (no Django here).
 
 Endpoints (all JSON, all under ``/api/agent/v1/``):
 
 ``POST register/``
-    Body :class:`Registration`. First start: ``join_token`` in the body (one-time,
-    created by an admin). Later starts: no join token, ``Authorization: Node <token>``.
-    Answer :class:`RegistrationAnswer` (``node_token`` only on the first registration).
-    A protocol version the portal does not speak gets 409 with ``detail``.
+    :class:`Registration` -> :class:`RegistrationAnswer` (201 with ``node_token`` the first
+    time, when ``join_token`` is in the body; 200 after, with ``Authorization: Node <token>``).
+    A protocol version the portal does not speak: 409 :class:`ConflictAnswer`.
 ``POST heartbeat/``
-    Body :class:`Heartbeat`. Answer ``{"ok": true, "server_time": iso8601}``.
+    :class:`Heartbeat` -> :class:`HeartbeatAnswer`.
 ``GET desired/``
-    Answer :class:`DesiredState`: the sessions that should run on this node now.
-    A container labelled ``deskpool.session=<id>`` whose id is not listed must stop.
-    Each session carries its ``placement``, an id that changes every time the session is
-    placed (requeued and placed again, even on the same node): a container labelled
-    ``deskpool.placement`` with another value belongs to an earlier placement, with an
-    old VNC password and slice, and is replaced, never adopted.
-``POST warm/<key>/report/``
-    Body :class:`WarmReport` about one warm desktop of :attr:`DesiredState.warm` (READY once
-    it answers a VNC handshake, FAILED when it could not start or died). Answer
-    ``{"state": <portal's warm state>}``; 409 when the portal no longer wants that warm
-    desktop (stop it).
+    -> :class:`DesiredState`: the sessions that should run on this node now (a container
+    labelled ``deskpool.session=<id>`` whose id is not listed must stop), each with its
+    ``placement``, and the warm desktops to keep started.
 ``POST sessions/<session_id>/report/``
-    Body :class:`SessionReport`. Answer ``{"state": <portal state>}``; 409 with
-    ``{"detail", "state"}`` when the portal no longer wants that session (stop it), or when
-    the report's ``placement`` is not the session's current one (stop that placement's
-    desktop, not a newer one).
+    :class:`SessionReport` -> :class:`ReportAnswer`; 409 :class:`ConflictAnswer` when the
+    portal no longer wants that session, or the report is about an earlier placement.
+``POST warm/<key>/report/``
+    :class:`WarmReport` -> :class:`ReportAnswer`; 409 when that warm desktop is not wanted.
 
-Warm pool: ``desired/`` may also carry ``warm``, a list of :class:`DesiredWarm`: desktops to
-keep started, without a user, for a class booking that starts soon or is running. A session
-placed on a warm desktop's slice carries that desktop's ``warm_key``: the agent claims the
-running container (writes the session's VNC password into its mounted password folder and
-applies it) instead of starting a new one. An older agent ignores ``warm`` and ``warm_key``
-and starts the session's desktop as usual; an older portal sends neither.
+Errors: 401 for a missing or wrong token; 400 :class:`ErrorAnswer` for a body that does not
+match its model (every problem with its dotted field path); 415 for a body that is not JSON.
 
-Backward compatibility within protocol version 1: ``placement`` is optional both ways. A
-portal that sends none gets the old behaviour (containers are adopted by session id); a
-report without one is applied to the current placement; a container without the label (an
-older agent made it) is adopted.
+Unknown fields. Requests (agent -> portal, :class:`AgentMessage`) forbid them: a field the
+portal does not know is answered 400 naming it, never silently dropped. So a new request
+field reaches the portal first (or comes with a new protocol version). Answers (portal ->
+agent, :class:`PortalMessage`) ignore them, so a newer portal may add answer fields that an
+older agent does not read (as ``warm`` was added within version 1).
 
-Errors: 401 for a missing or wrong token, 400 with field errors for a bad body.
+On the wire a message carries the fields that were set when it was made (:func:`to_wire`):
+an optional field left out is absent, not ``null``. Field names here are the wire names.
 """
 
 from __future__ import annotations
 
-from typing import Literal, NotRequired, TypedDict
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 PROTOCOL_VERSION = 1
 AGENT_VERSION = "0.1.0"
@@ -71,66 +66,9 @@ DESKTOP_PASSWORD_MOUNT = "/run/deskpool/vnc"
 DESKTOP_PASSWORD_FILE = f"{DESKTOP_PASSWORD_MOUNT}/passwd"
 DESKTOP_HOME = "/home/desktop"
 
-# A report's ``reason`` is shown to the user and stored in 300 characters; longer is cut.
+# A report's ``reason`` is shown to the user and stored in 300 characters; the agent cuts
+# longer ones (the portal answers a longer one with 400).
 REASON_MAX_CHARS = 300
-
-ReportedState = Literal["STARTING", "RUNNING", "FAILED", "LOST", "ENDED"]
-SharingMode = Literal["mig", "share", "whole"]
-
-
-class MigInstance(TypedDict):
-    uuid: str
-    profile: str  # e.g. "1g.10gb"
-    memory_mb: int
-
-
-class GpuInventory(TypedDict):
-    uuid: str
-    index: int
-    name: str  # as NVML reports it, e.g. "NVIDIA A100-SXM4-80GB"
-    memory_mb: int
-    compute_capability: str  # "8.0"
-    mig_mode: bool
-    mig_instances: list[MigInstance]
-    nvlink_peers: list[str]  # UUIDs of GPUs on this node linked by NVLink
-    pci_bus_id: str
-    # How the node's admin lets the pool use this GPU: MIG instances, N time-sliced
-    # shares with a memory cap each, or the whole card.
-    sharing: SharingMode
-    share_count: NotRequired[int]
-    share_memory_mb: NotRequired[int]
-    simulated: bool
-    # PCIe, where NVML reports it (None when the card does not; a simulated GPU leaves these
-    # out). The current link drops to a lower generation while the GPU idles; max is what the
-    # GPU and its slot can reach.
-    pcie_link_gen: NotRequired[int | None]
-    pcie_link_width: NotRequired[int | None]
-    pcie_link_gen_max: NotRequired[int | None]
-    pcie_link_width_max: NotRequired[int | None]
-    # UUID of each other GPU on this node -> the closest common ancestor of the two in the
-    # PCI tree: one of PCIE_TOPOLOGY_LEVELS' values; a pair NVML cannot place is left out.
-    pcie_topology: NotRequired[dict[str, str]]
-
-
-class Registration(TypedDict):
-    protocol_version: int
-    agent_version: str
-    hostname: str
-    join_token: NotRequired[str]
-    address: str  # where the portal reaches published desktop ports
-    cpu_count: int
-    memory_mb: int
-    labels: dict[str, str]  # rack, cooling, network_plane, ...
-    runtime: Literal["docker", "simulated"]
-    gpus: list[GpuInventory]
-
-
-class RegistrationAnswer(TypedDict):
-    node_id: int
-    node_token: NotRequired[str]
-    heartbeat_interval_s: float
-    poll_interval_s: float
-
 
 # nvmlDeviceGetTopologyCommonAncestor's levels, nearest first (nvidia-smi topo: PIX, PXB, PHB,
 # NODE, SYS).
@@ -146,83 +84,284 @@ PCIE_TOPOLOGY_LEVELS = {
 # At most this many XID codes per GPU in one heartbeat; later ones are dropped (and logged).
 XID_ERRORS_MAX = 32
 
+ReportedState = Literal["STARTING", "RUNNING", "FAILED", "LOST", "ENDED"]
+WarmState = Literal["READY", "FAILED"]
+SharingMode = Literal["mig", "share", "whole"]
+RuntimeKind = Literal["docker", "simulated"]
 
-class GpuMetrics(TypedDict):
-    uuid: str
+# What the portal keeps in a PostgreSQL integer column (PositiveIntegerField).
+_INT32_MAX = 2**31 - 1
+Count = Annotated[int, Field(ge=0, le=_INT32_MAX)]
+SmallCount = Annotated[int, Field(ge=0, le=32767)]  # a PositiveSmallIntegerField
+Port = Annotated[int, Field(ge=1, le=65535)]
+Uuid = Annotated[str, Field(min_length=1, max_length=100)]  # GPU or MIG UUID
+Reason = Annotated[str, Field(max_length=REASON_MAX_CHARS)]
+PcieLevel = Annotated[
+    str,
+    Field(
+        pattern=r"^(internal|single|multiple|hostbridge|node|system|level-[0-9]+)$",
+        description="A value of PCIE_TOPOLOGY_LEVELS (level-N for one NVML adds later).",
+    ),
+]
+
+
+def to_wire(message: BaseModel) -> dict[str, Any]:
+    """The JSON object of a message: the fields set when it was made, by their wire names."""
+    return message.model_dump(mode="json", exclude_unset=True)
+
+
+def _refuse_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError("must not contain NUL characters (\\x00)")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_nul(key)
+            _refuse_nul(item)
+    elif isinstance(value, list):
+        for item in value:
+            _refuse_nul(item)
+    return value
+
+
+class AgentMessage(BaseModel):
+    """A request body the agent sends: unknown fields are refused, text holds no NUL (the
+    portal's database refuses it), numbers are finite."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        return _refuse_nul(value)
+
+
+class PortalMessage(BaseModel):
+    """An answer the portal sends: fields an (older) agent does not know are ignored."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
+
+
+# -- registration ---------------------------------------------------------------------------
+
+
+class MigInstance(AgentMessage):
+    """One MIG instance of a GPU in MIG mode; the portal offers it as a ``mig`` slice."""
+
+    uuid: Uuid
+    profile: str = Field(min_length=1, max_length=40, examples=["1g.10gb"])
+    memory_mb: Count
+
+
+class GpuInventory(AgentMessage):
+    """One GPU as the agent's probe sees it (NVML, or a simulated fleet file)."""
+
+    uuid: Uuid
+    index: Count
+    name: str = Field(
+        min_length=1, max_length=100, description="As NVML reports it, e.g. NVIDIA A100-SXM4-80GB."
+    )
+    memory_mb: Count
+    compute_capability: str = Field(max_length=10, examples=["8.0"])
+    mig_mode: bool
+    mig_instances: list[MigInstance]
+    nvlink_peers: list[Uuid] = Field(description="UUIDs of GPUs on this node linked by NVLink.")
+    pci_bus_id: str = Field(max_length=32, examples=["00000000:07:00.0"])
+    sharing: SharingMode = Field(
+        description="How the node's admin lets the pool use this GPU: its MIG instances, "
+        "share_count time-sliced shares with share_memory_mb each, or the whole card."
+    )
+    share_count: int | None = Field(default=None, ge=1, le=64)
+    share_memory_mb: int | None = Field(default=None, ge=1, le=_INT32_MAX)
+    simulated: bool
+    # PCIe, where NVML reports it (None when the card does not; a simulated GPU leaves these
+    # out). The current link drops to a lower generation while the GPU idles; max is what the
+    # GPU and its slot can reach.
+    pcie_link_gen: SmallCount | None = None
+    pcie_link_width: SmallCount | None = None
+    pcie_link_gen_max: SmallCount | None = None
+    pcie_link_width_max: SmallCount | None = None
+    pcie_topology: dict[Uuid, PcieLevel] | None = Field(
+        default=None,
+        description="Each other GPU of this node -> the closest common ancestor of the pair in "
+        "the PCI tree; a pair NVML cannot place is left out.",
+    )
+
+
+class Registration(AgentMessage):
+    """What the agent says about its node at every start."""
+
+    protocol_version: int
+    agent_version: str = Field(min_length=1, max_length=40)
+    hostname: str = Field(min_length=1, max_length=200)
+    join_token: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="First registration only (one-time).",
+    )
+    address: str = Field(
+        min_length=1, max_length=200, description="Where the portal reaches published ports."
+    )
+    cpu_count: Count
+    memory_mb: Count
+    labels: dict[str, str] = Field(description="rack, cooling, network_plane, cpu_model, ...")
+    runtime: RuntimeKind
+    gpus: list[GpuInventory]
+
+
+class RegistrationAnswer(PortalMessage):
+    node_id: int
+    node_token: str | None = Field(default=None, description="Only on the first registration.")
+    heartbeat_interval_s: float
+    poll_interval_s: float
+
+
+# -- heartbeat -------------------------------------------------------------------------------
+
+
+class GpuMetrics(AgentMessage):
+    """One GPU's live readings; ``None`` where the card or driver does not report a value."""
+
+    uuid: Uuid
     utilization_pct: float | None
     memory_used_mb: int | None
     temperature_c: float | None
     power_w: float | None
-    # Optional within protocol version 1: an older agent leaves them out; None where the card
-    # or driver does not report the value.
-    power_limit_w: NotRequired[float | None]  # the enforced power cap
-    fan_pct: NotRequired[float | None]  # None on passively cooled (most data-centre) boards
-    pcie_tx_kbps: NotRequired[int | None]  # KB/s, kilobytes per second, GPU -> host
-    pcie_rx_kbps: NotRequired[int | None]  # KB/s, host -> GPU
-    ecc_corrected_volatile: NotRequired[int | None]  # since the driver last loaded
-    ecc_uncorrected_volatile: NotRequired[int | None]
-    # XID codes the driver reported for this GPU since the previous metrics read (the last
-    # heartbeat), oldest first, at most XID_ERRORS_MAX; [] for none, None when not watched.
-    xid_errors: NotRequired[list[int] | None]
+    # Optional within protocol version 1: an older agent leaves them out.
+    power_limit_w: float | None = Field(default=None, description="The enforced power cap.")
+    fan_pct: float | None = Field(default=None, description="None on passively cooled boards.")
+    pcie_tx_kbps: int | None = Field(default=None, ge=0, description="KB/s, GPU -> host.")
+    pcie_rx_kbps: int | None = Field(default=None, ge=0, description="KB/s, host -> GPU.")
+    ecc_corrected_volatile: int | None = Field(
+        default=None, ge=0, description="Since the driver loaded."
+    )
+    ecc_uncorrected_volatile: int | None = Field(default=None, ge=0)
+    xid_errors: list[int] | None = Field(
+        default=None,
+        max_length=XID_ERRORS_MAX,
+        description="XID codes since the previous heartbeat, oldest first; [] for none, "
+        "None when the GPU is not watched.",
+    )
 
 
-class Heartbeat(TypedDict):
+class Heartbeat(AgentMessage):
     gpus: list[GpuMetrics]
-    running_sessions: list[int]
+    running_sessions: list[Annotated[int, Field(ge=0)]]
 
 
-class DesiredSession(TypedDict):
-    session_id: int
+class HeartbeatAnswer(PortalMessage):
+    ok: bool
+    server_time: datetime
+
+
+# -- desired state ---------------------------------------------------------------------------
+
+
+class DesktopSpec(PortalMessage):
+    """Image, limits and GPU of a desktop: what a session's and a warm desktop's share."""
+
+    course: str = Field(description="Course code; empty when none.")
+    image: str = Field(min_length=1)
+    cpus: float = Field(ge=0)
+    memory_mb: int = Field(ge=0)
+    pids_limit: int = Field(ge=0)
+    shm_mb: int = Field(ge=0)
+    gpu_devices: list[str] = Field(
+        description="GPU or MIG UUIDs; NVIDIA_VISIBLE_DEVICES gets exactly these."
+    )
+
+
+class DesiredSession(DesktopSpec):
+    """A session whose desktop should run on this node."""
+
+    session_id: int = Field(ge=1)
     user: str
-    course: str
-    image: str
-    cpus: float
-    memory_mb: int
-    pids_limit: int
-    shm_mb: int
-    gpu_devices: list[str]  # GPU or MIG UUIDs; NVIDIA_VISIBLE_DEVICES gets exactly these
-    vnc_password: str  # at most 8 characters (VNC truncates longer ones)
-    home_volume: str  # docker volume name, kept across sessions
-    # Opaque, new at every placement of the session (the portal: its first allocation id).
-    placement: NotRequired[str]
-    # The key of the warm desktop (of DesiredState.warm, on this node) the session was placed
-    # on: claim that running container instead of starting one. Absent: start as usual.
-    warm_key: NotRequired[str]
+    vnc_password: str = Field(min_length=1, max_length=8, description="VNC cuts longer ones.")
+    home_volume: str = Field(min_length=1, description="Docker volume, kept across sessions.")
+    placement: str = Field(
+        default="",
+        max_length=40,
+        description="Opaque, new at every placement of the session; a container of another "
+        "placement is replaced, never adopted. Absent from an older portal.",
+    )
+    warm_key: str = Field(
+        default="",
+        max_length=40,
+        description="A warm desktop of this node the session was placed on: claim that running "
+        "container instead of starting one. Absent: start as usual.",
+    )
 
 
-class DesiredWarm(TypedDict):
+class DesiredWarm(DesktopSpec):
     """A desktop to keep started, with no user yet, for a class booking."""
 
-    key: str  # stable while the portal wants it; a retry after a failure gets a new key
+    key: str = Field(
+        pattern=WARM_KEY_PATTERN,
+        description="Stable while the portal wants it; a retry after a failure gets a new key.",
+    )
     booking: int
-    course: str
-    image: str
-    cpus: float
-    memory_mb: int
-    pids_limit: int
-    shm_mb: int
-    gpu_devices: list[str]  # the slice it holds, as in DesiredSession
 
 
-WarmState = Literal["READY", "FAILED"]
-
-
-class WarmReport(TypedDict):
-    state: WarmState
-    reason: NotRequired[str]  # at most REASON_MAX_CHARS
-    port: NotRequired[int | None]
-    container_id: NotRequired[str]
-
-
-class DesiredState(TypedDict):
+class DesiredState(PortalMessage):
     sessions: list[DesiredSession]
-    warm: NotRequired[list[DesiredWarm]]  # absent from an older portal
+    warm: list[DesiredWarm] = Field(
+        default_factory=list, description="Absent from an older portal."
+    )
 
 
-class SessionReport(TypedDict):
+# -- reports ---------------------------------------------------------------------------------
+
+
+class SessionReport(AgentMessage):
+    """What happened to one placement of a session's desktop."""
+
     state: ReportedState
-    host: NotRequired[str]
-    port: NotRequired[int | None]
-    container_id: NotRequired[str]
-    reason: NotRequired[str]  # at most REASON_MAX_CHARS
-    placement: NotRequired[str]  # the placement the report is about (DesiredSession's)
+    host: str = Field(default="", max_length=200)
+    port: Port | None = None
+    container_id: str = Field(default="", max_length=100)
+    reason: Reason = ""
+    placement: str = Field(
+        default="",
+        max_length=40,
+        description="The placement the report is about (DesiredSession's).",
+    )
+
+
+class WarmReport(AgentMessage):
+    """READY once a warm desktop answers a VNC handshake; FAILED when it could not start or died."""
+
+    state: WarmState
+    reason: Reason = ""
+    port: Port | None = None
+    container_id: str = Field(default="", max_length=100)
+
+
+class ReportAnswer(PortalMessage):
+    state: str = Field(description="The portal's state of the session or warm desktop.")
+
+
+class DetailAnswer(PortalMessage):
+    """An error answer with a sentence: 401 (token), 404 (not this node's), 415 (not JSON)."""
+
+    detail: str
+
+
+class ConflictAnswer(DetailAnswer):
+    """409: stop that desktop (or, at registration: the protocol version is not spoken)."""
+
+    state: str | None = Field(
+        default=None, description="The portal's state of that session, if any."
+    )
+
+
+class FieldError(PortalMessage):
+    field: str = Field(description="Dotted path of the field, e.g. gpus.0.uuid; (body): all.")
+    message: str
+    type: str = Field(description="pydantic's error type, e.g. missing, extra_forbidden.")
+
+
+class ErrorAnswer(DetailAnswer):
+    """400: the body does not match its message; ``detail`` sums up ``errors``."""
+
+    errors: list[FieldError] = []

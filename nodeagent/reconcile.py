@@ -6,15 +6,12 @@ an agent restart or a killed container all heal on the next step. Bookkeeping is
 placement (the desired session's ``placement``): a session requeued and placed here again
 is a new desktop, and a container of its earlier placement is replaced, never adopted.
 Starts and stops run in thread pools: ten desktops start in parallel and a slow start
-never holds up a stop. Reports that cannot reach the portal are kept and sent, in order, later.
+never holds up a stop. Reports go through the outbox (:mod:`nodeagent.outbox`), which
+keeps those that cannot reach the portal and sends them, in order, later.
 
-Warm pool: the portal's ``warm`` list names desktops to keep started for a class booking
-(:class:`~nodeagent.protocol.DesiredWarm`); they run with a random password and no user, and
-are reported READY once they answer a VNC handshake. A desired session with a ``warm_key``
-claims that running desktop instead of starting one (falling back to a fresh start when the
-claim fails). A warm desktop that leaves the list unclaimed is stopped; one that fails is
-reported FAILED and not started again under that key: the portal retries later with a new key.
-Warm starts have their own small pool, so they never hold up a session's start.
+Warm pool: the portal's ``warm`` list is kept started by :mod:`nodeagent.warm_desktops`. A
+desired session with a ``warm_key`` claims that running desktop here instead of starting
+one (falling back to a fresh start when the claim fails).
 """
 
 from __future__ import annotations
@@ -24,30 +21,19 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
 
-from nodeagent.portal_client import Conflict, PortalError, PortalUnavailable
-from nodeagent.protocol import (
-    REASON_MAX_CHARS,
-    DesiredSession,
-    DesiredWarm,
-    ReportedState,
-    SessionReport,
-    WarmReport,
+from nodeagent.outbox import (
+    ReportOutbox,
+    SendOutcome,
+    SessionReporter,
+    report,
+    running_report,
 )
-from nodeagent.runtime import DesktopRuntime, ManagedContainer, StartFailed, WarmContainer
+from nodeagent.protocol import DesiredSession, DesiredWarm, ReportedState, SessionReport
+from nodeagent.runtime.base import DesktopRuntime, ManagedContainer, StartFailed
+from nodeagent.warm_desktops import WarmDesktops, WarmSteps
 
 logger = logging.getLogger(__name__)
-
-SendOutcome = Literal["sent", "conflict", "queued"]
-
-
-class SessionReporter(Protocol):
-    """The part of the portal the reconciler talks to (PortalClient, or a fake in tests)."""
-
-    def report(self, session_id: int, report: SessionReport) -> str: ...
-
-    def report_warm(self, key: str, report: WarmReport) -> str: ...
 
 
 @dataclass
@@ -60,29 +46,17 @@ class StepSummary:
     adopted: list[int] = field(default_factory=list)
     replaced: list[int] = field(default_factory=list)  # container of an earlier placement
     claiming: list[int] = field(default_factory=list)  # sessions claiming a warm desktop
-    warm_starting: list[str] = field(default_factory=list)
-    warm_stopping: list[str] = field(default_factory=list)
-    warm_adopted: list[str] = field(default_factory=list)
-    warm_failed: list[str] = field(default_factory=list)
+    warm: WarmSteps = field(default_factory=WarmSteps)
 
     def is_quiet(self) -> bool:
-        return not (
+        return self.warm.is_quiet() and not (
             self.starting
             or self.stopping
             or self.lost
             or self.adopted
             or self.replaced
             or self.claiming
-            or self.warm_starting
-            or self.warm_stopping
-            or self.warm_adopted
-            or self.warm_failed
         )
-
-
-def placement_of(session: DesiredSession) -> str:
-    """The desired session's placement id; "" from a portal that sends none."""
-    return session.get("placement", "")
 
 
 def is_earlier_placement(container: ManagedContainer, session: DesiredSession) -> bool:
@@ -91,7 +65,7 @@ def is_earlier_placement(container: ManagedContainer, session: DesiredSession) -
     A container without the label (made by an older agent, or for a portal that sends no
     placement) cannot tell and is adopted as before.
     """
-    wanted = placement_of(session)
+    wanted = session.placement
     return bool(wanted and container.placement and container.placement != wanted)
 
 
@@ -108,27 +82,18 @@ class Reconciler:
         warm_workers: int = 2,
     ) -> None:
         self._runtime = runtime
-        self._reporter = reporter
+        self._outbox = ReportOutbox(reporter)
+        self._warm = WarmDesktops(runtime, self._outbox, workers=warm_workers)
         self._starts = ThreadPoolExecutor(start_workers, thread_name_prefix="desktop-start")
         self._stops = ThreadPoolExecutor(stop_workers, thread_name_prefix="desktop-stop")
         self._lock = threading.Lock()
-        self._report_lock = threading.Lock()
         self._in_flight: dict[int, Future[None]] = {}
         # Placements this process will not start again while they stay desired (FAILED,
         # LOST, ...): session id -> (placement, state). A new placement starts afresh.
         self._finished: dict[int, tuple[str, ReportedState]] = {}
         # Placements reported RUNNING by this process (started here or adopted): id -> placement.
         self._announced: dict[int, str] = {}
-        self._pending: dict[int, list[SessionReport]] = {}
         self._desired: dict[int, DesiredSession] = {}
-        # The warm pool, by key: starts/stops in flight, keys reported READY by this process,
-        # keys that failed here (never started again: a retry comes with a new key), and
-        # the latest report per key the portal did not get yet.
-        self._warm_actions = ThreadPoolExecutor(warm_workers, thread_name_prefix="desktop-warm")
-        self._warm_in_flight: dict[str, Future[None]] = {}
-        self._warm_ready: set[str] = set()
-        self._warm_failed: set[str] = set()
-        self._warm_pending: dict[str, WarmReport] = {}
 
     # -- the step ------------------------------------------------------------------------
 
@@ -136,15 +101,15 @@ class Reconciler:
         self, desired: Sequence[DesiredSession], warm: Sequence[DesiredWarm] = ()
     ) -> StepSummary:
         """Compare desired sessions (and warm desktops) with the containers found and act."""
-        self.flush_reports()
+        self._outbox.flush()
         summary = StepSummary()
-        wanted = {session["session_id"]: session for session in desired}
+        wanted = {session.session_id: session for session in desired}
         # In-flight first, then the listing: an action that ends in between is then
         # visible in the listing, so it can never be started twice.
         with self._lock:
             self._desired = wanted
             busy = set(self._in_flight)
-            warm_busy = set(self._warm_in_flight)
+        warm_busy = self._warm.in_flight()
         warm_found = {w.key: w for w in self._runtime.list_warm()}
         containers = {c.session_id: c for c in self._runtime.list_managed()}
         for session_id, container in containers.items():
@@ -155,7 +120,7 @@ class Reconciler:
                 self._submit_stop(session_id, container.placement, report_ended=True)
                 continue
             session = wanted[session_id]
-            placement = placement_of(session)
+            placement = session.placement
             if is_earlier_placement(container, session):
                 # Requeued and placed here again before we saw it leave: that desktop has
                 # the old password and slice. Nothing to report about the old one (the
@@ -182,7 +147,7 @@ class Reconciler:
                 summary.adopted.append(session_id)
                 self._adopt(container, placement)
         for session_id, session in wanted.items():
-            placement = placement_of(session)
+            placement = session.placement
             if (
                 session_id in containers
                 or session_id in busy
@@ -193,7 +158,7 @@ class Reconciler:
                 summary.lost.append(session_id)
                 self._report_lost(session_id, placement, "desktop container disappeared")
                 continue
-            key = session.get("warm_key", "")
+            key = session.warm_key
             found = warm_found.get(key) if key else None
             if key and key in warm_busy:
                 continue  # its warm start (or stop) is still in flight: look again next step
@@ -207,58 +172,10 @@ class Reconciler:
                 continue
             summary.starting.append(session_id)
             self._submit(self._starts, session_id, lambda s=session: self._start(s))  # type: ignore[misc]
-        self._step_warm(warm, wanted, warm_found, warm_busy, busy, summary)
+        claiming = {s.warm_key: s.session_id for s in wanted.values() if s.warm_key}
+        summary.warm = self._warm.step(warm, warm_found, warm_busy, claiming, busy)
         self._forget_undesired(wanted, containers)
         return summary
-
-    def _step_warm(
-        self,
-        warm: Sequence[DesiredWarm],
-        wanted: dict[int, DesiredSession],
-        found: dict[str, WarmContainer],
-        warm_busy: set[str],
-        busy: set[int],
-        summary: StepSummary,
-    ) -> None:
-        """Keep the portal's warm desktops started; stop those it no longer lists."""
-        wanted_warm = {w["key"]: w for w in warm}
-        claiming = {s["warm_key"]: s for s in wanted.values() if s.get("warm_key")}
-        for key, container in found.items():
-            if container.claimed_by is not None or key in warm_busy:
-                continue  # claimed: a session's desktop now (list_managed has it)
-            if key in claiming:
-                # A session is placed on it: its claim runs now or at the next step. A dead
-                # one goes; the session then starts afresh.
-                if not container.running and claiming[key]["session_id"] not in busy:
-                    self._submit_warm(key, lambda k=key: self._runtime.stop_warm(k))  # type: ignore[misc]
-                continue
-            if key not in wanted_warm:
-                summary.warm_stopping.append(key)
-                self._submit_warm(key, lambda k=key: self._stop_warm(k))  # type: ignore[misc]
-            elif not container.running:
-                summary.warm_failed.append(key)
-                self._warm_failed.add(key)
-                self._warm_ready.discard(key)
-                self._send_warm(key, warm_report("FAILED", reason=container.reason))
-                self._submit_warm(key, lambda k=key: self._runtime.stop_warm(k))  # type: ignore[misc]
-            elif key not in self._warm_ready:
-                summary.warm_adopted.append(key)
-                self._submit_warm(key, lambda c=container: self._adopt_warm(c))  # type: ignore[misc]
-        for key, desired_warm in wanted_warm.items():
-            if key in found or key in warm_busy or key in self._warm_failed or key in claiming:
-                continue
-            if key in self._warm_ready:
-                summary.warm_failed.append(key)
-                self._warm_failed.add(key)
-                self._warm_ready.discard(key)
-                self._send_warm(key, warm_report("FAILED", reason="warm desktop disappeared"))
-                continue
-            summary.warm_starting.append(key)
-            self._submit_warm(key, lambda w=desired_warm: self._start_warm(w))  # type: ignore[misc]
-        with self._lock:
-            keep = set(wanted_warm) | set(found) | set(self._warm_in_flight)
-            self._warm_ready &= keep
-            self._warm_failed &= keep
 
     def _forget_undesired(
         self, wanted: dict[int, DesiredSession], containers: dict[int, ManagedContainer]
@@ -285,8 +202,8 @@ class Reconciler:
     # -- actions -------------------------------------------------------------------------
 
     def _start(self, session: DesiredSession, *, claim: str = "") -> None:
-        session_id = session["session_id"]
-        placement = placement_of(session)
+        session_id = session.session_id
+        placement = session.placement
         if self._send(session_id, report("STARTING", placement)) == "conflict":
             logger.info("session %s: portal no longer wants it, not starting", session_id)
             self._finish(session_id, placement, "ENDED")
@@ -312,104 +229,18 @@ class Reconciler:
                 # The runtime removed that warm desktop; the session still gets one.
                 logger.warning(
                     "session %s: claiming warm desktop %s failed (%s); starting a new desktop",
-                    session["session_id"],
+                    session.session_id,
                     claim,
                     error,
                 )
         return self._runtime.start(session)
 
-    # -- warm actions --------------------------------------------------------------------
-
-    def _start_warm(self, warm: DesiredWarm) -> None:
-        key = warm["key"]
-        try:
-            container = self._runtime.start_warm(warm)
-        except StartFailed as error:
-            logger.warning("warm desktop %s: start failed: %s", key, error)
-            self._warm_failed.add(key)
-            self._send_warm(key, warm_report("FAILED", reason=str(error)))
-            return
-        logger.info("warm desktop %s ready on port %s", key, container.port)
-        self._warm_ready.add(key)
-        self._send_warm(key, warm_ready_report(container))
-
-    def _adopt_warm(self, container: WarmContainer) -> None:
-        """A warm desktop found running (started before an agent restart): check, say READY."""
-        wait_ready = getattr(self._runtime, "wait_ready", None)
-        if wait_ready is not None:
-            probe = ManagedContainer(
-                session_id=0,
-                container_id=container.container_id,
-                running=container.running,
-                status=container.status,
-                host="",
-                port=container.port,
-            )
-            try:
-                wait_ready(probe)
-            except StartFailed as error:
-                logger.warning("warm desktop %s: adopted but not ready: %s", container.key, error)
-                self._warm_failed.add(container.key)
-                self._runtime.stop_warm(container.key)
-                self._send_warm(container.key, warm_report("FAILED", reason=str(error)))
-                return
-        self._warm_ready.add(container.key)
-        self._send_warm(container.key, warm_ready_report(container))
-
-    def _stop_warm(self, key: str) -> None:
-        self._runtime.stop_warm(key)
-        with self._lock:
-            self._warm_ready.discard(key)
-            self._warm_pending.pop(key, None)
-        logger.info("warm desktop %s: stopped (no longer wanted)", key)
-
-    def _submit_warm(self, key: str, task: Callable[[], None]) -> None:
-        def run() -> None:
-            try:
-                task()
-            except Exception:
-                logger.exception("warm desktop %s: action failed", key)
-            finally:
-                with self._lock:
-                    self._warm_in_flight.pop(key, None)
-
-        with self._lock:
-            self._warm_in_flight[key] = self._warm_actions.submit(run)
-
-    def _send_warm(self, key: str, body: WarmReport) -> SendOutcome:
-        """Report about a warm desktop; the latest one is kept while the portal is down."""
-        with self._report_lock:
-            self._warm_pending[key] = body
-            return self._flush_warm(key)
-
-    def _flush_warm(self, key: str) -> SendOutcome:
-        body = self._warm_pending.get(key)
-        if body is None:
-            return "sent"
-        try:
-            self._reporter.report_warm(key, body)
-        except PortalUnavailable as error:
-            logger.warning(
-                "warm desktop %s: %s report kept for later: %s", key, body["state"], error
-            )
-            return "queued"
-        except Conflict as error:
-            # The portal no longer wants it (booking cancelled or over): it has left the warm
-            # list, so the next step stops it.
-            logger.info("warm desktop %s: portal refused %s (%s)", key, body["state"], error)
-            self._warm_pending.pop(key, None)
-            return "conflict"
-        except PortalError as error:
-            logger.error("warm desktop %s: portal rejected %s: %s", key, body["state"], error)
-        self._warm_pending.pop(key, None)
-        return "sent"
-
     def _replace(self, session: DesiredSession) -> None:
-        session_id = session["session_id"]
+        session_id = session.session_id
         logger.info(
             "session %s: desktop of an earlier placement found; replacing it for placement %s",
             session_id,
-            placement_of(session),
+            session.placement,
         )
         self._runtime.stop(session_id)
         with self._lock:
@@ -482,50 +313,12 @@ class Reconciler:
         with self._lock:
             self._in_flight[session_id] = pool.submit(run)
 
-    # -- reports -------------------------------------------------------------------------
-
-    def _send(self, session_id: int, report: SessionReport) -> SendOutcome:
-        with self._report_lock:
-            self._pending.setdefault(session_id, []).append(report)
-            return self._flush_session(session_id)
+    def _send(self, session_id: int, body: SessionReport) -> SendOutcome:
+        return self._outbox.send(session_id, body)
 
     def flush_reports(self) -> None:
         """Send reports held back while the portal was unreachable."""
-        with self._report_lock:
-            for session_id in list(self._pending):
-                if self._flush_session(session_id) == "queued":
-                    return  # still unreachable: don't wait for a timeout per session
-            for key in list(self._warm_pending):
-                if self._flush_warm(key) == "queued":
-                    return
-
-    def _flush_session(self, session_id: int) -> SendOutcome:
-        # The outcome is the last report's: an older report refused (e.g. one about an
-        # earlier placement, held back while the portal was down) says nothing about it.
-        queue = self._pending.get(session_id, [])
-        outcome: SendOutcome = "sent"
-        while queue:
-            pending = queue[0]
-            outcome = "sent"
-            try:
-                self._reporter.report(session_id, pending)
-            except PortalUnavailable as error:
-                logger.warning(
-                    "session %s: %s report kept for later: %s", session_id, pending["state"], error
-                )
-                return "queued"
-            except Conflict as error:
-                logger.info(
-                    "session %s: portal refused %s (%s)", session_id, pending["state"], error
-                )
-                outcome = "conflict"
-            except PortalError as error:
-                logger.error(
-                    "session %s: portal rejected %s: %s", session_id, pending["state"], error
-                )
-            queue.pop(0)
-        self._pending.pop(session_id, None)
-        return outcome
+        self._outbox.flush()
 
     # -- views for the heartbeat ---------------------------------------------------------
 
@@ -536,7 +329,7 @@ class Reconciler:
                 device
                 for session_id in running_ids
                 if (session := self._desired.get(session_id)) is not None
-                for device in session["gpu_devices"]
+                for device in session.gpu_devices
             ]
 
     def in_flight(self) -> set[int]:
@@ -544,54 +337,17 @@ class Reconciler:
             return set(self._in_flight)
 
     def warm_in_flight(self) -> set[str]:
-        with self._lock:
-            return set(self._warm_in_flight)
+        return self._warm.in_flight()
 
     def wait_idle(self, timeout_s: float = 60.0) -> bool:
         """Wait for the starts and stops in flight (tests, and a tidy shutdown)."""
         with self._lock:
-            futures = list(self._in_flight.values()) + list(self._warm_in_flight.values())
-        _, not_done = wait(futures, timeout=timeout_s)
+            futures = list(self._in_flight.values())
+        _, not_done = wait(futures + self._warm.futures(), timeout=timeout_s)
         return not not_done
 
     def close(self, *, wait_for_actions: bool = False) -> None:
         """Stop taking work. Desktops keep running: they outlive the agent."""
         self._starts.shutdown(wait=wait_for_actions, cancel_futures=not wait_for_actions)
         self._stops.shutdown(wait=wait_for_actions, cancel_futures=not wait_for_actions)
-        self._warm_actions.shutdown(wait=wait_for_actions, cancel_futures=not wait_for_actions)
-
-
-def report(state: ReportedState, placement: str, **fields: object) -> SessionReport:
-    """A report about one placement (no ``placement`` key when the portal sent none)."""
-    body = SessionReport(state=state, **fields)  # type: ignore[typeddict-item]
-    if len(reason := body.get("reason", "")) > REASON_MAX_CHARS:
-        # The portal refuses longer ones (400): the report would be lost and the session
-        # stuck. Log tails make start failures long.
-        body["reason"] = reason[: REASON_MAX_CHARS - 1] + "…"
-    if placement:
-        body["placement"] = placement
-    return body
-
-
-def running_report(container: ManagedContainer, placement: str = "") -> SessionReport:
-    body = report(
-        "RUNNING",
-        placement,
-        host=container.host,
-        port=container.port,
-        container_id=container.container_id,
-    )
-    if container.simulated:
-        body["reason"] = "SIMULATED desktop: no container runs on this node"
-    return body
-
-
-def warm_report(state: Literal["READY", "FAILED"], **fields: object) -> WarmReport:
-    body = WarmReport(state=state, **fields)  # type: ignore[typeddict-item]
-    if len(reason := body.get("reason", "")) > REASON_MAX_CHARS:
-        body["reason"] = reason[: REASON_MAX_CHARS - 1] + "…"
-    return body
-
-
-def warm_ready_report(container: WarmContainer) -> WarmReport:
-    return warm_report("READY", port=container.port, container_id=container.container_id)
+        self._warm.close(wait_for_actions=wait_for_actions)

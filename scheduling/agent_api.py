@@ -1,20 +1,47 @@
 """The agent API (``/api/agent/v1/``): the only way node agents talk to the portal.
 
 Agents authenticate with ``Authorization: Node <token>``; the token is stored hashed.
-Message shapes are defined by ``nodeagent.protocol``.
+Every body and answer is a model of ``nodeagent.protocol``, the one definition of the wire
+shared with the agent: requests are validated with it (400 :class:`ErrorAnswer` naming each
+field that is wrong or unknown), answers are built from it, and the OpenAPI schema of these
+endpoints is generated from it (``drf_spectacular.contrib.pydantic``).
 """
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
+from django.conf import settings
 from django.urls import path, re_path
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
-from rest_framework import authentication, exceptions, permissions, serializers, status
+from drf_spectacular.contrib.pydantic import PydanticExtension
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.plumbing import ResolvedComponent
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from pydantic import BaseModel, ValidationError
+from pydantic.json_schema import JsonSchemaMode, model_json_schema
+from rest_framework import authentication, exceptions, permissions, status
+from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from nodeagent.protocol import REASON_MAX_CHARS, WARM_KEY_PATTERN, XID_ERRORS_MAX
+from nodeagent.protocol import (
+    WARM_KEY_PATTERN,
+    ConflictAnswer,
+    DesiredState,
+    DetailAnswer,
+    ErrorAnswer,
+    FieldError,
+    Heartbeat,
+    HeartbeatAnswer,
+    Registration,
+    RegistrationAnswer,
+    ReportAnswer,
+    SessionReport,
+    WarmReport,
+    to_wire,
+)
 
 from .api_errors import as_api_error
 from .models import Node, Session
@@ -23,12 +50,20 @@ from .services.agent_sessions import desired_sessions, do_report
 from .services.nodes import do_heartbeat, do_register, node_for_token
 from .services.warm import desired_warm, do_warm_report
 
+MAX_ERRORS = 50  # field errors listed in a 400 answer
+MAX_ERRORS_IN_DETAIL = 5  # of which its one-line ``detail`` names
+
 
 class NodeTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Node"
 
     def authenticate(self, request: Request):
-        header = authentication.get_authorization_header(request).decode()
+        try:
+            header = authentication.get_authorization_header(request).decode()
+        except UnicodeDecodeError:
+            raise exceptions.AuthenticationFailed(
+                "The Authorization header is not ASCII."
+            ) from None
         if not header.startswith(f"{self.keyword} "):
             return None
         node = node_for_token(header[len(self.keyword) + 1 :].strip())
@@ -55,171 +90,201 @@ class IsNode(permissions.BasePermission):
         return isinstance(request.auth, Node)
 
 
-class MigSerializer(serializers.Serializer):
-    uuid = serializers.CharField()
-    profile = serializers.CharField()
-    memory_mb = serializers.IntegerField(min_value=0)
+class InvalidMessage(exceptions.APIException):
+    """400 with an :class:`~nodeagent.protocol.ErrorAnswer`: what is wrong, field by field."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_code = "invalid"
+
+    def __init__(self, message: type[BaseModel], error: ValidationError) -> None:
+        errors = [
+            FieldError(
+                field=".".join(str(part) for part in problem["loc"]) or "(body)",
+                message=problem["msg"],
+                type=problem["type"],
+            )
+            for problem in error.errors(include_url=False, include_input=False)[:MAX_ERRORS]
+        ]
+        shown = "; ".join(f"{e.field}: {e.message}" for e in errors[:MAX_ERRORS_IN_DETAIL])
+        more = len(errors) - MAX_ERRORS_IN_DETAIL
+        summary = f"{shown}; and {more} more" if more > 0 else shown
+        answer = ErrorAnswer(detail=f"Invalid {message.__name__}: {summary}", errors=errors)
+        # Set directly: APIException would turn every value into a string.
+        self.detail = to_wire(answer)  # type: ignore[assignment]
 
 
-class GpuInventorySerializer(serializers.Serializer):
-    uuid = serializers.CharField(max_length=100)
-    index = serializers.IntegerField(min_value=0)
-    name = serializers.CharField(max_length=100)
-    memory_mb = serializers.IntegerField(min_value=0)
-    compute_capability = serializers.CharField(allow_blank=True)
-    mig_mode = serializers.BooleanField()
-    mig_instances = MigSerializer(many=True)
-    nvlink_peers = serializers.ListField(child=serializers.CharField())
-    pci_bus_id = serializers.CharField(allow_blank=True)
-    sharing = serializers.ChoiceField(choices=["mig", "share", "whole"])
-    share_count = serializers.IntegerField(min_value=1, max_value=64, required=False)
-    share_memory_mb = serializers.IntegerField(min_value=1, required=False)
-    simulated = serializers.BooleanField()
+M = TypeVar("M", bound=BaseModel)
 
 
-class RegistrationSerializer(serializers.Serializer):
-    protocol_version = serializers.IntegerField()
-    agent_version = serializers.CharField(max_length=40)
-    hostname = serializers.CharField(max_length=200)
-    join_token = serializers.CharField(required=False)
-    address = serializers.CharField(max_length=200)
-    cpu_count = serializers.IntegerField(min_value=0)
-    memory_mb = serializers.IntegerField(min_value=0)
-    labels = serializers.DictField(child=serializers.CharField(allow_blank=True))
-    runtime = serializers.ChoiceField(choices=["docker", "simulated"])
-    gpus = GpuInventorySerializer(many=True)
+def read_message(request: Request, message: type[M]) -> M:
+    """The request body as ``message``, or InvalidMessage (400) saying what is wrong."""
+    try:
+        return message.model_validate(request.data)
+    except ValidationError as error:
+        raise InvalidMessage(message, error) from None
 
 
-class GpuMetricsSerializer(serializers.Serializer):
-    uuid = serializers.CharField()
-    utilization_pct = serializers.FloatField(allow_null=True)
-    memory_used_mb = serializers.IntegerField(allow_null=True)
-    temperature_c = serializers.FloatField(allow_null=True)
-    power_w = serializers.FloatField(allow_null=True)
-    # Optional (older agents leave them out); kept in Gpu.metrics as sent.
-    power_limit_w = serializers.FloatField(required=False, allow_null=True)
-    fan_pct = serializers.FloatField(required=False, allow_null=True)
-    pcie_tx_kbps = serializers.IntegerField(required=False, allow_null=True, min_value=0)
-    pcie_rx_kbps = serializers.IntegerField(required=False, allow_null=True, min_value=0)
-    ecc_corrected_volatile = serializers.IntegerField(required=False, allow_null=True, min_value=0)
-    ecc_uncorrected_volatile = serializers.IntegerField(
-        required=False, allow_null=True, min_value=0
-    )
-    xid_errors = serializers.ListField(
-        child=serializers.IntegerField(),
-        required=False,
-        allow_null=True,
-        max_length=XID_ERRORS_MAX,
-    )
+def answer(message: BaseModel, status_code: int = status.HTTP_200_OK) -> Response:
+    return Response(to_wire(message), status=status_code)
 
 
-class HeartbeatSerializer(serializers.Serializer):
-    gpus = GpuMetricsSerializer(many=True)
-    running_sessions = serializers.ListField(child=serializers.IntegerField())
+class NodeTokenScheme(OpenApiAuthenticationExtension):
+    """``Authorization: Node <token>`` in the schema."""
+
+    target_class = NodeTokenAuthentication
+    name = "nodeToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": "`Node <token>`: the node token the first registration answered.",
+        }
 
 
-class ReportSerializer(serializers.Serializer):
-    state = serializers.ChoiceField(choices=["STARTING", "RUNNING", "FAILED", "LOST", "ENDED"])
-    host = serializers.CharField(required=False, allow_blank=True)
-    port = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=65535)
-    container_id = serializers.CharField(required=False, allow_blank=True)
-    reason = serializers.CharField(required=False, allow_blank=True, max_length=REASON_MAX_CHARS)
-    placement = serializers.CharField(required=False, allow_blank=True, max_length=40)
+class ProtocolModelSchema(PydanticExtension):
+    """The agent API's bodies and answers in the schema, from their pydantic models.
+
+    drf-spectacular's pydantic extension, with pydantic's JSON Schema (2020-12) written the
+    way OpenAPI 3.0 has it: ``nullable`` instead of a ``null`` type, ``example`` instead of
+    ``examples``, no ``propertyNames``; request bodies in pydantic's validation mode.
+    """
+
+    priority = 1
+
+    def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        mode: JsonSchemaMode = "validation" if direction == "request" else "serialization"
+        schema = openapi_30(
+            model_json_schema(self.target, ref_template="#/components/schemas/{model}", mode=mode)
+        )
+        for name, sub_schema in schema.pop("$defs", {}).items():
+            component = ResolvedComponent(
+                name=name, type=ResolvedComponent.SCHEMA, object=name, schema=sub_schema
+            )
+            auto_schema.registry.register_on_missing(component)
+        return schema
 
 
-class WarmReportSerializer(serializers.Serializer):
-    state = serializers.ChoiceField(choices=["READY", "FAILED"])
-    reason = serializers.CharField(required=False, allow_blank=True, max_length=REASON_MAX_CHARS)
-    port = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=65535)
-    container_id = serializers.CharField(required=False, allow_blank=True, max_length=100)
+def openapi_30(node: Any) -> Any:
+    """A JSON Schema (2020-12, as pydantic writes it) as an OpenAPI 3.0 schema object."""
+    if isinstance(node, list):
+        return [openapi_30(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    node = {key: openapi_30(value) for key, value in node.items() if key != "propertyNames"}
+    if isinstance(examples := node.get("examples"), list):
+        del node["examples"]
+        if examples:
+            node["example"] = examples[0]
+    if "const" in node:
+        node["enum"] = [node.pop("const")]
+    options = node.get("anyOf")
+    if isinstance(options, list) and {"type": "null"} in options:
+        rest = [option for option in options if option != {"type": "null"}]
+        del node["anyOf"]
+        if len(rest) == 1 and "$ref" in rest[0]:
+            node["allOf"] = rest  # 3.0 allows nothing beside a $ref
+        elif len(rest) == 1:
+            node = {**rest[0], **node}
+        else:
+            node["anyOf"] = rest
+        node["nullable"] = True
+    return node
+
+
+# Answers every view with a body may give besides its own.
+ERRORS = {400: ErrorAnswer, 401: DetailAnswer, 415: DetailAnswer}
 
 
 class AgentView(APIView):
     authentication_classes = [NodeTokenAuthentication]
     permission_classes = [IsNode]
+    parser_classes = [JSONParser]  # anything else is answered 415
 
     @property
     def node(self) -> Node:
-        return self.request.auth
+        node = self.request.auth
+        assert isinstance(node, Node)  # IsNode let only a node's token in
+        return node
 
 
 class RegisterView(AgentView):
     permission_classes = [permissions.AllowAny]
 
-    @extend_schema(request=RegistrationSerializer, responses={200: dict, 201: dict})
+    @extend_schema(
+        request=Registration,
+        responses={200: RegistrationAnswer, 201: RegistrationAnswer, 409: ConflictAnswer, **ERRORS},
+    )
     def post(self, request: Request) -> Response:
-        body = RegistrationSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
+        body = read_message(request, Registration)
         known = request.auth if isinstance(request.auth, Node) else None
         try:
-            node, plain_token = do_register(body.validated_data, known)
+            node, plain_token = do_register(body, known)
         except ServiceError as error:
             if error.code == "auth":
                 raise exceptions.AuthenticationFailed(error.message) from error
             raise as_api_error(error) from error
-        from django.conf import settings
-
-        answer = {
-            "node_id": node.pk,
-            "heartbeat_interval_s": settings.AGENT_HEARTBEAT_INTERVAL_S,
-            "poll_interval_s": settings.AGENT_POLL_INTERVAL_S,
-        }
-        if plain_token:
-            answer["node_token"] = plain_token
-        return Response(answer, status=status.HTTP_201_CREATED if plain_token else 200)
+        registered = RegistrationAnswer(
+            node_id=node.pk,
+            heartbeat_interval_s=settings.AGENT_HEARTBEAT_INTERVAL_S,
+            poll_interval_s=settings.AGENT_POLL_INTERVAL_S,
+            **({"node_token": plain_token} if plain_token else {}),
+        )
+        return answer(registered, status.HTTP_201_CREATED if plain_token else status.HTTP_200_OK)
 
 
 class HeartbeatView(AgentView):
-    @extend_schema(request=HeartbeatSerializer, responses={200: dict})
+    @extend_schema(request=Heartbeat, responses={200: HeartbeatAnswer, **ERRORS})
     def post(self, request: Request) -> Response:
-        body = HeartbeatSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        do_heartbeat(self.node, body.validated_data)
-        return Response({"ok": True, "server_time": timezone.now().isoformat()})
+        do_heartbeat(self.node, read_message(request, Heartbeat))
+        return answer(HeartbeatAnswer(ok=True, server_time=timezone.now()))
 
 
 class DesiredView(AgentView):
-    @extend_schema(responses={200: dict})
+    @extend_schema(responses={200: DesiredState, 401: DetailAnswer})
     def get(self, request: Request) -> Response:
         # ``warm``: desktops to keep started for class bookings (an older agent ignores it).
-        return Response({"sessions": desired_sessions(self.node), "warm": desired_warm(self.node)})
+        desired = DesiredState(sessions=desired_sessions(self.node), warm=desired_warm(self.node))
+        return answer(desired)
 
 
 class ReportView(AgentView):
-    @extend_schema(request=ReportSerializer, responses={200: dict, 409: dict})
+    @extend_schema(
+        request=SessionReport,
+        responses={200: ReportAnswer, 404: DetailAnswer, 409: ConflictAnswer, **ERRORS},
+    )
     def post(self, request: Request, session_id: int) -> Response:
-        body = ReportSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
+        body = read_message(request, SessionReport)
         try:
-            session = do_report(self.node, session_id, body.validated_data)
+            session = do_report(self.node, session_id, body)
         except ServiceError as error:
             api_error = as_api_error(error)
             if api_error.status_code == status.HTTP_409_CONFLICT:
                 # A conflict is only ever about a session this node holds or once held.
                 current = Session.objects.filter(pk=session_id).values_list("state", flat=True)
-                return Response(
-                    {"detail": error.message, "state": current.first()},
-                    status=status.HTTP_409_CONFLICT,
-                )
+                conflict = ConflictAnswer(detail=error.message, state=current.first())
+                return answer(conflict, status.HTTP_409_CONFLICT)
             raise api_error from error
-        return Response({"state": session.state})
+        return answer(ReportAnswer(state=session.state))
 
 
 class WarmReportView(AgentView):
-    @extend_schema(request=WarmReportSerializer, responses={200: dict, 409: dict})
+    @extend_schema(
+        request=WarmReport,
+        parameters=[OpenApiParameter("key", str, OpenApiParameter.PATH, pattern=WARM_KEY_PATTERN)],
+        responses={200: ReportAnswer, 409: ConflictAnswer, **ERRORS},
+    )
     def post(self, request: Request, key: str) -> Response:
-        body = WarmReportSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
+        body = read_message(request, WarmReport)
         try:
-            warm = do_warm_report(self.node, key, body.validated_data)
+            warm = do_warm_report(self.node, key, body)
         except ServiceError as error:
             api_error = as_api_error(error)
             if api_error.status_code == status.HTTP_409_CONFLICT:
-                return Response(
-                    {"detail": error.message, "state": None}, status=status.HTTP_409_CONFLICT
-                )
+                return answer(ConflictAnswer(detail=error.message), status.HTTP_409_CONFLICT)
             raise api_error from error
-        return Response({"state": warm.state})
+        return answer(ReportAnswer(state=warm.state))
 
 
 urlpatterns = [

@@ -73,6 +73,8 @@ class WsReader:
 
 def vnc_response(password: str, challenge: bytes) -> bytes | None:
     """DES-encrypt the challenge the VNC way, or None when no DES is available."""
+    # Imported here: cryptography is an optional backend (not a dependency of the agent);
+    # without it the check skips the VNC login.
     try:
         from cryptography.hazmat.primitives.ciphers import Cipher, modes
 

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from nodeagent.probe import NodeFacts, host_facts
+from nodeagent.probe.base import NodeFacts, host_facts
 from nodeagent.protocol import (
     PCIE_TOPOLOGY_LEVELS,
     XID_ERRORS_MAX,
@@ -35,6 +35,7 @@ T = TypeVar("T")
 _MIB = 1024 * 1024
 # Events read from the XID event set per metrics call at most; the rest wait for the next.
 _XID_EVENTS_PER_READ = 256
+_LINK_MAX = 64  # PCIe generations and lane counts are far below this
 
 
 class NvmlUnavailable(RuntimeError):
@@ -120,14 +121,14 @@ class NvmlProbe:
     def inventory(self) -> list[GpuInventory]:
         by_bus_id = {_normal_bus_id(d.pci_bus_id): d.uuid for d in self._devices if d.pci_bus_id}
         topology = _pcie_topology(self._devices)
-        gpus = []
-        for device in self._devices:
-            gpu = self._inventory_of(device, by_bus_id)
-            gpu["pcie_topology"] = topology.get(device.uuid, {})
-            gpus.append(gpu)
-        return gpus
+        return [
+            self._inventory_of(device, by_bus_id, topology.get(device.uuid, {}))
+            for device in self._devices
+        ]
 
-    def _inventory_of(self, device: _Device, by_bus_id: dict[str, str]) -> GpuInventory:
+    def _inventory_of(
+        self, device: _Device, by_bus_id: dict[str, str], topology: dict[str, str]
+    ) -> GpuInventory:
         handle = device.handle
         name = _read_text(pynvml.nvmlDeviceGetName, handle)
         memory = read_field(pynvml.nvmlDeviceGetMemoryInfo, handle)
@@ -135,7 +136,7 @@ class NvmlProbe:
         mig_modes = read_field(pynvml.nvmlDeviceGetMigMode, handle)
         mig_mode = bool(mig_modes and mig_modes[0] == pynvml.NVML_DEVICE_MIG_ENABLE)
         instances = _mig_instances(handle) if mig_mode else []
-        gpu = GpuInventory(
+        return GpuInventory(
             uuid=device.uuid,
             index=device.index,
             name=name or "unknown",
@@ -147,24 +148,19 @@ class NvmlProbe:
             pci_bus_id=device.pci_bus_id,
             sharing="mig" if mig_mode else "whole",
             simulated=False,
+            pcie_link_gen=_link(read_field(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle)),
+            pcie_link_width=_link(read_field(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle)),
+            pcie_link_gen_max=_link(read_field(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle)),
+            pcie_link_width_max=_link(read_field(pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle)),
+            pcie_topology=topology,
         )
-        gpu["pcie_link_gen"] = read_field(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle)
-        gpu["pcie_link_width"] = read_field(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle)
-        gpu["pcie_link_gen_max"] = read_field(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle)
-        gpu["pcie_link_width_max"] = read_field(pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle)
-        return gpu
 
     def metrics(self, busy_devices: Sequence[str] = ()) -> list[GpuMetrics]:
         xids = self._xid.drain()
-        metrics = []
-        for device in self._devices:
-            gpu = _metrics_of(device)
-            gpu["xid_errors"] = xids.get(device.uuid)
-            metrics.append(gpu)
-        return metrics
+        return [_metrics_of(device, xids.get(device.uuid)) for device in self._devices]
 
 
-def _metrics_of(device: _Device) -> GpuMetrics:
+def _metrics_of(device: _Device, xid_errors: list[int] | None) -> GpuMetrics:
     handle = device.handle
     utilization = read_field(pynvml.nvmlDeviceGetUtilizationRates, handle)
     memory = read_field(pynvml.nvmlDeviceGetMemoryInfo, handle)
@@ -190,7 +186,15 @@ def _metrics_of(device: _Device) -> GpuMetrics:
         pcie_rx_kbps=int(rx) if rx is not None else None,
         ecc_corrected_volatile=_ecc_count(handle, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
         ecc_uncorrected_volatile=_ecc_count(handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+        xid_errors=xid_errors,
     )
+
+
+def _link(value: int | None) -> int | None:
+    """A PCIe generation or lane count; None for what no link can be (an unset sentinel)."""
+    if value is None or not 0 <= int(value) <= _LINK_MAX:
+        return None
+    return int(value)
 
 
 def _ecc_count(handle: Any, error_type: int) -> int | None:
@@ -281,7 +285,7 @@ def _mig_instances(handle: Any) -> list[MigInstance]:
         uuid = _read_text(pynvml.nvmlDeviceGetUUID, mig)
         name = _read_text(pynvml.nvmlDeviceGetName, mig) or ""
         memory = read_field(pynvml.nvmlDeviceGetMemoryInfo, mig)
-        if uuid is None:
+        if not uuid:
             continue
         instances.append(
             MigInstance(

@@ -15,14 +15,15 @@ import random
 import uuid
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
-from nodeagent.probe import NodeFacts
-from nodeagent.protocol import GpuInventory, GpuMetrics, MigInstance, SharingMode
+from nodeagent.probe.base import NodeFacts
+from nodeagent.protocol import GpuInventory, GpuMetrics
 
 # Fixed namespace: the same node/GPU/slot always gives the same UUID.
 _UUID_NAMESPACE = uuid.UUID("6f1c9a52-3d0e-4b8e-9c4a-0de5c0a1f00d")
@@ -101,7 +102,7 @@ def _parse_node(raw: dict[str, Any]) -> SimulatedNode:
         for offset in range(int(group.get("count", 1))):
             gpus.append(_parse_gpu(name, first + offset, group))
         if group.get("nvlink", "none") == "all-to-all":
-            _link_all_to_all(gpus[first:])
+            gpus[first:] = _link_all_to_all(gpus[first:])
     facts = NodeFacts(
         cpu_count=int(raw.get("cpu_count", 16)),
         memory_mb=int(raw.get("memory_mb", 65536)),
@@ -114,38 +115,52 @@ def _parse_gpu(node: str, index: int, group: dict[str, Any]) -> SimulatedGpu:
     sharing = str(group.get("sharing", "whole"))
     if sharing not in ("mig", "share", "whole"):
         raise FleetError(f"{node}: sharing must be mig, share or whole, not {sharing!r}")
-    instances = [
-        MigInstance(
-            uuid=simulated_mig_uuid(node, index, slot),
-            profile=str(instance["profile"]),
-            memory_mb=int(instance["memory_mb"]),
-        )
-        for slot, instance in enumerate(group.get("mig_instances", []) if sharing == "mig" else [])
-    ]
-    inventory = GpuInventory(
-        uuid=simulated_gpu_uuid(node, index),
-        index=index,
-        name=str(group["name"]),
-        memory_mb=int(group["memory_mb"]),
-        compute_capability=str(group["compute_capability"]),
-        mig_mode=sharing == "mig",
-        mig_instances=instances,
-        nvlink_peers=[],
+    memory_mb = int(group["memory_mb"])
+    fields: dict[str, Any] = {
+        "uuid": simulated_gpu_uuid(node, index),
+        "index": index,
+        "name": str(group["name"]),
+        "memory_mb": memory_mb,
+        "compute_capability": str(group["compute_capability"]),
+        "mig_mode": sharing == "mig",
+        "mig_instances": [
+            {
+                "uuid": simulated_mig_uuid(node, index, slot),
+                "profile": str(instance["profile"]),
+                "memory_mb": int(instance["memory_mb"]),
+            }
+            for slot, instance in enumerate(
+                group.get("mig_instances", []) if sharing == "mig" else []
+            )
+        ],
+        "nvlink_peers": [],
         # Same shape as NVML's bus ids; SXM boards spread the GPUs over the PCI tree.
-        pci_bus_id=f"00000000:{0x07 + index * 0x10:02X}:00.0",
-        sharing=cast(SharingMode, sharing),
-        simulated=True,
-    )
-    if sharing == "share":
-        inventory["share_count"] = int(group.get("share_count", 1))
-        inventory["share_memory_mb"] = int(group.get("share_memory_mb", inventory["memory_mb"]))
+        "pci_bus_id": f"00000000:{0x07 + index * 0x10:02X}:00.0",
+        "sharing": sharing,
+        "simulated": True,
+    }
+    if sharing == "share":  # set only then: a GPU of another kind sends neither
+        fields["share_count"] = int(group.get("share_count", 1))
+        fields["share_memory_mb"] = int(group.get("share_memory_mb", memory_mb))
+    try:
+        inventory = GpuInventory.model_validate(fields)
+    except ValidationError as error:
+        raise FleetError(f"{node}: GPU {index} is not a valid GPU inventory: {error}") from None
     return SimulatedGpu(inventory=inventory, power_limit_w=float(group.get("power_limit_w", 300)))
 
 
-def _link_all_to_all(gpus: list[SimulatedGpu]) -> None:
-    uuids = [gpu.inventory["uuid"] for gpu in gpus]
-    for gpu in gpus:
-        gpu.inventory["nvlink_peers"] = [peer for peer in uuids if peer != gpu.inventory["uuid"]]
+def _link_all_to_all(gpus: list[SimulatedGpu]) -> list[SimulatedGpu]:
+    """The same GPUs, each with all the others as its NVLink peers."""
+    uuids = [gpu.inventory.uuid for gpu in gpus]
+    return [
+        replace(
+            gpu,
+            inventory=gpu.inventory.model_copy(
+                update={"nvlink_peers": [peer for peer in uuids if peer != gpu.inventory.uuid]}
+            ),
+        )
+        for gpu in gpus
+    ]
 
 
 class SimulatedProbe:
@@ -156,12 +171,12 @@ class SimulatedProbe:
     def __init__(self, node: SimulatedNode, seed: int | None = None) -> None:
         self._node = node
         self._random = random.Random(seed if seed is not None else node.name)
-        self._temperature = {gpu.inventory["uuid"]: IDLE_TEMPERATURE_C for gpu in node.gpus}
+        self._temperature = {gpu.inventory.uuid: IDLE_TEMPERATURE_C for gpu in node.gpus}
         self._parent_of: dict[str, str] = {}
         for gpu in node.gpus:
-            self._parent_of[gpu.inventory["uuid"]] = gpu.inventory["uuid"]
-            for instance in gpu.inventory["mig_instances"]:
-                self._parent_of[instance["uuid"]] = gpu.inventory["uuid"]
+            self._parent_of[gpu.inventory.uuid] = gpu.inventory.uuid
+            for instance in gpu.inventory.mig_instances:
+                self._parent_of[instance.uuid] = gpu.inventory.uuid
 
     @property
     def node(self) -> SimulatedNode:
@@ -171,30 +186,21 @@ class SimulatedProbe:
         return self._node.facts
 
     def inventory(self) -> list[GpuInventory]:
-        # Copies: callers may mutate what they get without changing the fleet.
-        return [
-            cast(
-                GpuInventory,
-                {**gpu.inventory, "mig_instances": list(gpu.inventory["mig_instances"])},
-            )
-            for gpu in self._node.gpus
-        ]
+        return [gpu.inventory for gpu in self._node.gpus]  # frozen: nobody changes the fleet
 
     def metrics(self, busy_devices: Sequence[str] = ()) -> list[GpuMetrics]:
         sessions_on = Counter(
             self._parent_of[device] for device in busy_devices if device in self._parent_of
         )
-        return [
-            self._metrics_of(gpu, sessions_on[gpu.inventory["uuid"]]) for gpu in self._node.gpus
-        ]
+        return [self._metrics_of(gpu, sessions_on[gpu.inventory.uuid]) for gpu in self._node.gpus]
 
     def _metrics_of(self, gpu: SimulatedGpu, sessions: int) -> GpuMetrics:
-        uuid_ = gpu.inventory["uuid"]
+        uuid_ = gpu.inventory.uuid
         noise = self._random.uniform(-3.0, 3.0)
         utilization = min(100.0, max(0.0, sessions * UTILIZATION_PER_SESSION_PCT + noise))
         if sessions == 0:
             utilization = self._random.uniform(0.0, 2.0)
-        memory_used = min(gpu.inventory["memory_mb"], sessions * MEMORY_PER_SESSION_MB)
+        memory_used = min(gpu.inventory.memory_mb, sessions * MEMORY_PER_SESSION_MB)
         memory_used += int(self._random.uniform(0, 64))
         target = IDLE_TEMPERATURE_C + 0.45 * utilization
         self._temperature[uuid_] += THERMAL_SMOOTHING * (target - self._temperature[uuid_])

@@ -1,169 +1,48 @@
-"""Desktop runtimes: Docker containers, or a simulated stand-in where no engine runs."""
+"""Desktop runtimes: Docker containers, or a simulated stand-in where no engine runs.
+
+The shared names live in :mod:`nodeagent.runtime.base` and are re-exported here; the
+runtimes import them from there, so this package's ``__init__`` may import the runtimes.
+"""
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import re
-from dataclasses import dataclass
-from typing import Literal, Protocol
 
 from nodeagent.config import AgentConfig
-from nodeagent.protocol import DesiredSession, DesiredWarm
+from nodeagent.runtime.base import (
+    DesktopRuntime,
+    ManagedContainer,
+    RuntimeKind,
+    RuntimeUnavailable,
+    StartFailed,
+    WarmContainer,
+    container_name,
+    node_name_part,
+    warm_container_name,
+)
+from nodeagent.runtime.docker_runtime import DockerRuntime, docker_client
+from nodeagent.runtime.simulated_runtime import SimulatedRuntime
 
 logger = logging.getLogger(__name__)
 
-RuntimeKind = Literal["docker", "simulated"]
-
-
-_NAME_UNSAFE = re.compile(r"[^a-z0-9_.-]+")
-_NODE_PART_MAX = 40
-
-
-def node_name_part(node_name: str) -> str:
-    """The node name as it may appear in a Docker container name.
-
-    Docker allows ``[a-zA-Z0-9][a-zA-Z0-9_.-]*``. A name that had to be changed (case,
-    other characters, length) gets six hex digits of its hash, so two names that clean
-    up the same (``GPU A``, ``gpu_a``...) still give different container names.
-    """
-    cleaned = _NAME_UNSAFE.sub("-", node_name.lower()).strip("-_.")[:_NODE_PART_MAX]
-    if cleaned != node_name or not cleaned:
-        digest = hashlib.sha256(node_name.encode()).hexdigest()[:6]
-        cleaned = f"{cleaned}-{digest}" if cleaned else digest
-    return cleaned
-
-
-def container_name(node_name: str, session_id: int) -> str:
-    """``deskpool-<node>-s<session>``: unique per node, so agents may share one engine."""
-    return f"deskpool-{node_name_part(node_name)}-s{session_id}"
-
-
-def warm_container_name(node_name: str, key: str) -> str:
-    """``deskpool-<node>-w<key>``: a warm desktop, whether claimed or not."""
-    return f"deskpool-{node_name_part(node_name)}-w{key}"
-
-
-@dataclass(frozen=True)
-class WarmContainer:
-    """A warm desktop (started for a booking, no user yet) as found by its labels.
-
-    ``claimed_by`` is the session that claimed it (from the agent's claim record): from then
-    on it is that session's desktop and :meth:`DesktopRuntime.list_managed` lists it too.
-    """
-
-    key: str
-    container_id: str
-    running: bool
-    status: str
-    port: int | None
-    booking: str = ""
-    claimed_by: int | None = None
-    reason: str = ""  # why it is not running, when it is not
-
-
-@dataclass(frozen=True)
-class ManagedContainer:
-    """A desktop container the agent manages, as found by its labels."""
-
-    session_id: int
-    container_id: str
-    running: bool
-    status: str  # the engine's word: created, running, exited, dead, ...
-    host: str
-    port: int | None  # published websockify port; None when simulated
-    exit_code: int | None = None
-    oom_killed: bool = False
-    error: str = ""
-    simulated: bool = False  # True: no container exists, the simulated runtime made it up
-    placement: str = ""  # its deskpool.placement label; "" when made without one
-    memory_limit_mb: int | None = None  # the container's memory limit, when it has one
-
-    def exit_reason(self) -> str:
-        """Why a container is not running, in words for the portal and the user.
-
-        Docker's ``State.OOMKilled`` says the kernel's OOM killer killed *some* process in
-        the container's memory cgroup during its life, not that the desktop died of it:
-        a user's program killed that way leaves the desktop running, and the flag stays
-        set when the desktop later exits for another reason. The desktop itself died of
-        it when its main process got SIGKILL, exit code 137 (tini passes it on).
-        """
-        limit = f", memory limit {self.memory_limit_mb} MB" if self.memory_limit_mb else ""
-        if self.oom_killed and self.exit_code == 137:
-            return (
-                "desktop ran out of memory: the kernel's OOM killer ended it "
-                f"(OOMKilled, exit code 137{limit})"
-            )
-        if self.oom_killed:
-            return (
-                f"desktop container exited with code {self.exit_code} (status {self.status}) "
-                f"after the OOM killer ended a process in it (OOMKilled{limit})"
-            )
-        if self.error:
-            return f"desktop container failed: {self.error}"
-        if self.exit_code is not None:
-            return f"desktop container exited with code {self.exit_code} (status {self.status})"
-        return f"desktop container is {self.status}"
-
-
-class StartFailed(RuntimeError):
-    """A desktop did not start; everything the attempt created has been removed again."""
-
-
-class DesktopRuntime(Protocol):
-    """What the reconciler needs from a runtime. Implementations are thread-safe."""
-
-    kind: RuntimeKind
-
-    def list_managed(self) -> list[ManagedContainer]:
-        """Containers of this node, running or not, found by label."""
-        ...
-
-    def start(self, session: DesiredSession) -> ManagedContainer:
-        """Create, start and wait for the desktop to answer a VNC handshake; raise StartFailed."""
-        ...
-
-    def stop(self, session_id: int) -> None:
-        """Stop (with a grace period) and remove the container; keep the home volume."""
-        ...
-
-    # -- the warm pool (see docs/agent-protocol.md, "Warm pool") --
-
-    def list_warm(self) -> list[WarmContainer]:
-        """This node's warm desktops, claimed or not, running or not."""
-        ...
-
-    def start_warm(self, warm: DesiredWarm) -> WarmContainer:
-        """Start a warm desktop with a random password and wait for its VNC handshake.
-
-        Raise StartFailed, having removed everything the attempt made.
-        """
-        ...
-
-    def claim(self, key: str, session: DesiredSession) -> ManagedContainer:
-        """Make the running warm desktop ``key`` the session's desktop, with its password.
-
-        Raise StartFailed (and remove that warm desktop) when it cannot be claimed.
-        """
-        ...
-
-    def stop_warm(self, key: str) -> None:
-        """Stop and remove a warm desktop and everything it has (password, claim record)."""
-        ...
-
-
-class RuntimeUnavailable(RuntimeError):
-    """The requested runtime cannot be used on this machine."""
+__all__ = [
+    "DesktopRuntime",
+    "ManagedContainer",
+    "RuntimeKind",
+    "RuntimeUnavailable",
+    "StartFailed",
+    "WarmContainer",
+    "container_name",
+    "make_runtime",
+    "node_name_part",
+    "warm_container_name",
+]
 
 
 def make_runtime(config: AgentConfig) -> DesktopRuntime:
     """Docker, simulated, or (``auto``) Docker when an engine answers and simulated otherwise."""
-    from nodeagent.runtime.simulated_runtime import SimulatedRuntime
-
     if config.runtime == "simulated":
         return SimulatedRuntime.from_config(config)
-    from nodeagent.runtime.docker_runtime import DockerRuntime, docker_client
-
     try:
         client = docker_client()
     except RuntimeUnavailable as error:

@@ -16,8 +16,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from nodeagent.config import AgentConfig
-from nodeagent.protocol import DesiredSession, DesiredWarm
-from nodeagent.runtime import ManagedContainer, RuntimeKind, StartFailed, WarmContainer
+from nodeagent.protocol import DesiredSession, DesiredWarm, RuntimeKind
+from nodeagent.runtime.base import ManagedContainer, StartFailed, WarmContainer
 
 logger = logging.getLogger(__name__)
 
@@ -63,10 +63,10 @@ class SimulatedRuntime:
             return list(self._containers.values())
 
     def start(self, session: DesiredSession) -> ManagedContainer:
-        if self._known_images is not None and session["image"] not in self._known_images:
-            raise StartFailed(f"image {session['image']} is not present on node {self._node}")
+        if self._known_images is not None and session.image not in self._known_images:
+            raise StartFailed(f"image {session.image} is not present on node {self._node}")
         time.sleep(self.start_delay_s)
-        session_id = session["session_id"]
+        session_id = session.session_id
         container = ManagedContainer(
             session_id=session_id,
             container_id=f"simulated-{self._node}-s{session_id}",
@@ -75,7 +75,7 @@ class SimulatedRuntime:
             host=self._publish_address,
             port=None,
             simulated=True,
-            placement=session.get("placement", ""),
+            placement=session.placement,
         )
         with self._lock:
             self._containers[session_id] = container
@@ -93,19 +93,19 @@ class SimulatedRuntime:
             return list(self._warm.values())
 
     def start_warm(self, warm: DesiredWarm) -> WarmContainer:
-        if self._known_images is not None and warm["image"] not in self._known_images:
-            raise StartFailed(f"image {warm['image']} is not present on node {self._node}")
+        if self._known_images is not None and warm.image not in self._known_images:
+            raise StartFailed(f"image {warm.image} is not present on node {self._node}")
         time.sleep(self.start_delay_s)
         container = WarmContainer(
-            key=warm["key"],
-            container_id=f"simulated-{self._node}-w{warm['key']}",
+            key=warm.key,
+            container_id=f"simulated-{self._node}-w{warm.key}",
             running=True,
             status=SIMULATED_STATUS,
             port=None,
-            booking=str(warm["booking"]),
+            booking=str(warm.booking),
         )
         with self._lock:
-            self._warm[warm["key"]] = container
+            self._warm[warm.key] = container
         return container
 
     def claim(self, key: str, session: DesiredSession) -> ManagedContainer:
@@ -113,7 +113,7 @@ class SimulatedRuntime:
             warm = self._warm.pop(key, None)
             if warm is None:
                 raise StartFailed(f"warm desktop {key} is not running (SIMULATED)")
-            session_id = session["session_id"]
+            session_id = session.session_id
             container = ManagedContainer(
                 session_id=session_id,
                 container_id=warm.container_id,
@@ -122,7 +122,7 @@ class SimulatedRuntime:
                 host=self._publish_address,
                 port=None,
                 simulated=True,
-                placement=session.get("placement", ""),
+                placement=session.placement,
             )
             self._containers[session_id] = container
             self._save()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from django.utils import timezone
 
 from nodeagent.protocol import DesiredSession, SessionReport
@@ -40,7 +43,7 @@ def desired_sessions(node: Node) -> list[DesiredSession]:
 
 
 def _desired(s: Session) -> DesiredSession:
-    desired = DesiredSession(
+    return DesiredSession(
         session_id=s.pk,
         user=s.user.get_username(),
         course=s.course.code if s.course else "",
@@ -57,21 +60,24 @@ def _desired(s: Session) -> DesiredSession:
         vnc_password=s.vnc_password,
         home_volume=s.home_volume,
         placement=placement_id(s),
+        # Claim that warm desktop instead of starting one; absent (not set) when none.
+        **({"warm_key": s.warm_key} if s.warm_key else {}),
     )
-    if s.warm_key:
-        desired["warm_key"] = s.warm_key  # claim that warm desktop instead of starting one
-    return desired
 
 
-def do_report(node: Node, session_id: int, report: SessionReport) -> Session:
-    """Apply an agent's report; Conflict means the portal no longer wants that desktop."""
+def do_report(node: Node, session_id: int, report: SessionReport | Mapping[str, Any]) -> Session:
+    """Apply an agent's report; Conflict means the portal no longer wants that desktop.
+
+    ``report`` is validated with the wire model (a mapping too).
+    """
+    report = SessionReport.model_validate(report)
     session = Session.objects.filter(pk=session_id, node=node).first()
     if session is None:
         if Allocation.objects.filter(session_id=session_id, node=node).exists():
             # It was here once (requeued off a silent node, say): this desktop must stop.
             raise Conflict(f"Session {session_id} was moved off {node.hostname}; stop its desktop.")
         raise NotFound(f"Session {session_id} is not assigned to {node.hostname}.")
-    reported_placement = report.get("placement")
+    reported_placement = report.placement
     if reported_placement and (current := placement_id(session)) and reported_placement != current:
         # About an earlier placement of this session on this node (requeued and placed here
         # again): applying it would end, or vouch for, the new one. Only that desktop stops.
@@ -80,8 +86,9 @@ def do_report(node: Node, session_id: int, report: SessionReport) -> Session:
             f"placement {reported_placement}: stop that desktop."
         )
     actor = f"node:{node.hostname}"
-    state = report["state"]
-    reason = report.get("reason", "")
+    state = report.state
+    # The agent's own words (a start failure, a SIMULATED desktop), kept with the state.
+    why = Reason(Code.AGENT, {"detail": report.reason}) if report.reason else None
     if state in ("STARTING", "RUNNING") and session.state not in ON_NODE_STATES:
         raise Conflict(f"Session {session_id} is {session.state}; stop its desktop.")
     if state == "STARTING":
@@ -95,17 +102,17 @@ def do_report(node: Node, session_id: int, report: SessionReport) -> Session:
             session_id,
             S.RUNNING,
             actor=actor,
-            desktop_host=report.get("host") or node.address,
-            desktop_port=report.get("port"),
-            container_id=report.get("container_id", ""),
+            desktop_host=report.host or node.address,
+            desktop_port=report.port,
+            container_id=report.container_id,
             started_at=timezone.now(),
+            reason=why,
         )
         do_record_session_running(node)
         return running
     if session.state in TERMINAL_STATES:
         return session  # a late ENDED/FAILED/LOST after the portal already ended it
     target = {"ENDED": S.ENDED, "FAILED": S.FAILED, "LOST": S.LOST}[state]
-    why = Reason(Code.AGENT, {"detail": reason}) if reason else None
     ended = do_transition(session_id, target, actor=actor, reason=why)
     if target == S.FAILED:
         do_record_session_failed(node)

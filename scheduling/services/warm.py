@@ -106,17 +106,18 @@ def desired_warm(node: Node, now: datetime | None = None) -> list[DesiredWarm]:
 
 def do_warm_report(node: Node, key: str, report: WarmReport) -> WarmDesktop:
     """READY or FAILED from the agent; Conflict when the portal no longer wants that desktop."""
+    report = WarmReport.model_validate(report)  # the wire model; a mapping is validated too
     now = timezone.now()
     with transaction.atomic():
         warm = lock_warm(key=key, node=node, booking__in=warm_bookings(now))
         if warm is None:
             raise Conflict(f"Warm desktop {key} is not wanted on {node.hostname}; stop it.")
-        if report["state"] == "READY":
+        if report.state == "READY":
             if warm.state == WarmState.FAILED:
                 raise Conflict(f"Warm desktop {key} was reported FAILED; stop it.")
             warm.state = WarmState.READY
-            warm.port = report.get("port")
-            warm.container_id = report.get("container_id", "")
+            warm.port = report.port
+            warm.container_id = report.container_id
             warm.ready_at = now
             warm.reason = ""
             warm.save(update_fields=["state", "port", "container_id", "ready_at", "reason"])
@@ -129,7 +130,7 @@ def do_warm_report(node: Node, key: str, report: WarmReport) -> WarmDesktop:
             factor = min(2**warm.failures, WARM_RETRY_MAX_FACTOR)
             warm.state = WarmState.FAILED
             warm.failures += 1
-            warm.reason = report.get("reason", "")[:300]
+            warm.reason = report.reason[:300]
             warm.retry_at = now + timedelta(seconds=settings.WARM_RETRY_S * factor)
             warm.save(update_fields=["state", "failures", "reason", "retry_at"])
             log.warning(

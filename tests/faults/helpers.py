@@ -54,8 +54,8 @@ def wait_states(ids, state: str, timeout: float) -> None:
     def reached():
         now = states(ids)
         bad = {k: v for k, v in now.items() if v in ("FAILED", "LOST") and v != state}
-        reasons = Session.objects.filter(pk__in=list(bad)).values_list("pk", "reason")
-        assert not bad, f"sessions went {bad}: {list(reasons)}"
+        reasons = [(s.pk, s.reason) for s in Session.objects.filter(pk__in=list(bad))]
+        assert not bad, f"sessions went {bad}: {reasons}"
         return all(v == state for v in now.values()) and len(now) == len(list(ids))
 
     wait_for(reached, timeout, f"sessions {sorted(ids)} to be {state} (now {states(ids)})")

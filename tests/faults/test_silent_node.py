@@ -102,7 +102,9 @@ def test_silent_node_gets_nothing_new_and_its_sessions_are_requeued(
     assert session.state == "QUEUED" and session.node is None
     assert not session.allocations.filter(released_at=None).exists()
     requeue = AuditEvent.objects.get(session_id=on_a, data__to="QUEUED")
-    assert f"node {NODE_A} stopped answering" in requeue.data["reason"]
+    assert requeue.data["reason_code"] == "node_silent_requeued"
+    assert requeue.data["reason_params"]["node"] == NODE_A
+    assert f"node {NODE_A} stopped answering" in session.reason
     assert AuditEvent.objects.filter(kind="node.silent", node__hostname=NODE_A).count() == 1
     # Nothing is placed on the silent node meanwhile: A's slices stay free, B is full.
     time.sleep(1.0)

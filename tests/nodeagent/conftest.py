@@ -7,6 +7,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,7 @@ from nodeagent.protocol import (
     DesiredWarm,
     SessionReport,
     WarmReport,
+    to_wire,
 )
 from nodeagent.runtime import home_mounts
 
@@ -97,8 +99,9 @@ def desired_session(
         vnc_password="s3cretpw",
         home_volume=f"deskpool-test-home-{uuid.uuid4().hex[:8]}",
     )
-    session.update(overrides)  # type: ignore[typeddict-item]
-    return session
+    # model_copy does not validate: a test may make what the portal never sends (an empty
+    # password makes the tiny image exit at once).
+    return session.model_copy(update=overrides) if overrides else session
 
 
 def desired_warm(key: str, *, image: str = TINY_IMAGE, **overrides: object) -> DesiredWarm:
@@ -114,8 +117,7 @@ def desired_warm(key: str, *, image: str = TINY_IMAGE, **overrides: object) -> D
         shm_mb=64,
         gpu_devices=["MIG-00000000-0000-0000-0000-000000000009"],
     )
-    warm.update(overrides)  # type: ignore[typeddict-item]
-    return warm
+    return warm.model_copy(update=overrides) if overrides else warm
 
 
 @pytest.fixture
@@ -129,8 +131,9 @@ class FakePortal:
     def __init__(self) -> None:
         import threading
 
-        self.reports: list[tuple[int, SessionReport]] = []
-        self.warm_reports: list[tuple[str, WarmReport]] = []
+        # What the portal would receive: each report as it goes on the wire.
+        self.reports: list[tuple[int, dict[str, Any]]] = []
+        self.warm_reports: list[tuple[str, dict[str, Any]]] = []
         self.unwanted_warm: set[str] = set()  # warm keys answered with 409
         self.unwanted: set[int] = set()  # sessions answered with 409
         self.refuse_placements: set[str] = set()  # reports about these placements get 409
@@ -145,10 +148,10 @@ class FakePortal:
         with self._lock:
             if session_id in self.unwanted:
                 raise Conflict("session no longer wanted", state="ENDED")
-            if report.get("placement") in self.refuse_placements:
+            if report.placement in self.refuse_placements:
                 raise Conflict("session was placed again", state="PLACED")
-            self.reports.append((session_id, dict(report)))  # type: ignore[arg-type]
-        return report["state"]
+            self.reports.append((session_id, to_wire(report)))
+        return report.state
 
     def report_warm(self, key: str, report: WarmReport) -> str:
         from nodeagent.portal_client import Conflict, PortalUnavailable
@@ -158,8 +161,8 @@ class FakePortal:
         with self._lock:
             if key in self.unwanted_warm:
                 raise Conflict("warm desktop no longer wanted", state="GONE")
-            self.warm_reports.append((key, dict(report)))  # type: ignore[arg-type]
-        return report["state"]
+            self.warm_reports.append((key, to_wire(report)))
+        return report.state
 
     def warm_states(self, key: str) -> list[str]:
         with self._lock:
@@ -169,7 +172,7 @@ class FakePortal:
         with self._lock:
             return [r["state"] for sid, r in self.reports if sid == session_id]
 
-    def last(self, session_id: int) -> SessionReport:
+    def last(self, session_id: int) -> dict[str, Any]:
         with self._lock:
             return [r for sid, r in self.reports if sid == session_id][-1]
 

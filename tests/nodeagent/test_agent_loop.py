@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ class TinyPortal:
         self.requests: list[tuple[str, str, str | None, Any]] = []
         self.desired = desired or []
         self.protocol_ok = True
+        self.refusal: dict[str, Any] | None = None  # a 400 answer to registrations
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content) if request.content else None
@@ -39,6 +41,8 @@ class TinyPortal:
         if path == "register/":
             if not self.protocol_ok:
                 return httpx.Response(409, json={"detail": "protocol 1 not supported"})
+            if self.refusal is not None:
+                return httpx.Response(400, json=self.refusal)
             if body.get("join_token") == "join-1":
                 return httpx.Response(201, json={**REGISTERED, "node_token": "node-secret"})
             if auth == "Node node-secret":
@@ -103,7 +107,7 @@ def test_no_credential_and_no_join_token_says_what_to_do(tmp_path: Path) -> None
 
 def test_one_round_starts_desired_desktops_and_sends_a_heartbeat(tmp_path: Path) -> None:
     gpu = SimulatedProbe(load_fleet(DEMO_FLEET).node("gpu-a01")).inventory()[0]
-    mig = gpu["mig_instances"][0]["uuid"]
+    mig = gpu.mig_instances[0].uuid
     portal = TinyPortal(desired=[{
         "session_id": 21, "user": "bob", "course": "", "image": "deskpool/tiny:latest",
         "cpus": 1, "memory_mb": 512, "pids_limit": 256, "shm_mb": 64, "gpu_devices": [mig],
@@ -118,7 +122,38 @@ def test_one_round_starts_desired_desktops_and_sends_a_heartbeat(tmp_path: Path)
     heartbeat = portal.bodies("heartbeat/")[-1]
     assert heartbeat["running_sessions"] == [21]
     metrics = {m["uuid"]: m for m in heartbeat["gpus"]}
-    assert metrics[gpu["uuid"]]["utilization_pct"] > 20  # the session's GPU is busy
+    assert metrics[gpu.uuid]["utilization_pct"] > 20  # the session's GPU is busy
+
+
+def test_a_registration_the_portal_refuses_exits_saying_why(tmp_path: Path) -> None:
+    portal = TinyPortal()
+    portal.refusal = {
+        "detail": "Invalid Registration: gpus.0.hbm_gb: Extra inputs are not permitted",
+        "errors": [{"field": "gpus.0.hbm_gb", "message": "Extra inputs are not permitted",
+                    "type": "extra_forbidden"}],
+    }  # fmt: skip
+    with pytest.raises(AgentExit, match="gpus.0.hbm_gb: Extra inputs") as caught:
+        make_agent(portal, tmp_path).register()
+    assert caught.value.exit_code == 2
+
+
+def test_a_desired_answer_the_agent_cannot_read_leaves_desktops_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    portal = TinyPortal(desired=[{  # no "user"
+        "session_id": 21, "course": "", "image": "deskpool/tiny:latest", "cpus": 1,
+        "memory_mb": 512, "pids_limit": 256, "shm_mb": 64, "gpu_devices": [],
+        "vnc_password": "pw", "home_volume": "home-bob",
+    }])  # fmt: skip
+    agent = make_agent(portal, tmp_path)
+    with caplog.at_level(logging.INFO, logger="nodeagent"):
+        agent.run(once=True)
+    assert portal.bodies("sessions/21/report/") == []  # nothing started, nothing stopped
+    assert agent.runtime.list_managed() == []
+    [error] = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "not a valid DesiredState" in error.getMessage()
+    assert "sessions.0.user: Field required" in error.getMessage()
+    assert error.exc_info is None  # a sentence, not a traceback
 
 
 def test_backoff_grows_and_is_capped() -> None:

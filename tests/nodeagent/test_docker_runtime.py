@@ -61,7 +61,7 @@ def test_started_desktop_is_locked_down_and_labelled(
     assert not any("pw123456" in item for item in attrs["Config"]["Env"])
     mounts = {m["Destination"]: m for m in attrs["Mounts"]}
     assert mounts[DESKTOP_PASSWORD_MOUNT]["RW"] is False
-    assert mounts[DESKTOP_HOME]["Name"] == session["home_volume"]
+    assert mounts[DESKTOP_HOME]["Name"] == session.home_volume
     password_file = Path(mounts[DESKTOP_PASSWORD_MOUNT]["Source"]) / "passwd"
     assert password_file.read_text() == "pw123456\n"
     assert password_file.parent.parent.stat().st_mode & 0o777 == 0o700
@@ -85,7 +85,7 @@ def test_stop_removes_container_and_password_but_keeps_home(
 
     assert runtime.list_managed() == []
     assert not password_dir.exists()
-    assert docker_client.volumes.get(session["home_volume"]).name == session["home_volume"]
+    assert docker_client.volumes.get(session.home_volume).name == session.home_volume
     runtime.stop(4102)  # stopping twice is harmless
 
 
@@ -118,7 +118,7 @@ def test_desktop_that_exits_at_once_is_removed_with_its_new_volume(
         == []
     )
     assert not (sessions_dir / "s4104").exists()
-    assert docker_client.volumes.list(filters={"name": session["home_volume"]}) == []
+    assert docker_client.volumes.list(filters={"name": session.home_volume}) == []
 
 
 def test_failed_start_keeps_a_home_volume_that_existed_before(
@@ -126,13 +126,13 @@ def test_failed_start_keeps_a_home_volume_that_existed_before(
 ) -> None:  # type: ignore[no-untyped-def]
     session = make_session(4105, image=tiny_image, vnc_password="")
     docker_client.volumes.create(
-        name=session["home_volume"], labels={LABEL_MANAGED: "true", LABEL_NODE: node_name}
+        name=session.home_volume, labels={LABEL_MANAGED: "true", LABEL_NODE: node_name}
     )
 
     with pytest.raises(StartFailed):
         runtime.start(session)
 
-    assert docker_client.volumes.get(session["home_volume"]).name == session["home_volume"]
+    assert docker_client.volumes.get(session.home_volume).name == session.home_volume
 
 
 def test_home_volume_survives_into_the_next_session(
@@ -144,7 +144,7 @@ def test_home_volume_survives_into_the_next_session(
     assert container.exec_run(["sh", "-c", f"echo kept > {DESKTOP_HOME}/note"]).exit_code == 0
     runtime.stop(4106)
 
-    second = runtime.start(make_session(4107, image=tiny_image, home_volume=first["home_volume"]))
+    second = runtime.start(make_session(4107, image=tiny_image, home_volume=first.home_volume))
 
     result = docker_client.containers.get(second.container_id).exec_run(
         ["cat", f"{DESKTOP_HOME}/note"]

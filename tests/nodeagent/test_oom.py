@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from nodeagent.outbox import report, warm_report
 from nodeagent.protocol import REASON_MAX_CHARS
-from nodeagent.reconcile import Reconciler, report
+from nodeagent.reconcile import Reconciler
 from nodeagent.runtime import ManagedContainer
 from nodeagent.runtime.docker_runtime import DockerRuntime
 
@@ -62,7 +63,7 @@ def test_desktop_killed_by_the_oom_killer_is_reported_lost_with_an_oom_reason(
     assert "memory limit 256 MB" in lost["reason"]
     assert lost["placement"] == "1"
     assert docker_runtime.list_managed() == []  # dead container removed, home volume kept
-    assert docker_client.volumes.get(session["home_volume"])
+    assert docker_client.volumes.get(session.home_volume)
 
 
 @pytest.mark.docker
@@ -121,5 +122,7 @@ def test_exit_reasons_tell_an_oom_death_from_an_earlier_oom_kill() -> None:
 
 def test_long_reasons_are_cut_to_what_the_portal_accepts() -> None:
     body = report("FAILED", "", reason="x" * 1000)
-    assert len(body["reason"]) == REASON_MAX_CHARS and body["reason"].endswith("…")
-    assert report("FAILED", "", reason="short")["reason"] == "short"
+    assert len(body.reason) == REASON_MAX_CHARS and body.reason.endswith("…")
+    assert report("FAILED", "", reason="short").reason == "short"
+    warm = warm_report("FAILED", reason="y" * 1000)
+    assert len(warm.reason) == REASON_MAX_CHARS and warm.reason.endswith("…")

@@ -8,12 +8,21 @@ import httpx
 import pytest
 
 from nodeagent.portal_client import (
+    BadAnswer,
     Conflict,
     PortalClient,
     PortalError,
     PortalUnavailable,
     Unauthorized,
 )
+from nodeagent.protocol import Registration, SessionReport
+
+
+def registration() -> Registration:
+    return Registration(
+        protocol_version=1, agent_version="t", hostname="gpu-1", join_token="join",
+        address="127.0.0.1", cpu_count=1, memory_mb=1, labels={}, runtime="simulated", gpus=[],
+    )  # fmt: skip
 
 
 def client_answering(status: int, body: object, seen: list[httpx.Request]) -> PortalClient:
@@ -29,12 +38,13 @@ def test_report_posts_to_the_session_path_with_the_node_token() -> None:
     client = client_answering(200, {"state": "RUNNING"}, seen)
     client.node_token = "tok"
 
-    state = client.report(12, {"state": "RUNNING", "host": "127.0.0.1", "port": 40000})
+    state = client.report(12, SessionReport(state="RUNNING", host="127.0.0.1", port=40000))
 
     assert state == "RUNNING"
     assert seen[0].url.path == "/api/agent/v1/sessions/12/report/"
     assert seen[0].headers["Authorization"] == "Node tok"
-    assert json.loads(seen[0].content)["port"] == 40000
+    # On the wire: the fields set, nothing else.
+    assert json.loads(seen[0].content) == {"state": "RUNNING", "host": "127.0.0.1", "port": 40000}
 
 
 def test_register_keeps_the_node_token_it_is_given() -> None:
@@ -42,7 +52,7 @@ def test_register_keeps_the_node_token_it_is_given() -> None:
     answer = {"node_id": 3, "node_token": "new", "heartbeat_interval_s": 5, "poll_interval_s": 1}
     client = client_answering(201, answer, seen)
 
-    client.register({"protocol_version": 1, "join_token": "join"})  # type: ignore[typeddict-item]
+    client.register(registration())
 
     assert "Authorization" not in seen[0].headers
     assert client.node_token == "new"
@@ -62,7 +72,7 @@ def test_error_statuses_become_typed_errors(status: int, error: type[Exception])
 def test_conflict_carries_the_portal_state() -> None:
     client = client_answering(409, {"detail": "ended", "state": "ENDED"}, [])
     with pytest.raises(Conflict) as caught:
-        client.report(1, {"state": "RUNNING"})
+        client.report(1, SessionReport(state="RUNNING"))
     assert caught.value.state == "ENDED"
 
 
@@ -70,3 +80,41 @@ def test_unreachable_portal_is_portal_unavailable() -> None:
     client = PortalClient("http://127.0.0.1:9", timeout=httpx.Timeout(1.0))
     with pytest.raises(PortalUnavailable, match="unreachable"):
         client.desired()
+
+
+SESSION = {
+    "session_id": 1, "user": "ada", "course": "", "image": "deskpool/tiny:latest", "cpus": 1,
+    "memory_mb": 512, "pids_limit": 256, "shm_mb": 64, "gpu_devices": [], "vnc_password": "pw",
+    "home_volume": "deskpool-home-ada",
+}  # fmt: skip
+WARM = {k: v for k, v in SESSION.items() if k not in ("session_id", "user", "vnc_password",
+                                                       "home_volume")}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "problem"),
+    [("desired", {"sessions": [{**SESSION, "user": None}]}, "sessions.0.user: Input should be"),
+     ("desired", {"sessions": [{**SESSION, "vnc_password": "123456789"}]},
+      "sessions.0.vnc_password: String should have at most 8 characters"),
+     ("desired", ["not", "an", "object"], "(body): Input should be"),
+     ("desired", {"sessions": [], "warm": [{**WARM, "key": "../etc", "booking": 1}]},
+      "warm.0.key: String should match pattern"),
+     ("report", {"stat": "RUNNING"}, "state: Field required")],
+)  # fmt: skip
+def test_an_answer_that_is_not_its_model_is_a_bad_answer_naming_the_field(
+    path: str, body: object, problem: str
+) -> None:
+    client = client_answering(200, body, [])
+    with pytest.raises(BadAnswer, match="not a valid") as caught:
+        if path == "desired":
+            client.desired()
+        else:
+            client.report(1, SessionReport(state="RUNNING"))
+    assert problem in str(caught.value)
+
+
+def test_answer_fields_the_agent_does_not_know_are_ignored() -> None:
+    """A newer portal may add answer fields within protocol version 1."""
+    body = {"sessions": [{**SESSION, "gpu_model": "A100"}], "drain_at": "2030-01-01T00:00:00Z"}
+    desired = client_answering(200, body, []).desired()
+    assert [s.session_id for s in desired.sessions] == [1] and desired.warm == []

@@ -74,7 +74,7 @@ def test_registration_merges_host_labels_under_fleet_and_env_labels(tmp_path: Pa
     agent = make_agent(TinyPortal(), tmp_path, labels={"rack": "r9"})
     agent.read_host_labels = lambda: {**fixture_host("xeon-2s"), "cooling": "host-says"}
 
-    labels = agent.registration(join_token=None)["labels"]
+    labels = agent.registration(join_token=None).labels
 
     # gpu-a01 in the demo fleet: rack r1, cooling liquid; DESKPOOL_LABELS said rack=r9.
     assert labels["rack"] == "r9"

@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
 import pynvml
 import pytest
+from pydantic import BaseModel
 
 from nodeagent.probe import NodeFacts
 from nodeagent.probe.nvml import NvmlProbe, NvmlUnavailable, mig_profile_from_name
-from nodeagent.protocol import XID_ERRORS_MAX
+from nodeagent.protocol import XID_ERRORS_MAX, to_wire
 
 LIVE_KEYS = {
     "uuid", "utilization_pct", "memory_used_mb", "temperature_c", "power_w", "power_limit_w",
     "fan_pct", "pcie_tx_kbps", "pcie_rx_kbps", "ecc_corrected_volatile",
     "ecc_uncorrected_volatile", "xid_errors",
 }  # fmt: skip
+
+
+def wire(messages: Sequence[BaseModel]) -> list[dict[str, Any]]:
+    """What the probe's inventory or metrics are on the wire to the portal."""
+    return [to_wire(message) for message in messages]
 
 
 def _nvml_present() -> str | None:
@@ -34,7 +40,7 @@ def _nvml_present() -> str | None:
 def test_real_nvml_inventory_and_metrics_have_the_protocol_shape() -> None:
     probe = NvmlProbe()
     try:
-        gpus, metrics = probe.inventory(), probe.metrics()
+        gpus, metrics = wire(probe.inventory()), wire(probe.metrics())
     finally:
         probe.close()
     assert gpus, "NVML is present but lists no GPU"
@@ -108,7 +114,7 @@ def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 def test_unsupported_fields_become_none_and_the_probe_carries_on(fake_nvml: dict[str, Any]) -> None:
     probe = NvmlProbe(facts=NodeFacts(cpu_count=8, memory_mb=1000))
-    [gpu] = probe.inventory()
+    [gpu] = wire(probe.inventory())
     assert gpu["uuid"] == "GPU-aaaa"
     assert gpu["name"] == "NVIDIA A100-SXM4-80GB"
     assert (gpu["memory_mb"], gpu["compute_capability"]) == (81920, "8.0")
@@ -122,7 +128,7 @@ def test_unsupported_fields_become_none_and_the_probe_carries_on(fake_nvml: dict
     assert (gpu["pcie_link_gen"], gpu["pcie_link_width"]) == (None, None)
     assert (gpu["pcie_link_gen_max"], gpu["pcie_link_width_max"]) == (None, None)
     assert gpu["pcie_topology"] == {}  # one GPU: no pairs
-    assert probe.metrics() == [
+    assert wire(probe.metrics()) == [
         {"uuid": "GPU-aaaa", "utilization_pct": 42.0, "memory_used_mb": 1024,
          "temperature_c": None, "power_w": None, "power_limit_w": None, "fan_pct": None,
          "pcie_tx_kbps": None, "pcie_rx_kbps": None, "ecc_corrected_volatile": None,
@@ -257,7 +263,7 @@ def test_live_metrics_are_read_field_by_field_where_each_card_reports_them(
     two_gpus: TwoGpus,
 ) -> None:
     probe = _probe()
-    full, bare = probe.metrics()
+    full, bare = wire(probe.metrics())
     assert set(full) == set(bare) == LIVE_KEYS
     assert full == {
         "uuid": "GPU-full", "utilization_pct": 7.0, "memory_used_mb": 512, "temperature_c": 41.0,
@@ -276,7 +282,7 @@ def test_live_metrics_are_read_field_by_field_where_each_card_reports_them(
 
 
 def test_inventory_has_pcie_links_and_the_topology_of_each_pair(two_gpus: TwoGpus) -> None:
-    full, bare = _probe().inventory()
+    full, bare = wire(_probe().inventory())
     assert (full["pcie_link_gen"], full["pcie_link_width"]) == (5, 16)
     assert (full["pcie_link_gen_max"], full["pcie_link_width_max"]) == (5, None)
     assert (bare["pcie_link_gen"], bare["pcie_link_width"]) == (None, None)
@@ -288,7 +294,7 @@ def test_a_pair_nvml_cannot_place_is_left_out_of_the_topology(
     two_gpus: TwoGpus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(pynvml, "nvmlDeviceGetTopologyCommonAncestor", _not_supported)
-    gpus = _probe().inventory()
+    gpus = wire(_probe().inventory())
     assert [gpu["pcie_topology"] for gpu in gpus] == [{}, {}]
     assert [gpu["pcie_link_gen"] for gpu in gpus] == [5, None]  # the rest is still read
 
@@ -304,10 +310,10 @@ def test_xid_errors_since_the_previous_read_are_reported_per_gpu(two_gpus: TwoGp
         SimpleNamespace(device=two_gpus.full, eventType=pynvml.nvmlEventTypePState, eventData=0)
     )
     two_gpus.xid(two_gpus.full, 48)
-    first = {m["uuid"]: m["xid_errors"] for m in probe.metrics()}
+    first = {m["uuid"]: m["xid_errors"] for m in wire(probe.metrics())}
     assert first == {"GPU-full": [79, 48], "GPU-bare": None}
     assert set(two_gpus.waits) == {0}  # never waits for an event
-    second = {m["uuid"]: m["xid_errors"] for m in probe.metrics()}
+    second = {m["uuid"]: m["xid_errors"] for m in wire(probe.metrics())}
     assert second == {"GPU-full": [], "GPU-bare": None}  # each XID reported once
     probe.close()
     assert two_gpus.freed == [two_gpus.event_set]
@@ -317,7 +323,7 @@ def test_xid_errors_are_capped_per_heartbeat(two_gpus: TwoGpus) -> None:
     probe = _probe()
     for _ in range(XID_ERRORS_MAX + 5):
         two_gpus.xid(two_gpus.full, 31)
-    [full, _] = probe.metrics()
+    [full, _] = wire(probe.metrics())
     assert full["xid_errors"] == [31] * XID_ERRORS_MAX
     assert not two_gpus.events  # the rest were read and dropped, not left for later
 
@@ -328,7 +334,7 @@ def test_a_failing_event_set_leaves_the_other_metrics_alone(
     probe = _probe()
     two_gpus.wait_error = pynvml.NVMLError_GpuIsLost()
     with caplog.at_level(logging.WARNING, logger="nodeagent.probe.nvml"):
-        full, bare = probe.metrics()
+        full, bare = wire(probe.metrics())
     assert full["xid_errors"] == [] and bare["xid_errors"] is None
     assert full["power_limit_w"] == 700.0
     assert "XID events failed" in caplog.text
@@ -339,7 +345,7 @@ def test_no_event_set_means_xid_is_not_watched(
 ) -> None:
     monkeypatch.setattr(pynvml, "nvmlEventSetCreate", _not_supported)
     probe = _probe()
-    assert [m["xid_errors"] for m in probe.metrics()] == [None, None]
+    assert [m["xid_errors"] for m in wire(probe.metrics())] == [None, None]
     probe.close()
     assert two_gpus.freed == []
 
@@ -352,5 +358,5 @@ def test_a_gpu_whose_registration_is_refused_is_not_watched(
 
     monkeypatch.setattr(pynvml, "nvmlDeviceRegisterEvents", refuse)
     probe = _probe()
-    assert [m["xid_errors"] for m in probe.metrics()] == [None, None]
+    assert [m["xid_errors"] for m in wire(probe.metrics())] == [None, None]
     assert two_gpus.freed == [two_gpus.event_set]  # the unused set is freed at once

@@ -317,7 +317,7 @@ def test_docker_failed_start_cleans_up(
         docker_client.containers.list(all=True, filters={"name": container_name(node_name, 5004)})
         == []
     )
-    assert docker_client.volumes.list(filters={"name": session["home_volume"]}) == []
+    assert docker_client.volumes.list(filters={"name": session.home_volume}) == []
     assert not (sessions_dir / "s5004").exists()
 
 
@@ -329,8 +329,8 @@ def test_docker_ten_desktops_start_together(
 
     converge(Reconciler(docker_runtime, fake_portal), wanted)
 
-    assert all(fake_portal.states(s["session_id"]) == ["STARTING", "RUNNING"] for s in wanted)
-    ports = {fake_portal.last(s["session_id"])["port"] for s in wanted}
+    assert all(fake_portal.states(s.session_id) == ["STARTING", "RUNNING"] for s in wanted)
+    ports = {fake_portal.last(s.session_id)["port"] for s in wanted}
     assert len(ports) == 10
 
 
@@ -345,7 +345,9 @@ def test_docker_placed_again_on_the_same_node_gets_a_new_desktop_with_the_new_pa
 
     # The node went silent, the session was requeued and placed here again; the agent,
     # restarted meanwhile, never saw it leave. Same home volume, new password, new slice.
-    again = dict(first, placement="57", vnc_password="newpass2", gpu_devices=["MIG-other"])
+    again = first.model_copy(
+        update={"placement": "57", "vnc_password": "newpass2", "gpu_devices": ["MIG-other"]}
+    )
     restarted = Reconciler(
         DockerRuntime(docker_client, node_name=node_name, sessions_dir=sessions_dir), fake_portal
     )

@@ -56,7 +56,7 @@ def test_warm_desktops_kept_claimed_dropped_and_adopted_after_restart(
     # Three warm desktops start, each answers a VNC handshake and is reported READY.
     converge(reconciler, [], warm)
     for w in warm:
-        assert fake_portal.warm_states(w["key"]) == ["READY"]
+        assert fake_portal.warm_states(w.key) == ["READY"]
     found = {c.labels[LABEL_WARM]: c for c in node_containers(docker_client, node_name)}
     assert sorted(found) == ["b7-1", "b7-2", "b7-3"]
     for container in found.values():
@@ -204,7 +204,7 @@ def test_a_claimed_warm_desktop_gets_the_students_home_volume(
     # A returning student: their home volume already holds their work.
     returning = make_session(7101, image=tiny_image, vnc_password="homepw01", warm_key="b8-1")
     volume = docker_client.volumes.create(
-        returning["home_volume"], labels={LABEL_MANAGED: "true", LABEL_NODE: node_name}
+        returning.home_volume, labels={LABEL_MANAGED: "true", LABEL_NODE: node_name}
     )
     saved = Path(volume.attrs["Mountpoint"]) / "thesis.txt"
     saved.write_text("chapter 1\n")
@@ -237,7 +237,7 @@ def test_a_first_time_students_home_is_seeded_like_a_cold_start(
     first = make_session(7201, image=tiny_image, vnc_password="newpw001", warm_key="b9-1")
     converge(reconciler, [first], [])
     assert fake_portal.states(7201) == ["STARTING", "RUNNING"]
-    volume = docker_client.volumes.get(first["home_volume"])  # created at the claim
+    volume = docker_client.volumes.get(first.home_volume)  # created at the claim
     folder = Path(volume.attrs["Mountpoint"])
     assert (folder / ".bashrc").is_file()  # the image's skeleton, as Docker seeds a new volume
     assert (folder.stat().st_uid, (folder / ".bashrc").stat().st_uid) == (1000, 1000)

@@ -55,7 +55,9 @@ def test_a_protocol_version_the_portal_does_not_speak_is_refused_with_409():
 def test_a_bad_registration_gets_field_errors():
     answer = APIClient().post("/api/agent/v1/register/", {"hostname": "x"}, format="json")
     assert answer.status_code == 400
-    assert "gpus" in answer.json()
+    body = answer.json()
+    assert body["detail"].startswith("Invalid Registration: ")
+    assert {"field": "gpus", "message": "Field required", "type": "missing"} in body["errors"]
 
 
 def test_agent_endpoints_need_a_node_token():

@@ -1,0 +1,74 @@
+"""Claim records: which session claimed which warm desktop, kept on the node's disk.
+
+Docker labels cannot change after a container is created, so when a session claims a warm
+desktop (labelled ``deskpool.warm=<key>``, no session) the agent records the claim in
+``claims/<key>.json`` under the node's sessions folder: session id, placement, user,
+course. :meth:`DockerRuntime.list_managed` lists a claimed warm container as that session's
+desktop from this record, so a restarted agent adopts it like any other.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from nodeagent.protocol import DesiredSession
+
+logger = logging.getLogger(__name__)
+
+CLAIMS_DIR_NAME = "claims"
+
+
+class ClaimRecord(BaseModel):
+    """One claim, as written to ``claims/<key>.json``; unknown keys are ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    key: str = ""
+    session_id: int
+    placement: str = ""
+    user: str = ""
+    course: str = ""
+
+
+class ClaimRecords:
+    """The claim records of one node (a folder of small JSON files, each written atomically)."""
+
+    def __init__(self, sessions_dir: Path) -> None:
+        self._directory = sessions_dir / CLAIMS_DIR_NAME
+
+    def write(self, key: str, session: DesiredSession) -> None:
+        record = ClaimRecord(
+            key=key,
+            session_id=session.session_id,
+            placement=session.placement,
+            user=session.user,
+            course=session.course,
+        )
+        self._directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        temporary = self._directory / f".{key}.json.new"
+        temporary.write_text(record.model_dump_json())
+        temporary.replace(self._directory / f"{key}.json")
+
+    def by_key(self) -> dict[str, ClaimRecord]:
+        """Every record by warm key (unreadable ones are skipped, with a warning)."""
+        claims: dict[str, ClaimRecord] = {}
+        if not self._directory.is_dir():
+            return claims
+        for path in self._directory.glob("*.json"):
+            try:
+                claims[path.stem] = ClaimRecord.model_validate_json(path.read_text())
+            except FileNotFoundError:
+                continue  # removed meanwhile
+            except (OSError, ValueError, ValidationError) as error:
+                logger.warning("ignoring unreadable claim record %s: %s", path, error)
+        return claims
+
+    def keys_of(self, session_id: int) -> list[str]:
+        """The warm keys this session claimed (one, normally)."""
+        return [key for key, claim in self.by_key().items() if claim.session_id == session_id]
+
+    def remove(self, key: str) -> None:
+        (self._directory / f"{key}.json").unlink(missing_ok=True)

@@ -1,0 +1,296 @@
+"""What every desktop container of a node shares, session's or warm: the Docker plumbing.
+
+One :class:`DesktopContainers` per node holds the engine client and the node's settings,
+and does what both :class:`~nodeagent.runtime.docker_runtime.DockerRuntime` (sessions) and
+:class:`~nodeagent.runtime.docker_warm.DockerWarmDesktops` (warm desktops) need: image look
+up, home volumes, password folders, limits and lockdown, waiting for the VNC handshake,
+describing a container found by its labels, and removing containers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import docker
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.models.containers import Container
+
+from nodeagent.protocol import (
+    DESKTOP_WEBSOCKIFY_PORT,
+    LABEL_MANAGED,
+    LABEL_NODE,
+    LABEL_PLACEMENT,
+    LABEL_SESSION,
+    LABEL_USER,
+    LABEL_WARM,
+    DesiredSession,
+    DesktopSpec,
+)
+from nodeagent.readiness import DesktopNotReady, wait_for_desktop
+from nodeagent.runtime.base import ManagedContainer, RuntimeUnavailable, StartFailed
+from nodeagent.runtime.claims import ClaimRecord, ClaimRecords
+
+logger = logging.getLogger(__name__)
+
+PASSWORD_FILE_NAME = "passwd"
+DESKTOP_USER = "1000:1000"
+_PORT_KEY = f"{DESKTOP_WEBSOCKIFY_PORT}/tcp"
+# What a start or claim attempt may fail with; it becomes StartFailed with a readable reason.
+START_ERRORS = (DockerException, OSError, DesktopNotReady, StartFailed)
+
+ReadinessCheck = Callable[..., object]
+
+
+def docker_client() -> docker.DockerClient:
+    """A client for the local engine, or RuntimeUnavailable when none answers."""
+    try:
+        client = docker.from_env(timeout=30)
+        client.ping()
+    except DockerException as error:
+        raise RuntimeUnavailable(f"Docker engine not reachable: {error}") from error
+    return client
+
+
+def nvidia_runtime_available(client: docker.DockerClient) -> bool:
+    """True when ``docker info`` lists the ``nvidia`` runtime."""
+    try:
+        return "nvidia" in (client.info().get("Runtimes") or {})
+    except DockerException:
+        return False
+
+
+class DesktopContainers:
+    """The node's engine, settings and claim records, and what every desktop needs of them."""
+
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        *,
+        node_name: str,
+        sessions_dir: Path,
+        publish_address: str = "127.0.0.1",
+        stop_grace_s: float = 10.0,
+        ready_timeout_s: float = 60.0,
+        readiness: ReadinessCheck = wait_for_desktop,
+    ) -> None:
+        self.client = client
+        self.node = node_name
+        self.sessions_dir = sessions_dir.resolve()
+        self.publish_address = publish_address
+        self.stop_grace_s = stop_grace_s
+        self.ready_timeout_s = ready_timeout_s
+        self.readiness = readiness
+        self.claims = ClaimRecords(self.sessions_dir)
+        self.gpu_enabled = nvidia_runtime_available(client)
+        if not self.gpu_enabled:
+            logger.warning(
+                "Docker has no 'nvidia' runtime on node %s: desktops start WITHOUT a GPU "
+                "(their GPU slice is simulated).",
+                node_name,
+            )
+
+    # -- finding -------------------------------------------------------------------------
+
+    def labelled(self, *labels: str) -> list[Container]:
+        """This node's managed containers (running or not) carrying all these labels."""
+        wanted = [f"{LABEL_MANAGED}=true", f"{LABEL_NODE}={self.node}", *labels]
+        return list(self.client.containers.list(all=True, filters={"label": wanted}))
+
+    def named(self, name: str) -> Container | None:
+        try:
+            return self.client.containers.get(name)
+        except NotFound:
+            return None
+
+    def describe(
+        self, container: Container, claims: dict[str, ClaimRecord] | None = None
+    ) -> ManagedContainer | None:
+        """The session desktop a container is; None for an unclaimed warm desktop (or a
+        container without a usable session label)."""
+        placement = container.labels.get(LABEL_PLACEMENT, "")
+        if key := container.labels.get(LABEL_WARM):
+            # A warm desktop is a session's only once claimed; labels cannot change, so the
+            # session comes from the agent's claim record.
+            claim = (self.claims.by_key() if claims is None else claims).get(key)
+            if claim is None:
+                return None
+            session_id = claim.session_id
+            placement = claim.placement
+        else:
+            try:
+                session_id = int(container.labels.get(LABEL_SESSION, ""))
+            except ValueError:
+                return None
+        state = container.attrs.get("State", {})
+        running = bool(state.get("Running"))
+        return ManagedContainer(
+            session_id=session_id,
+            container_id=container.id or "",
+            running=running,
+            status=str(state.get("Status", container.status)),
+            host=self.publish_address,
+            port=published_port(container.attrs),
+            exit_code=None if running else state.get("ExitCode"),
+            oom_killed=bool(state.get("OOMKilled")),
+            error=str(state.get("Error") or ""),
+            placement=placement,
+            memory_limit_mb=memory_limit_mb(container.attrs),
+        )
+
+    def exit_reason(self, container: Container) -> str | None:
+        """Why a session's container stopped while it started, with its last output."""
+        try:
+            container.reload()
+        except DockerException as error:
+            return f"container vanished while starting: {error}"
+        described = self.describe(container)
+        if described is None or described.running:
+            return None
+        return described.exit_reason() + log_tail(container)
+
+    # -- preparing -----------------------------------------------------------------------
+
+    def require_image(self, image: str) -> None:
+        try:
+            self.client.images.get(image)
+        except ImageNotFound:
+            # No registry is reachable from the nodes: images are built locally.
+            raise StartFailed(f"image {image} is not present on node {self.node}") from None
+        except DockerException as error:
+            raise StartFailed(f"cannot look up image {image}: {error}") from error
+
+    def ensure_home_volume(self, session: DesiredSession) -> bool:
+        """Create the home volume unless it exists; True when this call created it."""
+        try:
+            self.client.volumes.get(session.home_volume)
+            return False
+        except NotFound:
+            pass
+        self.client.volumes.create(
+            name=session.home_volume,
+            labels={LABEL_MANAGED: "true", LABEL_USER: session.user, LABEL_NODE: self.node},
+        )
+        return True
+
+    def write_password(self, directory: Path, password: str) -> None:
+        # The parent is root-only (0700) so host users cannot read passwords; the container
+        # only sees the mounted session folder, which uid 1000 must be able to read.
+        self.sessions_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.sessions_dir, 0o700)
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(mode=0o755)
+        os.chmod(directory, 0o755)
+        password_file = directory / PASSWORD_FILE_NAME
+        password_file.write_text(password[:8] + "\n")
+        os.chmod(password_file, 0o444)
+
+    def replace_password(self, directory: Path, password: str) -> None:
+        """Swap the password file of a running desktop (a rename: never half written)."""
+        if not directory.is_dir():
+            raise StartFailed(f"password folder {directory} is missing")
+        temporary = directory / f".{PASSWORD_FILE_NAME}.new"
+        temporary.write_text(password[:8] + "\n")
+        os.chmod(temporary, 0o444)
+        temporary.replace(directory / PASSWORD_FILE_NAME)
+
+    def limits_args(self, spec: DesktopSpec, what: str) -> dict[str, Any]:
+        """Image, limits, lockdown, published port and GPU: what every desktop shares."""
+        environment: dict[str, str] = {}
+        args: dict[str, Any] = {
+            "image": spec.image,
+            "detach": True,
+            "nano_cpus": int(spec.cpus * 1_000_000_000),
+            "mem_limit": f"{spec.memory_mb}m",
+            "pids_limit": spec.pids_limit,
+            "shm_size": f"{spec.shm_mb}m",
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "user": DESKTOP_USER,
+            "ports": {_PORT_KEY: (self.publish_address, None)},
+            "environment": environment,
+        }
+        devices = spec.gpu_devices
+        if devices and self.gpu_enabled:
+            args["runtime"] = "nvidia"
+            environment["NVIDIA_VISIBLE_DEVICES"] = ",".join(devices)
+            environment["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility,graphics"
+        else:
+            # "void": an image that defaults to "all" (CUDA bases do) must not see any GPU.
+            environment["NVIDIA_VISIBLE_DEVICES"] = "void"
+            if devices:
+                environment["DESKPOOL_SIMULATED_GPU_DEVICES"] = ",".join(devices)
+                logger.info(
+                    "%s: no NVIDIA runtime, GPU slice %s is simulated", what, ",".join(devices)
+                )
+        return args
+
+    # -- running -------------------------------------------------------------------------
+
+    def await_desktop(self, container: Container) -> int:
+        """The started container's websockify port, once a VNC handshake answers there."""
+        container.reload()
+        port = published_port(container.attrs)
+        if port is None:
+            raise StartFailed("the engine published no port for websockify")
+        self.readiness(
+            connect_host(self.publish_address),
+            port,
+            self.ready_timeout_s,
+            abort_reason=lambda: self.exit_reason(container),
+        )
+        return port
+
+    def remove(self, container: Container, *, volumes: bool, force: bool = False) -> None:
+        """Stop (with the grace period) and remove one container; gone already is fine."""
+        try:
+            if container.status == "running":
+                container.stop(timeout=int(self.stop_grace_s))
+            container.remove(v=volumes, force=force)
+        except NotFound:
+            pass
+        except APIError as error:
+            if error.status_code != 409:  # 409: removal already in progress
+                raise
+
+
+def archive(container: Container, path: str) -> bytes:
+    """A folder of the container's image (or filesystem) as tar bytes."""
+    stream, _ = container.get_archive(path)
+    return b"".join(stream)
+
+
+def published_port(attrs: dict[str, Any]) -> int | None:
+    bindings = (attrs.get("NetworkSettings", {}).get("Ports") or {}).get(_PORT_KEY) or []
+    for binding in bindings:
+        if binding.get("HostPort"):
+            return int(binding["HostPort"])
+    return None
+
+
+def memory_limit_mb(attrs: dict[str, Any]) -> int | None:
+    limit = (attrs.get("HostConfig") or {}).get("Memory") or 0
+    return int(limit) // (1024 * 1024) or None
+
+
+def connect_host(publish_address: str) -> str:
+    # Published on every interface: the loopback reaches it from the agent.
+    return "127.0.0.1" if publish_address in ("0.0.0.0", "", "::") else publish_address
+
+
+def log_tail(container: Container, lines: int = 5) -> str:
+    try:
+        tail = container.logs(tail=lines).decode(errors="replace").strip()
+    except DockerException:
+        return ""
+    return f"; last output: {tail}" if tail else ""
+
+
+def start_error_text(error: BaseException) -> str:
+    if isinstance(error, APIError):
+        return f"the Docker engine refused the desktop: {error.explanation or error}"
+    return str(error)

@@ -1,0 +1,235 @@
+"""Warm desktops as Docker containers: started for a class booking, claimed by a session.
+
+A warm desktop is started before anyone asks: a random password in its own password folder
+(``w<key>``), its home a shared host folder (``warm-homes/<key>``, seeded with the image's
+skeleton) mounted with rslave propagation, labels ``deskpool.warm=<key>`` and
+``deskpool.booking``. A claim mounts the student's home volume on that folder
+(:mod:`~nodeagent.runtime.home_mounts`: it shows up in the running desktop), writes the
+session's password into the password folder, runs deskpool-passwd in the container (Xvnc
+re-reads its password file at every authentication) and records the claim
+(:mod:`~nodeagent.runtime.claims`): labels cannot change, and a restarted agent must still
+know whose desktop it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+from docker.models.containers import Container
+from docker.types import Mount
+
+from nodeagent.protocol import (
+    DESKTOP_HOME,
+    DESKTOP_PASSWORD_MOUNT,
+    LABEL_BOOKING,
+    LABEL_COURSE,
+    LABEL_MANAGED,
+    LABEL_NODE,
+    LABEL_WARM,
+    WARM_KEY_PATTERN,
+    DesiredSession,
+    DesiredWarm,
+)
+from nodeagent.runtime import home_mounts
+from nodeagent.runtime.base import (
+    ManagedContainer,
+    StartFailed,
+    WarmContainer,
+    warm_container_name,
+)
+from nodeagent.runtime.docker_desktops import (
+    START_ERRORS,
+    DesktopContainers,
+    archive,
+    memory_limit_mb,
+    published_port,
+    start_error_text,
+)
+from nodeagent.runtime.home_mounts import HomeMountError
+
+logger = logging.getLogger(__name__)
+
+WARM_HOMES_DIR_NAME = "warm-homes"  # under the sessions folder: warm desktops' home mounts
+SKELETON = "/etc/skel"  # the image's skeleton home, copied into new homes
+ORPHAN_AFTER_S = 300.0  # a warm home folder without its container this old is removed
+# In the desktop images: applies a password written into the mounted folder after the start.
+APPLY_PASSWORD_COMMAND = ["/usr/local/bin/deskpool-passwd"]
+_WARM_KEY = re.compile(WARM_KEY_PATTERN)
+
+
+class DockerWarmDesktops:
+    """Start, list, claim and remove one node's warm desktops."""
+
+    def __init__(self, desktops: DesktopContainers) -> None:
+        self._desktops = desktops
+
+    def find(self) -> list[WarmContainer]:
+        """This node's warm desktops, claimed or not, running or not."""
+        desktops = self._desktops
+        claims = desktops.claims.by_key()
+        found = []
+        for container in desktops.labelled(LABEL_WARM):
+            key = container.labels.get(LABEL_WARM, "")
+            state = container.attrs.get("State", {})
+            running = bool(state.get("Running"))
+            claim = claims.get(key)
+            reason = ""
+            if not running:
+                reason = ManagedContainer(
+                    session_id=0,
+                    container_id=container.id or "",
+                    running=False,
+                    status=str(state.get("Status", container.status)),
+                    host=desktops.publish_address,
+                    port=None,
+                    exit_code=state.get("ExitCode"),
+                    oom_killed=bool(state.get("OOMKilled")),
+                    error=str(state.get("Error") or ""),
+                    memory_limit_mb=memory_limit_mb(container.attrs),
+                ).exit_reason()
+            found.append(
+                WarmContainer(
+                    key=key,
+                    container_id=container.id or "",
+                    running=running,
+                    status=str(state.get("Status", container.status)),
+                    port=published_port(container.attrs),
+                    booking=container.labels.get(LABEL_BOOKING, ""),
+                    claimed_by=claim.session_id if claim is not None else None,
+                    reason=reason,
+                )
+            )
+        self._release_orphan_homes({w.key for w in found})
+        return found
+
+    def start(self, warm: DesiredWarm) -> WarmContainer:
+        desktops = self._desktops
+        key = warm.key
+        if not _WARM_KEY.match(key):
+            raise StartFailed(f"unusable warm key {key!r}")
+        desktops.require_image(warm.image)
+        password_dir = self.password_dir(key)
+        container: Container | None = None
+        try:
+            self.remove(key)  # a leftover of this key (crashed agent) would clash
+            desktops.write_password(password_dir, secrets.token_urlsafe(6)[:8])
+            labels = {
+                LABEL_MANAGED: "true",
+                LABEL_NODE: desktops.node,
+                LABEL_WARM: key,
+                LABEL_BOOKING: str(warm.booking),
+                LABEL_COURSE: warm.course,
+            }
+            args = desktops.limits_args(warm, f"warm {key}")
+            home = self.home(key)
+            home.mkdir(parents=True, exist_ok=True, mode=0o755)
+            args.update(
+                name=warm_container_name(desktops.node, key),
+                labels=labels,
+                volumes={str(password_dir): {"bind": DESKTOP_PASSWORD_MOUNT, "mode": "ro"}},
+                mounts=[Mount(DESKTOP_HOME, str(home), type="bind", propagation="rslave")],
+            )
+            args["environment"]["DESKPOOL_WARM_KEY"] = key
+            container = desktops.client.containers.create(**args)
+            home_mounts.prepare(home, archive(container, SKELETON))
+            container.start()
+            port = desktops.await_desktop(container)
+        except (*START_ERRORS, HomeMountError) as error:
+            self.remove(key)
+            raise StartFailed(start_error_text(error)) from error
+        except BaseException:
+            self.remove(key)
+            raise
+        return WarmContainer(
+            key=key,
+            container_id=container.id or "",
+            running=True,
+            status="running",
+            port=port,
+            booking=str(warm.booking),
+        )
+
+    def claim(self, key: str, session: DesiredSession) -> ManagedContainer:
+        desktops = self._desktops
+        try:
+            containers = [c for c in self.containers(key) if c.status == "running"]
+            if not containers:
+                raise StartFailed(f"warm desktop {key} is not running")
+            [container] = containers[:1]
+            self._attach_home(key, container, session)
+            desktops.replace_password(self.password_dir(key), session.vnc_password)
+            applied = container.exec_run(APPLY_PASSWORD_COMMAND)
+            if applied.exit_code != 0:
+                output = (applied.output or b"").decode(errors="replace").strip()
+                raise StartFailed(
+                    f"warm desktop {key}: the new password was not applied "
+                    f"(exit code {applied.exit_code}: {output[:120]})"
+                )
+            desktops.claims.write(key, session)
+            desktops.await_desktop(container)
+            container.reload()
+        except (*START_ERRORS, HomeMountError) as error:
+            self.remove(key)
+            raise StartFailed(start_error_text(error)) from error
+        except BaseException:
+            self.remove(key)
+            raise
+        logger.info("session %s: claimed warm desktop %s", session.session_id, key)
+        described = desktops.describe(container)
+        assert described is not None  # the claim record was just written
+        return described
+
+    def containers(self, key: str) -> list[Container]:
+        """The containers of warm desktop ``key``: by label, plus one by name without them."""
+        found = {c.id: c for c in self._desktops.labelled(f"{LABEL_WARM}={key}")}
+        named = self._desktops.named(warm_container_name(self._desktops.node, key))
+        if named is not None:
+            found.setdefault(named.id, named)
+        return list(found.values())
+
+    def remove(self, key: str) -> None:
+        """Remove the warm desktop ``key``: containers, home mount, password folder, claim."""
+        for container in self.containers(key):
+            # tini -g stops the desktop in about 0.3 s on SIGTERM.
+            self._desktops.remove(container, volumes=True, force=True)
+        home_mounts.release(self.home(key))  # unmounts first: the volume is kept
+        shutil.rmtree(self.password_dir(key), ignore_errors=True)
+        self._desktops.claims.remove(key)
+
+    def home(self, key: str) -> Path:
+        return self._desktops.sessions_dir / WARM_HOMES_DIR_NAME / key
+
+    def password_dir(self, key: str) -> Path:
+        return self._desktops.sessions_dir / f"w{key}"
+
+    def _attach_home(self, key: str, container: Container, session: DesiredSession) -> None:
+        """Mount the student's home volume into the running warm desktop (a new volume is
+        first seeded with the image's skeleton, as Docker seeds one at a cold start)."""
+        desktops = self._desktops
+        created = desktops.ensure_home_volume(session)
+        volume = desktops.client.volumes.get(session.home_volume)
+        volume_dir = Path(volume.attrs.get("Mountpoint") or "")
+        if created and volume_dir.is_dir():
+            home_mounts.seed(volume_dir, archive(container, SKELETON))
+        home_mounts.attach(volume_dir, self.home(key))
+
+    def _release_orphan_homes(self, keys: set[str]) -> None:
+        """Unmount and remove home folders of warm desktops whose container is gone (removed
+        by hand, or by a crash between the two); a folder younger than ORPHAN_AFTER_S may
+        belong to a start in progress and is left alone."""
+        homes = self._desktops.sessions_dir / WARM_HOMES_DIR_NAME
+        if not homes.is_dir():
+            return
+        for folder in homes.iterdir():
+            if folder.name in keys:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                if time.time() - folder.stat().st_mtime > ORPHAN_AFTER_S:
+                    logger.warning("removing the home folder of gone warm desktop %s", folder.name)
+                    home_mounts.release(folder)
