@@ -10,21 +10,14 @@ PACKAGES = ("portal", "scheduling", "nodeagent")
 MAX_LINES = 500
 # Generated or tabular modules exempt from the size rule.
 SIZE_EXEMPT = ("/migrations/", "/mig_tables/")
-# Imports inside functions that are not hiding a cycle: optional or heavy backends chosen at
-# run time (the agent's NVML or simulated probe and
-# Docker or simulated runtime, a cipher only the image check needs), and Django's
-# static-files handler, loaded only when DEBUG serves static files.
+# Imports inside functions that are not hiding a cycle: a cipher only the image check needs,
+# and Django's static-files handler, loaded only when DEBUG serves static files.
 LATE_IMPORT_ALLOWED = {
     "portal/asgi.py": {"django.contrib.staticfiles.handlers"},
     "nodeagent/images/check_image.py": {
         "cryptography.hazmat.primitives.ciphers",
         "cryptography.hazmat.decrepit.ciphers.algorithms",
         "cryptography.hazmat.primitives.ciphers.algorithms",
-    },
-    "nodeagent/probe/__init__.py": {"nodeagent.probe.simulated", "nodeagent.probe.nvml"},
-    "nodeagent/runtime/__init__.py": {
-        "nodeagent.runtime.simulated_runtime",
-        "nodeagent.runtime.docker_runtime",
     },
 }
 
@@ -66,3 +59,12 @@ def test_imports_are_at_the_top_unless_they_choose_a_backend():
         if late:
             hidden[name] = sorted(late)
     assert not hidden, f"imports inside functions (a hidden cycle?): {hidden}"
+
+
+def test_row_locks_are_taken_in_one_module():
+    outside = [
+        name
+        for name, path in _modules()
+        if "select_for_update" in path.read_text() and name != "scheduling/locks.py"
+    ]
+    assert not outside, f"select_for_update outside scheduling/locks.py: {outside}"

@@ -13,6 +13,7 @@ from nodeagent.protocol import PROTOCOL_VERSION, GpuInventory, Heartbeat, Regist
 
 from ..choices import AuditKind, SliceKind
 from ..engine import gpu_compute_units, slice_milli
+from ..locks import lock_unused_join_token
 from ..models import AuditEvent, Gpu, JoinToken, Node, Slice, hash_token
 from . import Conflict, ServiceError
 from .kick import schedule_soon
@@ -59,11 +60,7 @@ def do_register(
     plain_token = None
     with transaction.atomic():
         if node is None:
-            token = (
-                JoinToken.objects.select_for_update()
-                .filter(token_hash=hash_token(payload.join_token or ""), used_at=None)
-                .first()
-            )
+            token = lock_unused_join_token(hash_token(payload.join_token or ""))
             if token is None or (token.hostname and token.hostname != payload.hostname):
                 raise ServiceError(
                     "This join token is unknown, already used, or for another node. "

@@ -222,9 +222,9 @@ def test_a_failed_warm_start_is_retried_later_with_a_new_key(
     type(pool_node).objects.filter(pk=pool_node.pk).update(last_heartbeat=later)
     do_scheduling_cycle(now=later)
     [retry] = desired_warm(pool_node, later)
-    assert retry["key"] != key and retry["gpu_devices"] == [row.held_slice.device_uuid]
+    assert retry.key != key and retry.gpu_devices == [row.held_slice.device_uuid]
     # A second failure waits twice as long.
-    assert report_warm(agent_token, retry["key"], "FAILED").status_code == 200
+    assert report_warm(agent_token, retry.key, "FAILED").status_code == 200
     assert WarmDesktop.objects.get().retry_at >= timezone.now() + timedelta(seconds=119)
 
 
