@@ -19,6 +19,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 from django.db.models import Count
+from django.db.models.signals import post_save
 from django.utils import timezone
 
 from portal.models import Course
@@ -32,6 +33,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 CYCLE_THREADS = 4
 ROUNDS = 6
+BOOKED = 4
+SEATS = 6
 
 
 def double_holds() -> list[dict]:
@@ -54,17 +57,26 @@ def _book(course: Course, profile, seats: int) -> Booking:
     )
 
 
-def test_racing_cycles_and_warm_churn_never_double_hold_a_slice(make_user, profile, pool):
-    students = [make_user(f"s{i:02d}") for i in range(16)]
+def test_racing_cycles_and_warm_churn_never_double_hold_a_slice(settings, make_user, profile, pool):
+    # Ten slices: four booked students and two more seats for warm desktops, four slices for
+    # sixteen hobby requests to fight over.
+    settings.WARM_MAX_PER_BOOKING = 5
+    students = [make_user(f"s{i:02d}") for i in range(20)]
     course = Course.objects.create(code="cs101", title="Intro", department="cs")
-    course.students.add(*students[:8])
-    booking = _book(course, profile, seats=4)
+    course.students.add(*students[:BOOKED])
+    booking = _book(course, profile, seats=SEATS)
     for i, user in enumerate(students):
-        booked = i < 8
+        booked = i < BOOKED
         purpose, code = ("coursework", "cs101") if booked else ("hobby", None)
         do_submit(user, check_submit(user, profile.pk, purpose, code))
     seen: list[list[dict]] = []
-    warm_holds_seen = []
+    warm_holds_made: list[int] = []
+
+    def count_warm_holds(sender, instance: Allocation, created: bool, **_) -> None:
+        if created and instance.warm_id is not None:
+            warm_holds_made.append(instance.pk)
+
+    post_save.connect(count_warm_holds, sender=Allocation, weak=False)
     done = threading.Event()
     start = threading.Barrier(CYCLE_THREADS + 2)
 
@@ -74,8 +86,6 @@ def test_racing_cycles_and_warm_churn_never_double_hold_a_slice(make_user, profi
             while not done.is_set():
                 if found := double_holds():
                     seen.append(found)
-                if not warm_holds_seen and Allocation.objects.filter(warm__isnull=False).exists():
-                    warm_holds_seen.append(True)
         finally:
             connection.close()
 
@@ -101,24 +111,28 @@ def test_racing_cycles_and_warm_churn_never_double_hold_a_slice(make_user, profi
                 if round_ % 3 == 1:
                     drop_warm(booking)
                     Booking.objects.filter(pk=booking.pk).update(cancelled_at=timezone.now())
-                    booking = _book(course, profile, seats=4)
+                    booking = _book(course, profile, seats=SEATS)
                     Session.objects.filter(booking__isnull=False).update(booking=booking)
                 prune_warm(timezone.now())
         finally:
             connection.close()
 
-    with ThreadPoolExecutor(CYCLE_THREADS + 2) as threads:
-        watching = threads.submit(monitor)
-        work = [threads.submit(cycles) for _ in range(CYCLE_THREADS)] + [threads.submit(churn)]
-        for job in work:
-            job.result()
-        done.set()
-        watching.result()
-    do_scheduling_cycle()
+    try:
+        with ThreadPoolExecutor(CYCLE_THREADS + 2) as threads:
+            watching = threads.submit(monitor)
+            jobs = [threads.submit(cycles) for _ in range(CYCLE_THREADS)]
+            jobs.append(threads.submit(churn))
+            for job in jobs:
+                job.result()
+            done.set()
+            watching.result()
+        do_scheduling_cycle()
+    finally:
+        post_save.disconnect(count_warm_holds, sender=Allocation)
 
     assert not seen, f"slices held twice while racing: {seen[:3]}"
     assert not double_holds()
     # The race did exercise both kinds of hold: booked and other sessions, warm desktops.
-    assert warm_holds_seen
+    assert warm_holds_made
     assert Allocation.objects.filter(session__booking__isnull=False).exists()
     assert Allocation.objects.filter(session__booking__isnull=True).exists()
