@@ -29,8 +29,19 @@ from .services.bookings import check_booking, do_cancel_booking, do_create_booki
 from .services.health import do_clear_cordon, do_cordon
 
 
+class AuditedAdmin(admin.ModelAdmin):
+    """Every change an admin saves here is an audit event, with the fields that changed."""
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        do_save_audited(
+            obj,
+            {name: form.cleaned_data.get(name) for name in form.changed_data},
+            actor=f"user:{request.user.get_username()}",
+        )
+
+
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(AuditedAdmin):
     list_display = [
         "hostname",
         "address",
@@ -74,7 +85,7 @@ class SliceAdmin(admin.ModelAdmin):
 
 
 @admin.register(DesktopProfile)
-class DesktopProfileAdmin(admin.ModelAdmin):
+class DesktopProfileAdmin(AuditedAdmin):
     list_display = ["name", "image", "gpu_count", "gpu_memory_min_mb", "active"]
 
 
@@ -112,19 +123,14 @@ class AuditEventAdmin(admin.ModelAdmin):
 
 @admin.register(JoinToken)
 class JoinTokenAdmin(admin.ModelAdmin):
+    """Join tokens, to look at: they are made by ``manage.py create_join_token``
+    (``do_create_join_token``), which shows the plain token once and audits it."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
     list_display = ["pk", "hostname", "created_at", "used_at", "used_by"]
     readonly_fields = ["token_hash", "used_at", "used_by"]
-
-
-class AuditedAdmin(admin.ModelAdmin):
-    """Every change an admin saves here is an audit event, with the fields that changed."""
-
-    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        do_save_audited(
-            obj,
-            {name: form.cleaned_data.get(name) for name in form.changed_data},
-            actor=f"user:{request.user.get_username()}",
-        )
 
 
 @admin.register(PoolPolicy)

@@ -108,3 +108,23 @@ def test_a_policy_edit_in_the_admin_is_audited(admin_client):
     assert (policy.warn_percent, policy.block_percent) == (70, 85)
     [event] = AuditEvent.objects.filter(kind=AuditKind.POLICY_CHANGED)
     assert event.data["changed"] == {"warn_percent": "70", "block_percent": "85"}
+
+
+def test_join_tokens_are_not_made_in_the_admin(admin_client):
+    # Only create_join_token makes them: it shows the plain token once and audits it.
+    assert admin_client.get("/admin/scheduling/jointoken/add/").status_code == 403
+
+
+def test_a_desktop_profile_edit_in_the_admin_is_audited(admin_client, profile):
+    page = admin_client.get(f"/admin/scheduling/desktopprofile/{profile.pk}/change/")
+    form = page.context["adminform"].form
+    data = {name: form[name].value() for name in form.fields}
+    data.update(max_duration_minutes=90, gpu_models="[]", allowed_kinds='["mig", "share"]')
+    data = {k: v for k, v in data.items() if v is not None}
+    answer = admin_client.post(f"/admin/scheduling/desktopprofile/{profile.pk}/change/", data)
+    assert answer.status_code == 302, answer.content.decode()[:2000]
+    profile.refresh_from_db()
+    assert profile.max_duration_minutes == 90
+    [event] = AuditEvent.objects.filter(kind=AuditKind.POLICY_CHANGED)
+    assert event.data["model"] == "desktopprofile"
+    assert event.data["changed"]["max_duration_minutes"] == "90"
