@@ -9,12 +9,14 @@ import logging
 import websockets
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
-from django.utils import translation
+from django.utils import timezone, translation
 
 from scheduling.choices import SessionState
 from scheduling.events import ADMIN_GROUP, user_group
 from scheduling.models import Session
 from scheduling.presenters import render
+
+from .preferences import saved_preferences
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +29,8 @@ class UpdatesConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
+        # The person's saved language and zone win over the handshake's, as on the pages.
+        self.language, self.zone = await database_sync_to_async(saved_preferences)(user)
         self.groups_joined = [user_group(user.pk)]
         if user.is_staff:
             self.groups_joined.append(ADMIN_GROUP)
@@ -39,9 +43,12 @@ class UpdatesConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(group, self.channel_name)
 
     def _render(self, code: str, params: dict) -> str:
-        """The reason in this page's language (the payload's was rendered by the sender)."""
-        language = translation.get_language_from_request(self.scope_request(), check_path=False)
-        with translation.override(language):
+        """The reason in this page's language and the reader's time zone (the payload's was
+        rendered by the sender)."""
+        language = getattr(self, "language", "") or translation.get_language_from_request(
+            self.scope_request(), check_path=False
+        )
+        with translation.override(language), timezone.override(getattr(self, "zone", None)):
             return render(code, params)
 
     def scope_request(self):  # the little of a request that language negotiation reads

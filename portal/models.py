@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar
+from zoneinfo import available_timezones
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 from guardian.shortcuts import get_objects_for_user
 
 if TYPE_CHECKING:
@@ -57,13 +61,40 @@ class Course(models.Model):
         return self.code
 
 
+def validate_time_zone(name: str) -> None:
+    """A time zone name the IANA database (zoneinfo) knows; blank means the campus default."""
+    if name and name not in available_timezones():
+        raise ValidationError(
+            gettext(
+                "%(name)s is not a time zone we know. Pick one from the list, such as %(example)s."
+            )
+            % {"name": name, "example": "Asia/Shanghai"},
+            code="time_zone",
+        )
+
+
 class Member(models.Model):
-    """What the portal knows about a person beyond the login: their department."""
+    """What the portal knows about a person beyond the login: their department, and the
+    language and time zone they chose (blank: the browser's language, the campus zone)."""
 
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL, related_name="member", on_delete=models.CASCADE
     )
     department = models.CharField(max_length=100, blank=True)
+    language = models.CharField(
+        _("language"),
+        max_length=10,
+        blank=True,
+        choices=settings.LANGUAGES,
+        help_text=_("Blank: the language your browser asks for."),
+    )
+    time_zone = models.CharField(
+        _("time zone"),
+        max_length=64,
+        blank=True,
+        validators=[validate_time_zone],
+        help_text=_("Blank: the campus time zone."),
+    )
 
     def __str__(self) -> str:
         return f"{self.user} ({self.department or 'no department'})"

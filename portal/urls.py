@@ -11,6 +11,8 @@ urlpatterns = [
     path("sessions/<int:session_id>/", views.session_detail, name="session-page"),
     path("sessions/<int:session_id>/stop/", views.stop_session, name="session-page-stop"),
     path("desktop/<int:session_id>/", views.desktop, name="desktop"),
+    path("account/", views.account, name="account"),
+    path("i18n/", include("django.conf.urls.i18n")),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

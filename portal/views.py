@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from zoneinfo import available_timezones
+
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from scheduling.choices import TERMINAL_STATES, Purpose, SessionState
@@ -14,6 +18,8 @@ from scheduling.services import ServiceError
 from scheduling.services.sessions import check_submit, do_stop, do_submit
 
 from .api.serializers import SessionSerializer
+from .forms import PreferencesForm
+from .models import Member
 from .people import signed_in
 
 
@@ -30,7 +36,7 @@ def _my_session(request: HttpRequest, session_id: int, *, to_open: bool = False)
         .first()
     )
     if session is None:
-        raise Http404("No such session.")
+        raise Http404(_("No such session."))
     return session
 
 
@@ -65,7 +71,7 @@ def submit_session(request: HttpRequest) -> HttpResponse:
     }
     try:
         if not form["profile"].isdigit():
-            raise ServiceError("Pick a desktop profile.", field="profile")
+            raise ServiceError(_("Pick a desktop profile."), field="profile")
         submit = check_submit(
             signed_in(request.user), int(form["profile"]), form["purpose"], form["course"] or None
         )
@@ -83,8 +89,17 @@ def session_detail(request: HttpRequest, session_id: int) -> HttpResponse:
     return render(
         request,
         "portal/session_detail.html",
-        {"session": session, "data": data},
+        {"session": session, "data": data, "words": _session_words()},
     )
+
+
+def _session_words() -> dict[str, object]:
+    """What session.js writes on the page, in the reader's language."""
+    return {
+        "states": {value: str(label) for value, label in SessionState.choices},
+        "live": _("live"),
+        "reconnecting": _("reconnecting…"),
+    }
 
 
 @login_required
@@ -102,7 +117,7 @@ def stop_session(request: HttpRequest, session_id: int) -> HttpResponse:
 def desktop(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _my_session(request, session_id, to_open=True)
     if session.state not in (SessionState.RUNNING, SessionState.PREEMPTING):
-        messages.info(request, "This desktop is not running; its page shows where it stands.")
+        messages.info(request, _("This desktop is not running; its page shows where it stands."))
         return redirect("session-page", session_id=session.pk)
     simulated = session.node is not None and session.node.runtime == "simulated"
     return render(
@@ -110,3 +125,24 @@ def desktop(request: HttpRequest, session_id: int) -> HttpResponse:
         "portal/desktop.html",
         {"session": session, "simulated": simulated, "password": session.vnc_password},
     )
+
+
+@login_required
+def account(request: HttpRequest) -> HttpResponse:
+    """The person's language and time zone."""
+    member, _created = Member.objects.get_or_create(user=signed_in(request.user))
+    form = PreferencesForm(request.POST or None, instance=member)
+    if request.method == "POST":
+        if form.is_valid():
+            form.save()
+            messages.success(request, _("Your settings are saved."))
+            return redirect("account")
+        status = 400
+    else:
+        status = 200
+    context = {
+        "form": form,
+        "time_zones": sorted(available_timezones()),
+        "campus_zone": settings.TIME_ZONE,
+    }
+    return render(request, "portal/account.html", context, status=status)

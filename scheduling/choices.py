@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class SessionState(models.TextChoices):
-    QUEUED = "QUEUED", "Queued"
-    PLACED = "PLACED", "Placed"
-    STARTING = "STARTING", "Starting"
-    RUNNING = "RUNNING", "Running"
-    STOPPING = "STOPPING", "Stopping"
-    ENDED = "ENDED", "Ended"
-    PREEMPTING = "PREEMPTING", "Preempting"
-    PREEMPTED = "PREEMPTED", "Preempted"
-    FAILED = "FAILED", "Failed"
-    EXPIRED = "EXPIRED", "Expired"
-    CANCELLED = "CANCELLED", "Cancelled"
-    LOST = "LOST", "Lost"
+    QUEUED = "QUEUED", _("Queued")
+    PLACED = "PLACED", _("Placed")
+    STARTING = "STARTING", _("Starting")
+    RUNNING = "RUNNING", _("Running")
+    STOPPING = "STOPPING", _("Stopping")
+    ENDED = "ENDED", _("Ended")
+    PREEMPTING = "PREEMPTING", _("Preempting")
+    PREEMPTED = "PREEMPTED", _("Preempted")
+    FAILED = "FAILED", _("Failed")
+    EXPIRED = "EXPIRED", _("Expired")
+    CANCELLED = "CANCELLED", _("Cancelled")
+    LOST = "LOST", _("Lost")
 
 
 TERMINAL_STATES = frozenset(
@@ -40,9 +41,9 @@ NODE_BOUND_STATES = ON_NODE_STATES | {SessionState.STOPPING, SessionState.PREEMP
 
 
 class Purpose(models.TextChoices):
-    THESIS = "thesis", "Thesis"
-    COURSEWORK = "coursework", "Coursework"
-    HOBBY = "hobby", "Hobby"
+    THESIS = "thesis", _("Thesis")
+    COURSEWORK = "coursework", _("Coursework")
+    HOBBY = "hobby", _("Hobby")
 
 
 # Lower is served first.
@@ -50,9 +51,9 @@ PURPOSE_TIER = {Purpose.THESIS: 1, Purpose.COURSEWORK: 2, Purpose.HOBBY: 3}
 
 
 class SliceKind(models.TextChoices):
-    MIG = "mig", "MIG instance"
-    SHARE = "share", "Time-sliced share"
-    WHOLE = "whole", "Whole GPU"
+    MIG = "mig", _("MIG instance")
+    SHARE = "share", _("Time-sliced share")
+    WHOLE = "whole", _("Whole GPU")
 
 
 class AuditKind(models.TextChoices):

@@ -1,5 +1,7 @@
 """Business logic of the resource side, as ``check_*`` / ``do_*`` functions."""
 
+from django.utils.translation import gettext as _
+
 
 class ServiceError(Exception):
     """A request the service refuses; the message tells the person what to do next."""
@@ -12,8 +14,8 @@ class ServiceError(Exception):
 
 
 class NotFound(ServiceError):
-    def __init__(self, message: str = "Not found."):
-        super().__init__(message, code="not_found")
+    def __init__(self, message: str | None = None):
+        super().__init__(message or _("Not found."), code="not_found")
 
 
 class Conflict(ServiceError):

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from nodeagent.protocol import DesiredSession, SessionReport
 
@@ -75,22 +76,34 @@ def do_report(node: Node, session_id: int, report: SessionReport | Mapping[str, 
     if session is None:
         if Allocation.objects.filter(session_id=session_id, node=node).exists():
             # It was here once (requeued off a silent node, say): this desktop must stop.
-            raise Conflict(f"Session {session_id} was moved off {node.hostname}; stop its desktop.")
-        raise NotFound(f"Session {session_id} is not assigned to {node.hostname}.")
+            raise Conflict(
+                _("Session %(id)s was moved off %(node)s; stop its desktop.")
+                % {"id": session_id, "node": node.hostname}
+            )
+        raise NotFound(
+            _("Session %(id)s is not assigned to %(node)s.")
+            % {"id": session_id, "node": node.hostname}
+        )
     reported_placement = report.placement
     if reported_placement and (current := placement_id(session)) and reported_placement != current:
         # About an earlier placement of this session on this node (requeued and placed here
         # again): applying it would end, or vouch for, the new one. Only that desktop stops.
         raise Conflict(
-            f"Session {session_id} was placed again (placement {current}); the report is about "
-            f"placement {reported_placement}: stop that desktop."
+            _(
+                "Session %(id)s was placed again (placement %(current)s); the report is about "
+                "placement %(reported)s: stop that desktop."
+            )
+            % {"id": session_id, "current": current, "reported": reported_placement}
         )
     actor = f"node:{node.hostname}"
     state = report.state
     # The agent's own words (a start failure, a SIMULATED desktop), kept with the state.
     why = Reason(Code.AGENT, {"detail": report.reason}) if report.reason else None
     if state in ("STARTING", "RUNNING") and session.state not in ON_NODE_STATES:
-        raise Conflict(f"Session {session_id} is {session.state}; stop its desktop.")
+        raise Conflict(
+            _("Session %(id)s is %(state)s; stop its desktop.")
+            % {"id": session_id, "state": session.state}
+        )
     if state == "STARTING":
         if session.state != S.PLACED:
             return session

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from portal.models import Course
 
@@ -55,27 +56,45 @@ def check_booking(
     """Validate a booking; raise ServiceError naming the field at fault."""
     course = Course.objects.filter(code=course_code).first()
     if course is None:
-        raise ServiceError(f"There is no course {course_code!r}.", field="course")
+        raise ServiceError(
+            _("There is no course “%(course)s”.") % {"course": course_code}, field="course"
+        )
     if not can_book_for(user, course):
-        raise ServiceError(f"Only instructors of {course.code} can book for it.", field="course")
+        raise ServiceError(
+            _("Only instructors of %(course)s can book for it.") % {"course": course.code},
+            field="course",
+        )
     profile = DesktopProfile.objects.filter(pk=profile_id, active=True).first()
     if profile is None:
-        raise ServiceError("No such desktop profile. Pick one from the list.", field="profile")
+        raise ServiceError(_("No such desktop profile. Pick one from the list."), field="profile")
     if not 1 <= seats <= MAX_SEATS:
-        raise ServiceError(f"Seats must be between 1 and {MAX_SEATS}.", field="seats")
+        raise ServiceError(
+            _("Seats must be between 1 and %(most)s.") % {"most": MAX_SEATS}, field="seats"
+        )
     if ends_at <= starts_at:
-        raise ServiceError("The window must end after it starts.", field="ends_at")
+        raise ServiceError(_("The window must end after it starts."), field="ends_at")
     if ends_at - starts_at > MAX_WINDOW:
-        raise ServiceError("A booking window is at most 12 hours; book each day.", field="ends_at")
+        raise ServiceError(
+            _("A booking window is at most 12 hours; book each day."), field="ends_at"
+        )
     if starts_at < timezone.now() - timedelta(minutes=5):
-        raise ServiceError("The window starts in the past; pick a later start.", field="starts_at")
+        raise ServiceError(
+            _("The window starts in the past; pick a later start."), field="starts_at"
+        )
     if profile.gpu_count:
         capacity = fitting_slices(profile)
         if capacity < seats * profile.gpu_count:
             raise ServiceError(
-                f"The pool has {capacity} slices that fit {profile.name}; "
-                f"{seats} seats need {seats * profile.gpu_count}. Book fewer seats or "
-                "another profile.",
+                _(
+                    "The pool has %(capacity)s slices that fit %(profile)s; %(seats)s seats "
+                    "need %(need)s. Book fewer seats or another profile."
+                )
+                % {
+                    "capacity": capacity,
+                    "profile": profile.name,
+                    "seats": seats,
+                    "need": seats * profile.gpu_count,
+                },
                 field="seats",
             )
     return BookingRequest(course, profile, seats, starts_at, ends_at)
@@ -109,13 +128,16 @@ def do_create_booking(user: User, request: BookingRequest) -> Booking:
 
 def do_cancel_booking(user: User, booking: Booking) -> Booking:
     if not can_book_for(user, booking.course):
-        raise ServiceError(f"Only instructors of {booking.course.code} can cancel this booking.")
+        raise ServiceError(
+            _("Only instructors of %(course)s can cancel this booking.")
+            % {"course": booking.course.code}
+        )
     with transaction.atomic():
         updated = Booking.objects.filter(pk=booking.pk, cancelled_at=None).update(
             cancelled_at=timezone.now()
         )
         if not updated:
-            raise Conflict("This booking is already cancelled.")
+            raise Conflict(_("This booking is already cancelled."))
         # Its unclaimed warm desktops go now: agents stop them at their next poll.
         drop_warm(booking)
         AuditEvent.objects.create(

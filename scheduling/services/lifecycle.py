@@ -12,6 +12,7 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from ..choices import TERMINAL_STATES, WAITING_STATES, AuditKind, SessionState
 from ..engine.reasons import Reason
@@ -89,11 +90,14 @@ def do_transition(
     with transaction.atomic():
         row = Session.objects.filter(pk=session_id).values_list("state", "node_id").first()
         if row is None:
-            raise Conflict(f"Session {session_id} does not exist.")
+            raise Conflict(_("Session %(id)s does not exist.") % {"id": session_id})
         current, node_id = row
         updated = Session.objects.filter(pk=session_id, state__in=sources).update(**changes)
         if updated != 1:
-            raise Conflict(f"Session {session_id} is {current}; it cannot become {target}.")
+            raise Conflict(
+                _("Session %(id)s is %(state)s; it cannot become %(target)s.")
+                % {"id": session_id, "state": current, "target": target}
+            )
         if target in TERMINAL_STATES or target in WAITING_STATES:
             released = Allocation.objects.filter(session_id=session_id, released_at=None).update(
                 released_at=now

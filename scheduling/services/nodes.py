@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from nodeagent.protocol import PROTOCOL_VERSION, GpuInventory, Heartbeat, Registration, to_wire
 
@@ -38,13 +39,16 @@ def node_for_token(token: str) -> Node | None:
 def check_registration(payload: Registration, node: Node | None) -> None:
     if payload.protocol_version != PROTOCOL_VERSION:
         raise Conflict(
-            f"This portal speaks agent protocol {PROTOCOL_VERSION}; the agent sent "
-            f"{payload.protocol_version}. Install the agent version that matches the portal."
+            _(
+                "This portal speaks agent protocol %(ours)s; the agent sent %(theirs)s. "
+                "Install the agent version that matches the portal."
+            )
+            % {"ours": PROTOCOL_VERSION, "theirs": payload.protocol_version}
         )
     if node is None and not payload.join_token:
-        raise ServiceError("A new node needs a join token; ask an admin for one.", code="auth")
+        raise ServiceError(_("A new node needs a join token; ask an admin for one."), code="auth")
     if node is not None and node.hostname != payload.hostname:
-        raise ServiceError("This node credential belongs to another hostname.", code="auth")
+        raise ServiceError(_("This node credential belongs to another hostname."), code="auth")
 
 
 def do_register(
@@ -63,12 +67,14 @@ def do_register(
             token = lock_unused_join_token(hash_token(payload.join_token or ""))
             if token is None or (token.hostname and token.hostname != payload.hostname):
                 raise ServiceError(
-                    "This join token is unknown, already used, or for another node. "
-                    "Ask an admin for a new one.",
+                    _(
+                        "This join token is unknown, already used, or for another node. "
+                        "Ask an admin for a new one."
+                    ),
                     code="auth",
                 )
             plain_token = "dpn_" + secrets.token_urlsafe(32)
-            node, _ = Node.objects.get_or_create(hostname=payload.hostname)
+            node, _created = Node.objects.get_or_create(hostname=payload.hostname)
             node.token_hash = hash_token(plain_token)
             token.used_at = timezone.now()
             token.used_by = node
@@ -129,7 +135,7 @@ def _slices_for(gpu: GpuInventory) -> list[tuple[str, int, str, str, int, int]]:
 def _sync_inventory(node: Node, gpus: list[GpuInventory]) -> None:
     seen_gpus = []
     for reported in gpus:
-        gpu, _ = Gpu.objects.update_or_create(
+        gpu, _created = Gpu.objects.update_or_create(
             uuid=reported.uuid,
             defaults={
                 "node": node,
@@ -156,7 +162,7 @@ def _sync_inventory(node: Node, gpus: list[GpuInventory]) -> None:
         seen_gpus.append(gpu.pk)
         seen_slices = []
         for kind, slot, profile, device_uuid, memory, milli in _slices_for(reported):
-            slice_, _ = Slice.objects.update_or_create(
+            slice_, _created = Slice.objects.update_or_create(
                 gpu=gpu,
                 kind=kind,
                 slot=slot,

@@ -8,6 +8,7 @@ from datetime import timedelta
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from portal.models import Course
 
@@ -53,27 +54,37 @@ def check_submit(
     profile = DesktopProfile.objects.filter(pk=profile_id, active=True).first()
     if profile is None:
         raise ServiceError(
-            "No such desktop profile. Pick one from the list of profiles.", field="profile"
+            _("No such desktop profile. Pick one from the list of profiles."), field="profile"
         )
     if purpose not in Purpose.values:
-        raise ServiceError(f"Purpose must be one of: {', '.join(Purpose.values)}.", field="purpose")
+        raise ServiceError(
+            _("Purpose must be one of: %(purposes)s.") % {"purposes": ", ".join(Purpose.values)},
+            field="purpose",
+        )
     course = None
     if course_code:
         course = Course.objects.filter(code=course_code).first()
         if course is None:
-            raise ServiceError(f"There is no course {course_code!r}.", field="course")
+            raise ServiceError(
+                _("There is no course “%(course)s”.") % {"course": course_code}, field="course"
+            )
         if not (
             course.students.filter(pk=user.pk).exists()
             or course.instructors.filter(pk=user.pk).exists()
         ):
-            raise ServiceError(f"You are not enrolled in {course.code}.", field="course")
+            raise ServiceError(
+                _("You are not enrolled in %(course)s.") % {"course": course.code}, field="course"
+            )
     elif purpose == Purpose.COURSEWORK:
-        raise ServiceError("Coursework requests name the course they are for.", field="course")
+        raise ServiceError(_("Coursework requests name the course they are for."), field="course")
     open_sessions = Session.objects.filter(user=user).exclude(state__in=TERMINAL_STATES).count()
     if open_sessions >= MAX_OPEN_SESSIONS_PER_USER:
         raise ServiceError(
-            f"You already have {open_sessions} open sessions, the most allowed. "
-            "Stop one before asking for another."
+            _(
+                "You already have %(count)s open sessions, the most allowed. "
+                "Stop one before asking for another."
+            )
+            % {"count": open_sessions}
         )
     booking = None
     if course is not None and purpose == Purpose.COURSEWORK:
@@ -174,7 +185,10 @@ def do_stop(user: User, session: Session) -> Session:
     """End a session at the user's request, whatever stage it has reached."""
     actor = f"user:{user.get_username()}"
     if session.state in TERMINAL_STATES:
-        raise Conflict(f"This session has already {session.state.lower()}.")
+        raise Conflict(
+            _("This session has already ended (%(state)s).")
+            % {"state": session.get_state_display()}
+        )
     if session.state in WAITING_STATES:
         return do_transition(
             session.pk, SessionState.CANCELLED, actor=actor, reason=Reason(Code.STOPPED)

@@ -34,6 +34,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count, QuerySet
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from nodeagent.protocol import DesiredWarm, WarmReport
 
@@ -111,10 +112,15 @@ def do_warm_report(node: Node, key: str, report: WarmReport) -> WarmDesktop:
     with transaction.atomic():
         warm = lock_warm(key=key, node=node, booking__in=warm_bookings(now))
         if warm is None:
-            raise Conflict(f"Warm desktop {key} is not wanted on {node.hostname}; stop it.")
+            raise Conflict(
+                _("Warm desktop %(key)s is not wanted on %(node)s; stop it.")
+                % {"key": key, "node": node.hostname}
+            )
         if report.state == "READY":
             if warm.state == WarmState.FAILED:
-                raise Conflict(f"Warm desktop {key} was reported FAILED; stop it.")
+                raise Conflict(
+                    _("Warm desktop %(key)s was reported FAILED; stop it.") % {"key": key}
+                )
             warm.state = WarmState.READY
             warm.port = report.port
             warm.container_id = report.container_id

@@ -8,11 +8,13 @@ const url = scheme + location.host + "/ws/desktop/" + screen.dataset.sessionId +
 
 const rfb = new RFB(screen, url, { credentials: { password: screen.dataset.password } });
 rfb.scaleViewport = true;
-rfb.addEventListener("connect", () => { status.textContent = "connected"; });
+// The words come from the page (data-text-*), in the reader's language.
+const text = screen.dataset;
+rfb.addEventListener("connect", () => { status.textContent = text.textConnected; });
 rfb.addEventListener("disconnect", (e) => {
-  status.textContent = e.detail.clean ? "disconnected" : "connection lost: reload to try again";
+  status.textContent = e.detail.clean ? text.textDisconnected : text.textLost;
 });
 rfb.addEventListener("securityfailure", () => {
-  status.textContent = "the desktop refused its password: stop and start a new session";
+  status.textContent = text.textRefused;
 });
 window.deskpoolRfb = rfb;

@@ -6,10 +6,13 @@
   const sessionId = Number(root.dataset.sessionId);
   const $ = (id) => document.getElementById(id);
   const terminal = new Set(["ENDED", "FAILED", "EXPIRED", "CANCELLED", "LOST"]);
+  // The page's words in the reader's language: state labels and the live-connection notes.
+  const words = JSON.parse($("session-words").textContent);
 
   function render(s) {
     const state = $("state");
-    state.textContent = s.state;
+    state.textContent = words.states[s.state] || s.state;
+    state.dataset.state = s.state;
     state.className = "state state-" + s.state.toLowerCase();
     $("position").textContent = s.queue_position ?? "";
     $("position-line").hidden = !s.queue_position;
@@ -40,13 +43,13 @@
   function connect() {
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
     const ws = new WebSocket(scheme + location.host + "/ws/updates/");
-    ws.onopen = () => { delay = 500; $("live").textContent = "live"; };
+    ws.onopen = () => { delay = 500; $("live").textContent = words.live; };
     ws.onmessage = (event) => {
       const msg = JSON.parse(event.data);
       if (msg.type === "session.update" && msg.session.id === sessionId) render(msg.session);
     };
     ws.onclose = () => {
-      $("live").textContent = "reconnecting…";
+      $("live").textContent = words.reconnecting;
       setTimeout(connect, delay);
       delay = Math.min(delay * 2, 10000);
       // Catch up on anything missed while disconnected.

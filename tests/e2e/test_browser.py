@@ -21,17 +21,18 @@ DESKTOP_IMAGE = "deskpool/desktop:latest"
 LIVE_STATES = ["QUEUED", "PLACED", "STARTING", "RUNNING"]
 OUTPUT = ROOT / "test-output"
 
-# Record every text #state shows and plant a marker that a reload would wipe out.
+# Record every state #state shows (data-state: its text is in the reader's language) and
+# plant a marker that a reload would wipe out.
 WATCH_STATE = """
 () => {
   window.__deskpoolMarker = Math.random().toString(36).slice(2);
-  window.__deskpoolStates = [document.getElementById("state").textContent.trim()];
+  window.__deskpoolStates = [document.getElementById("state").dataset.state];
   new MutationObserver(() => {
-    const text = document.getElementById("state").textContent.trim();
+    const text = document.getElementById("state").dataset.state;
     const seen = window.__deskpoolStates;
     if (seen[seen.length - 1] !== text) seen.push(text);
-  }).observe(document.getElementById("state"), {childList: true, characterData: true,
-                                                 subtree: true});
+  }).observe(document.getElementById("state"), {attributes: true, childList: true,
+                                                 characterData: true, subtree: true});
   return window.__deskpoolMarker;
 }
 """
@@ -80,10 +81,10 @@ def session_containers(client, session_id: int) -> list:
 
 
 def expect_state(page, state: str, timeout_s: float) -> None:
-    """Wait for #state to read ``state``; fail at once should it reach another end state."""
+    """Wait for #state to be ``state``; fail at once should it reach another end state."""
     page.wait_for_function(
         """([want, bad]) => {
-             const text = document.getElementById("state").textContent.trim();
+             const text = document.getElementById("state").dataset.state;
              if (bad.includes(text) && text !== want) throw new Error("session is " + text);
              return text === want;
            }""",
@@ -147,7 +148,7 @@ def test_a_person_starts_uses_and_stops_a_desktop_in_the_browser(
     assert match, page.url
     session_id = int(match.group(1))
     assert page.inner_text("h1").startswith("XFCE desktop")
-    assert page.inner_text("#state") == "QUEUED"
+    assert page.get_attribute("#state", "data-state") == "QUEUED"
     assert page.is_hidden("#open-desktop")
     page.wait_for_function("document.getElementById('live').textContent === 'live'")
     marker = page.evaluate(WATCH_STATE)
@@ -183,7 +184,7 @@ def test_a_person_starts_uses_and_stops_a_desktop_in_the_browser(
         with page.expect_navigation():
             page.get_by_role("link", name=f"Session #{session_id}").click()
         assert page.url == f"{stack.url}/sessions/{session_id}/", page.url
-        assert page.inner_text("#state") == "RUNNING"
+        assert page.get_attribute("#state", "data-state") == "RUNNING"
         with page.expect_navigation():
             page.click("#stop")
         page.wait_for_function("document.getElementById('live').textContent === 'live'")
@@ -224,7 +225,7 @@ def test_another_person_gets_404_on_someone_elses_session(adas_session, make_use
     ada = new_page()
     log_in(ada, "ada", "pw-ada")
     assert ada.goto(f"/sessions/{session_id}/").status == 200
-    assert ada.inner_text("#state") == "QUEUED"
+    assert ada.get_attribute("#state", "data-state") == "QUEUED"
 
     ben = new_page()
     log_in(ben, "ben", "pw-ben")

@@ -70,7 +70,8 @@ def test_odd_stored_data_never_breaks_a_page():
 
 
 def test_rendering_follows_the_active_language():
-    # The zh-Hans catalogue comes with the faces issue; until then gettext falls back to the
-    # English source, and rendering under another language must still work.
+    # The zh-Hans catalogue (locale/zh_Hans) translates every reason.
     with translation.override("zh-hans"):
+        assert render(Code.SUBMITTED, {}) == "正在等待调度"
+    with translation.override("en"):
         assert render(Code.SUBMITTED, {}) == "waiting for the scheduler"

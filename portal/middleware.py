@@ -1,0 +1,45 @@
+"""The signed-in person's language and time zone, for every request (docs/i18n.md).
+
+``LocaleMiddleware`` has already picked a language from the browser (the ``set_language``
+cookie, then Accept-Language). A person who saved a language on their Member gets that one
+instead, whatever the browser says, and their saved time zone (else the campus default,
+``settings.TIME_ZONE``). Switching language through ``set_language`` while signed in saves
+the choice on the Member.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.contrib.auth.models import User
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+from django.utils import timezone, translation
+
+from .preferences import save_language, saved_preferences
+
+
+class PreferencesMiddleware:
+    """After authentication: activate the person's saved language and time zone."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        language, zone = saved_preferences(request.user)
+        if language:
+            translation.activate(language)
+            request.LANGUAGE_CODE = translation.get_language()
+        if zone is not None:
+            timezone.activate(zone)
+        else:
+            timezone.deactivate()
+        response = self.get_response(request)
+        if (
+            request.method == "POST"
+            and request.path == reverse("set_language")
+            and isinstance(request.user, User)
+            and request.user.is_authenticated
+        ):
+            save_language(request.user, request.POST.get("language", ""))
+        return response
