@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import gettext
 import shutil
 import subprocess
 from datetime import UTC, datetime
 
 import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.core.management import call_command
 from django.test import Client, override_settings
 from rest_framework.test import APIClient
 
+from portal.consumers import UpdatesConsumer
 from portal.models import Member
+from scheduling.events import user_group
 from scheduling.models import Session
 
 pytestmark = pytest.mark.django_db
@@ -156,6 +162,43 @@ def test_a_service_refusal_is_translated(owner, profile):
     )
     assert answer.status_code == 400
     assert "课程作业请求需要注明所属课程。" in answer.content.decode()
+
+
+def _live_reason(user, params: dict, accept_language: str) -> str:
+    """The reason a listener on /ws/updates/ gets for a session.update."""
+
+    async def listen() -> str:
+        communicator = WebsocketCommunicator(
+            UpdatesConsumer.as_asgi(),
+            "/ws/updates/",
+            headers=[(b"accept-language", accept_language.encode())],
+        )
+        communicator.scope["user"] = user
+        connected, _code = await communicator.connect()
+        assert connected
+        session = {"id": 1, "reason": "", "reason_code": "waiting", "reason_params": params}
+        await get_channel_layer().group_send(
+            user_group(user.pk), {"type": "session.update", "session": session}
+        )
+        message = await asyncio.wait_for(communicator.receive_json_from(), timeout=5)
+        await communicator.disconnect()
+        return message["session"]["reason"]
+
+    return async_to_sync(listen)()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_live_updates_follow_the_listeners_saved_language_and_zone(owner):
+    params = {"ahead": 1, "tier": "hobby", "eta": "2030-03-01T23:15:00+00:00"}
+    english = _live_reason(owner, params, "en")
+    assert "estimated start 2030-03-01 23:15" in english
+    assert "预计" in _live_reason(owner, params, "zh-Hans")
+
+    Member.objects.create(user=owner, language=ZH, time_zone="Asia/Shanghai")
+    saved = _live_reason(owner, params, "en")
+    assert (
+        saved == "正在等待空闲切片：兴趣项目队列中你前面还有 1 个请求；预计 2030-03-02 07:15 开始"
+    )
 
 
 def _entries(po_text: str) -> list[str]:
