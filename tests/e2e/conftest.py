@@ -79,5 +79,5 @@ def log_in(page, username: str, password: str) -> None:
     page.fill("input[name=username]", username)
     page.fill("input[name=password]", password)
     with page.expect_navigation():
-        page.click("form button[type=submit]")
+        page.click("main form button[type=submit]")
     assert page.locator("header nav").inner_text().startswith(username), page.content()
