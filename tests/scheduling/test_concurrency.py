@@ -7,10 +7,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from scheduling.choices import SessionState
-from scheduling.models import Allocation, Session, Slice
+from scheduling.models import Allocation, Node, Session, Slice
 from scheduling.services.cycle import do_scheduling_cycle
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -61,7 +62,9 @@ def test_twenty_concurrent_submissions_on_ten_slices(make_user, profile, pool):
     assert codes == [201] * 20
 
     # Four cycles race each other without the single-flight lock: only the constraint and
-    # the conditional state updates stand between them and a double booking.
+    # the conditional state updates stand between them and a double booking. (The node's
+    # heartbeat is renewed first: twenty logins on a loaded machine can outlast its timeout.)
+    Node.objects.filter(pk=pool.pk).update(last_heartbeat=timezone.now())
     cycles = threading.Barrier(4)
 
     def cycle() -> None:
