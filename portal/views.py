@@ -75,10 +75,10 @@ def submit_session(request: HttpRequest) -> HttpResponse:
         submit = check_submit(
             signed_in(request.user), int(form["profile"]), form["purpose"], form["course"] or None
         )
+        session = do_submit(signed_in(request.user), submit)
     except ServiceError as error:
         context = _home_context(request, form=form, error=error)
         return render(request, "portal/home.html", context, status=400)
-    session = do_submit(signed_in(request.user), submit)
     return redirect("session-page", session_id=session.pk)
 
 

@@ -6,6 +6,8 @@ writers never wait on each other in opposite orders. Call these inside a transac
 
 from __future__ import annotations
 
+from django.contrib.auth.models import User
+
 from .models import JoinToken, Node, PoolPolicy, WarmDesktop
 
 
@@ -31,3 +33,8 @@ def lock_warm(**lookup: object) -> WarmDesktop | None:
 
 def lock_unused_join_token(token_hash: str) -> JoinToken | None:
     return JoinToken.objects.select_for_update().filter(token_hash=token_hash, used_at=None).first()
+
+
+def lock_person(user_id: int) -> User | None:
+    """A person's row: their submissions queue here while their open sessions are counted."""
+    return User.objects.select_for_update().filter(pk=user_id).first()

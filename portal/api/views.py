@@ -62,9 +62,9 @@ class SessionViewSet(
                 form.validated_data["purpose"],
                 form.validated_data.get("course") or None,
             )
+            session = do_submit(signed_in(request.user), submit)
         except ServiceError as error:
             raise as_api_error(error) from error
-        session = do_submit(signed_in(request.user), submit)
         return Response(
             SessionSerializer(self.get_queryset().get(pk=session.pk)).data,
             status=status.HTTP_201_CREATED,

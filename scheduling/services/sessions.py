@@ -24,6 +24,7 @@ from ..choices import (
 )
 from ..engine.reasons import Code, Reason
 from ..events import broadcast_session
+from ..locks import lock_person
 from ..models import AuditEvent, Booking, DesktopProfile, PoolPolicy, Quota, Session
 from ..presenters import refusal, stored
 from . import Conflict, ServiceError
@@ -77,15 +78,7 @@ def check_submit(
             )
     elif purpose == Purpose.COURSEWORK:
         raise ServiceError(_("Coursework requests name the course they are for."), field="course")
-    open_sessions = Session.objects.filter(user=user).exclude(state__in=TERMINAL_STATES).count()
-    if open_sessions >= MAX_OPEN_SESSIONS_PER_USER:
-        raise ServiceError(
-            _(
-                "You already have %(count)s open sessions, the most allowed. "
-                "Stop one before asking for another."
-            )
-            % {"count": open_sessions}
-        )
+    check_open_sessions(user)
     booking = None
     if course is not None and purpose == Purpose.COURSEWORK:
         now = timezone.now()
@@ -154,9 +147,28 @@ def _submit_quotas(request: engine.QueuedRequest, usage) -> list[engine.Quota]:
     return out
 
 
+def check_open_sessions(user: User) -> None:
+    """Refuse a new request when the person already has the most open sessions allowed."""
+    open_sessions = Session.objects.filter(user=user).exclude(state__in=TERMINAL_STATES).count()
+    if open_sessions >= MAX_OPEN_SESSIONS_PER_USER:
+        raise ServiceError(
+            _(
+                "You already have %(count)s open sessions, the most allowed. "
+                "Stop one before asking for another."
+            )
+            % {"count": open_sessions}
+        )
+
+
 def do_submit(user: User, request: SubmitRequest) -> Session:
-    """Create the session as QUEUED, audit it, and ask for a scheduling cycle after commit."""
+    """Create the session as QUEUED, audit it, and ask for a scheduling cycle after commit.
+
+    The person's row is locked while the open sessions are counted again, so submissions
+    sent at once cannot all pass the limit (ServiceError for the ones over it).
+    """
     with transaction.atomic():
+        lock_person(user.pk)
+        check_open_sessions(user)
         session = Session.objects.create(
             user=user,
             profile=request.profile,

@@ -85,3 +85,37 @@ def test_twenty_concurrent_submissions_on_ten_slices(make_user, profile, pool):
     queued = Session.objects.filter(state=SessionState.QUEUED).order_by("queue_position")
     assert [s.queue_position for s in queued] == list(range(1, 11))
     assert all(s.reason.startswith("waiting for a free slice") for s in queued)
+
+
+def test_twelve_submissions_at_once_by_one_student_respect_the_open_session_limit(
+    owner, profile, pool
+):
+    from scheduling.services.sessions import MAX_OPEN_SESSIONS_PER_USER
+
+    token = (
+        APIClient()
+        .post(
+            "/api/v1/auth/token/",
+            {"username": owner.username, "password": "pw-" + owner.username},
+            format="json",
+        )
+        .json()["token"]
+    )
+    start = threading.Barrier(12)
+
+    def submit(_: int) -> int:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION="Token " + token)
+        start.wait()
+        try:
+            return client.post(
+                "/api/v1/sessions/", {"profile": profile.pk, "purpose": "hobby"}, format="json"
+            ).status_code
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(12) as pool_:
+        codes = sorted(pool_.map(submit, range(12)))
+    limit = MAX_OPEN_SESSIONS_PER_USER
+    assert codes == [201] * limit + [400] * (12 - limit)
+    assert Session.objects.filter(user=owner).count() == limit
