@@ -11,12 +11,12 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 from django.utils import timezone, translation
 
-from scheduling.choices import SessionState
+from scheduling.choices import OPENABLE_STATES
 from scheduling.events import ADMIN_GROUP, user_group
 from scheduling.models import Session
 from scheduling.presenters import render
 
-from .preferences import saved_preferences
+from .preferences import handshake_language, saved_preferences
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,8 @@ class UpdatesConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=4401)
             return
         # The person's saved language and zone win over the handshake's, as on the pages.
-        self.language, self.zone = await database_sync_to_async(saved_preferences)(user)
+        saved, self.zone = await database_sync_to_async(saved_preferences)(user)
+        self.language = saved or handshake_language(self.scope)
         self.groups_joined = [user_group(user.pk)]
         if user.is_staff:
             self.groups_joined.append(ADMIN_GROUP)
@@ -43,19 +44,10 @@ class UpdatesConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(group, self.channel_name)
 
     def _render(self, code: str, params: dict) -> str:
-        """The reason in this page's language and the reader's time zone (the payload's was
-        rendered by the sender)."""
-        language = getattr(self, "language", "") or translation.get_language_from_request(
-            self.scope_request(), check_path=False
-        )
-        with translation.override(language), timezone.override(getattr(self, "zone", None)):
+        """The reason in the listener's language and time zone (the sender rendered it in
+        its own)."""
+        with translation.override(self.language), timezone.override(self.zone):
             return render(code, params)
-
-    def scope_request(self):  # the little of a request that language negotiation reads
-        headers = dict(self.scope.get("headers") or [])
-        accept = headers.get(b"accept-language", b"").decode("latin-1")
-        cookies = self.scope.get("cookies") or {}
-        return _LanguageProbe(accept, cookies)
 
     async def session_update(self, event: dict) -> None:
         session = dict(event["session"])
@@ -69,22 +61,13 @@ class UpdatesConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json(alert)
 
 
-class _LanguageProbe:
-    """Headers and cookies of the WebSocket handshake, shaped as language negotiation wants."""
-
-    def __init__(self, accept_language: str, cookies: dict) -> None:
-        self.META = {"HTTP_ACCEPT_LANGUAGE": accept_language}
-        self.COOKIES = cookies
-        self.path_info = "/"
-
-
 @database_sync_to_async
 def _desktop_endpoint(user, session_id: int) -> tuple[str, int] | None:
     session = (
         Session.objects.openable_by(user)
         .filter(
             pk=session_id,
-            state__in=(SessionState.RUNNING, SessionState.PREEMPTING),
+            state__in=OPENABLE_STATES,
             desktop_port__isnull=False,
         )
         .first()

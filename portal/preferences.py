@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
@@ -32,7 +34,29 @@ def saved_preferences(user: User | AnonymousUser) -> tuple[str, ZoneInfo | None]
     return language, zone_of(member.time_zone)
 
 
+def save_preferences(user: User, **choices: str) -> None:
+    """Store a person's language and/or time zone on their Member (created when missing).
+    Callers validate the values (``PreferencesForm``, ``save_language``)."""
+    Member.objects.update_or_create(user=user, defaults=choices)
+
+
 def save_language(user: User, language: str) -> None:
-    """Remember a language choice on the person's Member (created when missing)."""
+    """Remember a language choice made with the switcher; an unknown one is ignored."""
     if language in dict(settings.LANGUAGES):
-        Member.objects.update_or_create(user=user, defaults={"language": language})
+        save_preferences(user, language=language)
+
+
+class _Handshake:
+    """A WebSocket handshake's headers and cookies, shaped as language negotiation reads a
+    request."""
+
+    def __init__(self, scope: Mapping[str, Any]) -> None:
+        headers = dict(scope.get("headers") or [])
+        self.META = {"HTTP_ACCEPT_LANGUAGE": headers.get(b"accept-language", b"").decode("latin-1")}
+        self.COOKIES = scope.get("cookies") or {}
+        self.path_info = "/"
+
+
+def handshake_language(scope: Mapping[str, Any]) -> str:
+    """The language a WebSocket's browser asks for (set_language cookie, Accept-Language)."""
+    return translation.get_language_from_request(_Handshake(scope), check_path=False)  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from scheduling.choices import TERMINAL_STATES, Purpose, SessionState
+from scheduling.choices import OPENABLE_STATES, TERMINAL_STATES, Purpose, SessionState
 from scheduling.models import DesktopProfile, Session
 from scheduling.services import ServiceError
 from scheduling.services.sessions import check_submit, do_stop, do_submit
@@ -21,6 +21,7 @@ from .api.serializers import SessionSerializer
 from .forms import PreferencesForm
 from .models import Member
 from .people import signed_in
+from .preferences import save_preferences
 
 
 def _my_session(request: HttpRequest, session_id: int, *, to_open: bool = False) -> Session:
@@ -116,7 +117,7 @@ def stop_session(request: HttpRequest, session_id: int) -> HttpResponse:
 @login_required
 def desktop(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _my_session(request, session_id, to_open=True)
-    if session.state not in (SessionState.RUNNING, SessionState.PREEMPTING):
+    if session.state not in OPENABLE_STATES:
         messages.info(request, _("This desktop is not running; its page shows where it stands."))
         return redirect("session-page", session_id=session.pk)
     simulated = session.node is not None and session.node.runtime == "simulated"
@@ -130,11 +131,16 @@ def desktop(request: HttpRequest, session_id: int) -> HttpResponse:
 @login_required
 def account(request: HttpRequest) -> HttpResponse:
     """The person's language and time zone."""
-    member, _created = Member.objects.get_or_create(user=signed_in(request.user))
+    person = signed_in(request.user)
+    member = Member.objects.filter(user=person).first() or Member(user=person)
     form = PreferencesForm(request.POST or None, instance=member)
     if request.method == "POST":
         if form.is_valid():
-            form.save()
+            save_preferences(
+                person,
+                language=form.cleaned_data["language"],
+                time_zone=form.cleaned_data["time_zone"],
+            )
             messages.success(request, _("Your settings are saved."))
             return redirect("account")
         status = 400

@@ -38,6 +38,8 @@ ON_NODE_STATES = frozenset(
 WAITING_STATES = frozenset({SessionState.QUEUED, SessionState.PREEMPTED})
 # States in which a desktop may still exist on the node (what a silent node's sweep moves).
 NODE_BOUND_STATES = ON_NODE_STATES | {SessionState.STOPPING, SessionState.PREEMPTING}
+# States in which the person may open the desktop (PREEMPTING: until its grace ends).
+OPENABLE_STATES = frozenset({SessionState.RUNNING, SessionState.PREEMPTING})
 
 
 class Purpose(models.TextChoices):

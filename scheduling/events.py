@@ -22,14 +22,13 @@ from django.urls import reverse
 from rest_framework.fields import DateTimeField
 
 from . import engine
-from .choices import SessionState
+from .choices import OPENABLE_STATES
 from .models import Session
 from .presenters import render, stored
 
 log = logging.getLogger(__name__)
 
 ADMIN_GROUP = "pool-admins"
-OPENABLE_STATES = (SessionState.RUNNING, SessionState.PREEMPTING)
 
 
 class SessionPayload(TypedDict):

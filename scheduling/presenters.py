@@ -18,7 +18,7 @@ from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from .engine.reasons import TIME_PARAMS, Code, Reason
+from .engine.reasons import Code, Reason
 
 TIER_LABELS = {
     "booked": gettext_lazy("booked class"),
@@ -257,13 +257,3 @@ def refusal(reason: Reason) -> str:
         text = _quota(reason.code, reason.params)
         return capfirst(text) + "."
     return capfirst(render_reason(reason))
-
-
-def known_times(params: Mapping[str, Any]) -> dict[str, datetime]:
-    """The parameters that are times, as aware datetimes (for templates and the API)."""
-    out = {}
-    for name in TIME_PARAMS & params.keys():
-        moment = _time(params[name])
-        if moment is not None:
-            out[name] = moment
-    return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -26,7 +26,6 @@ from .lifecycle import do_transition
 log = logging.getLogger(__name__)
 
 VNC_PASSWORD_ALPHABET = "abcdefghijkmnopqrstuvwxyzACDEFGHJKLMNPQRSTUVWXYZ23456789"
-ETA_STEP = timedelta(minutes=1)  # an ETA that moved less than this is not pushed again
 
 
 def new_vnc_password() -> str:

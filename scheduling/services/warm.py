@@ -152,9 +152,8 @@ def do_warm_report(node: Node, key: str, report: WarmReport) -> WarmDesktop:
 
 def drop_warm(booking: Booking) -> int:
     """Forget a booking's unclaimed warm desktops and their holds (agents stop them)."""
-    deleted = WarmDesktop.objects.filter(booking=booking).count()
-    WarmDesktop.objects.filter(booking=booking).delete()
-    return deleted
+    _, deleted = WarmDesktop.objects.filter(booking=booking).delete()
+    return deleted.get(WarmDesktop._meta.label, 0)
 
 
 def prune_warm(now: datetime) -> None:

@@ -17,6 +17,12 @@ from scheduling.services.cycle import do_scheduling_cycle
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def api_token(user) -> str:
+    """The user's API token, through the login endpoint (the conftest's password)."""
+    credentials = {"username": user.username, "password": "pw-" + user.username}
+    return APIClient().post("/api/v1/auth/token/", credentials, format="json").json()["token"]
+
+
 def test_a_second_live_allocation_on_one_slice_is_refused_by_the_database(owner, profile, pool):
     from scheduling.services.sessions import check_submit, do_submit
 
@@ -33,17 +39,7 @@ def test_a_second_live_allocation_on_one_slice_is_refused_by_the_database(owner,
 
 def test_twenty_concurrent_submissions_on_ten_slices(make_user, profile, pool):
     users = [make_user(f"student{i:02d}") for i in range(20)]
-    tokens = {}
-    for user in users:
-        tokens[user.pk] = (
-            APIClient()
-            .post(
-                "/api/v1/auth/token/",
-                {"username": user.username, "password": "pw-" + user.username},
-                format="json",
-            )
-            .json()["token"]
-        )
+    tokens = {user.pk: api_token(user) for user in users}
     start = threading.Barrier(20)
 
     def submit(user) -> int:
@@ -92,15 +88,7 @@ def test_twelve_submissions_at_once_by_one_student_respect_the_open_session_limi
 ):
     from scheduling.services.sessions import MAX_OPEN_SESSIONS_PER_USER
 
-    token = (
-        APIClient()
-        .post(
-            "/api/v1/auth/token/",
-            {"username": owner.username, "password": "pw-" + owner.username},
-            format="json",
-        )
-        .json()["token"]
-    )
+    token = api_token(owner)
     start = threading.Barrier(12)
 
     def submit(_: int) -> int:
