@@ -74,3 +74,17 @@ class AuditKind(models.TextChoices):
     BOOKING_CREATED = "booking.created"
     BOOKING_CANCELLED = "booking.cancelled"
     POLICY_CHANGED = "policy.changed"
+    BOOKING_SERIES_CREATED = "booking.series_created"
+    BOOKING_CHANGED = "booking.changed"
+    THESIS_GRANTED = "thesis.granted"
+    THESIS_REVOKED = "thesis.revoked"
+    THESIS_ENDED = "thesis.ended"  # a grant's end was applied to its queued requests
+    SESSION_DEMOTED = "session.demoted"  # no longer eligible for its purpose: now hobby
+    ROSTER_IMPORTED = "course.roster_imported"
+    ROSTER_CHANGED = "course.roster_changed"
+    TA_GRANTS_CHANGED = "course.ta_grants_changed"
+    COURSE_SETTINGS_CHANGED = "course.settings_changed"
+    CLASS_STARTED = "course.class_started"
+    CLASS_STOPPED = "course.class_stopped"
+    QUOTA_REQUESTED = "quota.requested"
+    QUOTA_ANSWERED = "quota.answered"

@@ -229,6 +229,19 @@ SENTENCES: dict[Code, Callable[[Mapping[str, Any]], str]] = {
     ),
     Code.AGENT: lambda p: str(p.get("detail", "")),
     Code.BOOKING_ENDED: lambda p: _("the class booking of this desktop ended"),
+    Code.THESIS_GRANT_ENDED: lambda p: _(
+        "your thesis grant has ended or was revoked: this request now waits as a hobby request"
+    ),
+    Code.ENROLMENT_ENDED: lambda p: (
+        _("you are no longer enrolled in %(course)s: this request now waits as a hobby request")
+        % {"course": p.get("course", "?")}
+    ),
+    Code.CLASS_STARTED_BY: lambda p: (
+        _("started for your class by %(by)s") % {"by": p.get("by", "?")}
+    ),
+    Code.CLASS_STOPPED_BY: lambda p: (
+        _("stopped with the rest of the class by %(by)s") % {"by": p.get("by", "?")}
+    ),
     Code.NOTE: lambda p: str(p.get("text", "")),
 }
 

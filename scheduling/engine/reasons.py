@@ -52,6 +52,11 @@ class Code(StrEnum):
     NODE_SILENT_ENDED = "node_silent_ended"  # node, since
     AGENT = "agent"  # detail: what the node's agent said (its own words, not translated)
     BOOKING_ENDED = "booking_ended"  # the class booking this desktop belonged to ended
+    # -- the portal: who may ask for what (checked again at placement)
+    THESIS_GRANT_ENDED = "thesis_grant_ended"  # until: no thesis grant now; now a hobby request
+    ENROLMENT_ENDED = "enrolment_ended"  # course: not enrolled any more; now a hobby request
+    CLASS_STARTED_BY = "class_started_by"  # by: a teacher started this desktop for the class
+    CLASS_STOPPED_BY = "class_stopped_by"  # by: a teacher stopped the class's desktops
     NOTE = "note"  # text: a sentence stored before reasons were codes (shown as it is)
 
 

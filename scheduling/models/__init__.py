@@ -1,0 +1,27 @@
+"""The resource side's records, one module per subject; import them from here."""
+
+from .bookings import Booking, BookingQuerySet, BookingSeries, WarmDesktop, WarmState
+from .policy import PoolPolicy, Quota, QuotaScope
+from .pool import DesktopProfile, Gpu, JoinToken, Node, Slice, hash_token
+from .sessions import Allocation, AuditEvent, Session, SessionQuerySet
+
+__all__ = [
+    "Allocation",
+    "AuditEvent",
+    "Booking",
+    "BookingQuerySet",
+    "BookingSeries",
+    "DesktopProfile",
+    "Gpu",
+    "JoinToken",
+    "Node",
+    "PoolPolicy",
+    "Quota",
+    "QuotaScope",
+    "Session",
+    "SessionQuerySet",
+    "Slice",
+    "WarmDesktop",
+    "WarmState",
+    "hash_token",
+]

@@ -1,0 +1,177 @@
+"""Desktop sessions, the holds they (or warm desktops) have on slices, and the audit trail."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from portal.models import visible_through
+
+from ..choices import (
+    ON_NODE_STATES,
+    PURPOSE_TIER,
+    TERMINAL_STATES,
+    AuditKind,
+    Purpose,
+    SessionState,
+)
+from ..presenters import render
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AnonymousUser, User
+
+
+class SessionQuerySet(models.QuerySet["Session"]):
+    def visible_to(self, user: User | AnonymousUser) -> SessionQuerySet:
+        """Sessions this user may read: their own, all for admins, and guardian grants."""
+        return visible_through(self, user, "scheduling.view_session", Q(user=user))
+
+    def openable_by(self, user: User | AnonymousUser) -> SessionQuerySet:
+        """Sessions whose desktop this user may open: only the owner's, and admins'."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        return self.filter(user=user)
+
+    def on_node(self) -> SessionQuerySet:
+        return self.filter(state__in=ON_NODE_STATES)
+
+    def active(self) -> SessionQuerySet:
+        return self.exclude(state__in=TERMINAL_STATES)
+
+
+class Session(models.Model):
+    """One desktop request, from the queue to its end."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, related_name="desktop_sessions", on_delete=models.CASCADE
+    )
+    profile = models.ForeignKey("DesktopProfile", on_delete=models.PROTECT)
+    purpose = models.CharField(max_length=20, choices=Purpose.choices)
+    course = models.ForeignKey("portal.Course", null=True, blank=True, on_delete=models.SET_NULL)
+    state = models.CharField(
+        max_length=20, choices=SessionState.choices, default=SessionState.QUEUED, db_index=True
+    )
+    node = models.ForeignKey("Node", null=True, blank=True, on_delete=models.SET_NULL)
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    # Why it waits, moved or ended: a code of ``engine.reasons.Code`` and its parameters
+    # (times as ISO 8601); ``scheduling.presenters`` renders them for the reader.
+    reason_code = models.CharField(max_length=40, blank=True)
+    reason_params = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    vnc_password = models.CharField(max_length=8, blank=True)
+    desktop_host = models.CharField(max_length=200, blank=True)
+    desktop_port = models.PositiveIntegerField(null=True, blank=True)
+    container_id = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    placed_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    booking = models.ForeignKey(
+        "Booking", null=True, blank=True, related_name="sessions", on_delete=models.SET_NULL
+    )
+    eta = models.DateTimeField(null=True, blank=True, help_text="Estimated start while waiting.")
+    blocked = models.BooleanField(default=False, help_text="Waiting on a quota or a rule.")
+    preempt_deadline = models.DateTimeField(null=True, blank=True)
+    preempted_for = models.ForeignKey(
+        "self", null=True, blank=True, related_name="+", on_delete=models.SET_NULL
+    )
+    compute_units = models.FloatField(
+        default=0.0, help_text="CU held while placed (sum over its slices), for accounting."
+    )
+    warm_key = models.CharField(
+        max_length=40, blank=True, help_text="The warm desktop this placement claimed, if any."
+    )
+
+    objects = SessionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"session {self.pk} ({self.user}, {self.state})"
+
+    @property
+    def tier(self) -> int:
+        return PURPOSE_TIER[Purpose(self.purpose)]
+
+    @property
+    def course_code(self) -> str:
+        return self.course.code if self.course is not None else ""
+
+    @property
+    def reason(self) -> str:
+        """The reason rendered in the active language and time zone."""
+        return render(self.reason_code, self.reason_params)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def home_volume(self) -> str:
+        return f"deskpool-home-{self.user.get_username()}"
+
+
+class Allocation(models.Model):
+    """A hold on one slice (or, for CPU-only desktops, on a node): a session's or a warm
+    desktop's. Every hold is a row of this one table, so one partial unique index covers all.
+
+    A warm desktop's hold moves to the student's session when it is claimed (one conditional
+    UPDATE, ``services.warm``); deleting an unclaimed warm desktop deletes its hold.
+    """
+
+    session = models.ForeignKey(
+        Session, null=True, blank=True, related_name="allocations", on_delete=models.CASCADE
+    )
+    warm = models.ForeignKey(
+        "WarmDesktop", null=True, blank=True, related_name="holds", on_delete=models.CASCADE
+    )
+    node = models.ForeignKey("Node", on_delete=models.PROTECT)
+    slice = models.ForeignKey("Slice", null=True, blank=True, on_delete=models.PROTECT)
+    created_at = models.DateTimeField(default=timezone.now)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # Whatever races, one slice's capacity is held by at most one live allocation.
+            models.UniqueConstraint(
+                fields=["slice"],
+                condition=Q(released_at__isnull=True),
+                name="one_active_allocation_per_slice",
+            ),
+            # A hold belongs to exactly one holder: a session or a warm desktop.
+            models.CheckConstraint(
+                condition=Q(session__isnull=False, warm__isnull=True)
+                | Q(session__isnull=True, warm__isnull=False),
+                name="allocation_has_one_holder",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        holder = f"session {self.session_id}" if self.session_id else f"warm {self.warm_id}"
+        return f"allocation of {self.slice or self.node} to {holder}"
+
+
+class AuditEvent(models.Model):
+    """Every decision and state change, with who or what made it."""
+
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    kind = models.CharField(max_length=40, choices=AuditKind.choices)
+    actor = models.CharField(max_length=200, help_text="user:<name>, node:<host>, scheduler")
+    session = models.ForeignKey(
+        Session, null=True, blank=True, related_name="audit", on_delete=models.CASCADE
+    )
+    node = models.ForeignKey("Node", null=True, blank=True, on_delete=models.SET_NULL)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.kind} by {self.actor}"
