@@ -12,5 +12,8 @@ router.register("bookings", BookingViewSet, basename="booking")
 urlpatterns = [
     path("auth/token/", obtain_auth_token, name="api-token"),
     path("pool/", PoolView.as_view(), name="api-pool"),
+    path("", include("portal.api.courses_urls")),
+    path("", include("portal.api.bookings_urls")),
+    path("", include("portal.api.grants_urls")),
     path("", include(router.urls)),
 ]
