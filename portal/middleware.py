@@ -14,9 +14,8 @@ from collections.abc import Callable
 from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
-from django.utils import timezone, translation
 
-from .preferences import save_language, saved_preferences
+from .preferences import apply_preferences, save_language
 
 
 class PreferencesMiddleware:
@@ -26,14 +25,7 @@ class PreferencesMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        language, zone = saved_preferences(request.user)
-        if language:
-            translation.activate(language)
-            request.LANGUAGE_CODE = translation.get_language()
-        if zone is not None:
-            timezone.activate(zone)
-        else:
-            timezone.deactivate()
+        apply_preferences(request, request.user)
         response = self.get_response(request)
         if (
             request.method == "POST"

@@ -8,7 +8,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
-from django.utils import translation
+from django.http import HttpRequest
+from django.utils import timezone, translation
 
 from .models import Member
 
@@ -32,6 +33,19 @@ def saved_preferences(user: User | AnonymousUser) -> tuple[str, ZoneInfo | None]
         return "", None
     language = member.language if translation.check_for_language(member.language) else ""
     return language, zone_of(member.time_zone)
+
+
+def apply_preferences(request: HttpRequest, user: User | AnonymousUser) -> None:
+    """Activate a person's saved language (over the browser's) and time zone (else the
+    campus default) for the rest of this request."""
+    language, zone = saved_preferences(user)
+    if language:
+        translation.activate(language)
+        request.LANGUAGE_CODE = translation.get_language()
+    if zone is not None:
+        timezone.activate(zone)
+    else:
+        timezone.deactivate()
 
 
 def save_preferences(user: User, **choices: str) -> None:

@@ -154,7 +154,7 @@ SCHEDULER_BEAT_SECONDS = env.float("DESKPOOL_SCHEDULER_BEAT_SECONDS", default=10
 # --- DRF ----------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "portal.api.auth.PreferencesTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

@@ -9,6 +9,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.translation import gettext_lazy as _
 
 from .models import (
     AuditEvent,
@@ -56,20 +57,25 @@ class NodeAdmin(AuditedAdmin):
     readonly_fields = ["cordoned", "failures_in_a_row"]
     actions = ["cordon", "clear_cordon"]
 
-    @admin.action(description="Cordon (place nothing new)", permissions=["change"])
+    @admin.action(description=_("Cordon (place nothing new)"), permissions=["change"])
     def cordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
         actor = f"user:{request.user.get_username()}"
         done = [node.hostname for node in queryset if do_cordon(node, actor)]
-        self.message_user(request, f"Cordoned: {', '.join(done) or 'none (already cordoned)'}.")
+        if done:
+            self.message_user(request, _("Cordoned: %(nodes)s.") % {"nodes": ", ".join(done)})
+        else:
+            self.message_user(request, _("These nodes were already cordoned."), messages.WARNING)
 
-    @admin.action(description="Clear cordon", permissions=["change"])
+    @admin.action(description=_("Clear cordon"), permissions=["change"])
     def clear_cordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
         actor = f"user:{request.user.get_username()}"
         cleared = [node.hostname for node in queryset if do_clear_cordon(node, actor)]
         if cleared:
-            self.message_user(request, f"Cordon cleared on {', '.join(cleared)}.")
+            self.message_user(
+                request, _("Cordon cleared on %(nodes)s.") % {"nodes": ", ".join(cleared)}
+            )
         else:
-            self.message_user(request, "None of these nodes was cordoned.", messages.WARNING)
+            self.message_user(request, _("None of these nodes was cordoned."), messages.WARNING)
 
 
 @admin.register(Gpu)
@@ -110,7 +116,7 @@ class WarmDesktopAdmin(admin.ModelAdmin):
     def has_add_permission(self, request) -> bool:
         return False
 
-    @admin.display(description="slice")
+    @admin.display(description=_("slice"))
     def held_slice(self, warm: WarmDesktop) -> str:
         return str(warm.held_slice or "-")
 
@@ -221,7 +227,7 @@ class BookingAdmin(admin.ModelAdmin):
         obj.created_at = created.created_at
         obj.created_by = created.created_by
 
-    @admin.action(description="Cancel (drops its warm desktops)", permissions=["change"])
+    @admin.action(description=_("Cancel (drops its warm desktops)"), permissions=["change"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[Booking]) -> None:
         done = []
         for booking in queryset.select_related("course"):
@@ -231,4 +237,6 @@ class BookingAdmin(admin.ModelAdmin):
             except ServiceError as error:
                 self.message_user(request, f"{booking}: {error.message}", messages.WARNING)
         if done:
-            self.message_user(request, f"Cancelled: {', '.join(done)}.")
+            self.message_user(
+                request, _("Cancelled: %(bookings)s.") % {"bookings": ", ".join(done)}
+            )

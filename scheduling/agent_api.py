@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.urls import path, re_path
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from drf_spectacular.contrib.pydantic import PydanticExtension
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.plumbing import ResolvedComponent
@@ -62,13 +63,13 @@ class NodeTokenAuthentication(authentication.BaseAuthentication):
             header = authentication.get_authorization_header(request).decode()
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed(
-                "The Authorization header is not ASCII."
+                _("The Authorization header is not ASCII.")
             ) from None
         if not header.startswith(f"{self.keyword} "):
             return None
         node = node_for_token(header[len(self.keyword) + 1 :].strip())
         if node is None:
-            raise exceptions.AuthenticationFailed("Unknown node token; register again.")
+            raise exceptions.AuthenticationFailed(_("Unknown node token; register again."))
         return (NodeIdentity(node), node)
 
     def authenticate_header(self, request: Request) -> str:

@@ -6,7 +6,8 @@ import asyncio
 import gettext
 import shutil
 import subprocess
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -152,6 +153,35 @@ def test_the_api_renders_a_reason_in_the_requested_language(owner, profile):
     assert client.get(url, HTTP_ACCEPT_LANGUAGE="en").json()["reason"] == (
         "waiting for the scheduler"
     )
+
+
+def test_a_token_client_gets_its_saved_language_and_zone(owner, profile):
+    """Token clients are authenticated inside DRF, after the middleware: their saved
+    language and zone still apply (portal.api.auth), over the request's Accept-Language."""
+    Member.objects.create(user=owner, language=ZH, time_zone="Asia/Shanghai")
+    client = APIClient()
+    token = client.post(
+        "/api/v1/auth/token/", {"username": owner.username, "password": "pw-ada"}
+    ).json()["token"]
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    answer = client.post(
+        "/api/v1/sessions/",
+        {"profile": profile.pk, "purpose": "coursework"},
+        format="json",
+        HTTP_ACCEPT_LANGUAGE="en",
+    )
+    assert answer.status_code == 400
+    assert "课程作业请求需要注明所属课程。" in str(answer.json())
+    eta = (datetime.now(UTC) + timedelta(hours=2)).replace(minute=30, second=0, microsecond=0)
+    session = Session.objects.create(
+        user=owner,
+        profile=profile,
+        purpose="hobby",
+        reason_code="waiting",
+        reason_params={"tier": 3, "ahead": 0, "higher": 0, "eta": eta.isoformat()},
+    )
+    reason = client.get(f"/api/v1/sessions/{session.pk}/", HTTP_ACCEPT_LANGUAGE="en").json()
+    assert eta.astimezone(ZoneInfo("Asia/Shanghai")).strftime("%H:%M") in reason["reason"]
 
 
 def test_a_service_refusal_is_translated(owner, profile):
