@@ -12,7 +12,7 @@ through ``portal.consumers.UpdatesConsumer``, which joins the groups named here.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal, TypedDict
 
 from asgiref.sync import async_to_sync
@@ -22,7 +22,7 @@ from django.urls import reverse
 from rest_framework.fields import DateTimeField
 
 from . import engine
-from .choices import OPENABLE_STATES
+from .choices import OPENABLE_STATES, TERMINAL_STATES
 from .models import Session
 from .presenters import render, stored
 
@@ -52,6 +52,7 @@ class SessionPayload(TypedDict):
     created_at: str
     started_at: str | None
     ended_at: str | None
+    ends_at: str | None  # the time limit: started_at + the profile's max duration
 
 
 class SessionUpdate(TypedDict):
@@ -108,7 +109,15 @@ def session_payload(session: Session) -> SessionPayload:
         created_at=_TIME.to_representation(session.created_at),
         started_at=_time(session.started_at),
         ended_at=_time(session.ended_at),
+        ends_at=_time(_ends_at(session)),
     )
+
+
+def _ends_at(session: Session) -> datetime | None:
+    """When the session reaches its profile's time limit (None before it starts or after)."""
+    if session.started_at is None or session.state in TERMINAL_STATES:
+        return None
+    return session.started_at + timedelta(minutes=session.profile.max_duration_minutes)
 
 
 def send_after_commit(group: str, payload: Payload) -> None:

@@ -58,6 +58,9 @@ class SessionSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)
     ended_at = serializers.DateTimeField(allow_null=True)
+    ends_at = serializers.DateTimeField(
+        allow_null=True, help_text="The time limit: started_at + the profile's max duration."
+    )
 
     def to_representation(self, instance: Session) -> dict:
         return dict(session_payload(instance))
