@@ -10,9 +10,22 @@ order and the steps), ``quotas`` (quotas, admission, the pool alert), ``pool`` (
 a cycle: capacity and feasibility), ``placement`` (node scores, the best node), ``holds``
 (booking holds, backfill), ``preempt`` (preemption), ``explain`` (queue reasons and estimated
 starts), ``workload`` (the target workload), ``scoring`` (fragmentation scores, shared with the
-trace simulator), ``compute`` (compute units, milli-GPU of a slice), ``mig`` (MIG tables).
+trace simulator), ``compute`` (compute units, milli-GPU of a slice), ``mig`` (MIG tables),
+``booking_fit`` (does a class booking fit the pool next to the others; its alternatives).
 """
 
+from . import booking_fit as fit_codes
+from .booking_fit import (
+    Alternative,
+    BookingFit,
+    HeldBooking,
+    Needs,
+    Pool,
+    PoolNode,
+    PoolSlice,
+    booking_alternatives,
+    booking_fit,
+)
 from .compute import gpu_compute_units, slice_milli
 from .model import (
     TIER_BOOKED,
@@ -49,6 +62,16 @@ from .reasons import Code, Reason
 from .scoring import TargetShape
 
 __all__ = [
+    "Alternative",
+    "BookingFit",
+    "HeldBooking",
+    "Needs",
+    "Pool",
+    "PoolNode",
+    "PoolSlice",
+    "booking_alternatives",
+    "booking_fit",
+    "fit_codes",
     "TIER_BOOKED",
     "TIER_KEYS",
     "TIER_THESIS",
