@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from .. import engine
 from . import warm
+from .eligibility import demote_ineligible
 from .placement import apply_alert, apply_placement, apply_preemption, apply_queue
 from .snapshot import build_snapshot
 from .timers import finish_grace_periods, stop_overdue
@@ -35,6 +36,7 @@ def do_scheduling_cycle(now: datetime | None = None) -> CycleResult:
     finish_grace_periods(now)
     stop_overdue(now)
     warm.prune_warm(now)
+    demote_ineligible(now)  # thesis without a grant, coursework without enrolment: hobby
     snapshot = build_snapshot(now)
     # Booked students first take their class's READY warm desktops; the engine plans the rest.
     claimed = warm.claim_warm(snapshot, now)

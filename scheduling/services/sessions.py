@@ -25,13 +25,15 @@ from ..choices import (
 from ..engine.reasons import Code, Reason
 from ..events import broadcast_session
 from ..locks import lock_person
-from ..models import AuditEvent, Booking, DesktopProfile, PoolPolicy, Quota, Session
+from ..models import AuditEvent, Booking, DesktopProfile, PoolPolicy, Session
 from ..presenters import refusal, stored
 from . import Conflict, ServiceError
+from .eligibility import active_thesis_grant
 from .kick import schedule_soon
 from .lifecycle import do_transition
 from .pool import pool_utilisation
-from .snapshot import engine_policy, profile_request
+from .quota_requests import extra_gpu_hours
+from .snapshot import engine_policy, engine_quota, profile_request, quota_row
 from .usage import collect_usage, department_of
 
 MAX_OPEN_SESSIONS_PER_USER = 3
@@ -78,6 +80,14 @@ def check_submit(
             )
     elif purpose == Purpose.COURSEWORK:
         raise ServiceError(_("Coursework requests name the course they are for."), field="course")
+    if purpose == Purpose.THESIS and active_thesis_grant(user) is None:
+        raise ServiceError(
+            _(
+                "Thesis requests need a thesis grant from your advisor, and you have none in "
+                "force. Ask your advisor for one, or choose another purpose."
+            ),
+            field="purpose",
+        )
     check_open_sessions(user)
     booking = None
     if course is not None and purpose == Purpose.COURSEWORK:
@@ -122,6 +132,7 @@ def _check_admission(
 
 def _submit_quotas(request: engine.QueuedRequest, usage) -> list[engine.Quota]:
     out = []
+    extra = extra_gpu_hours(timezone.now())
     for scope, key in (
         ("user", request.user),
         ("course", request.course),
@@ -129,21 +140,10 @@ def _submit_quotas(request: engine.QueuedRequest, usage) -> list[engine.Quota]:
     ):
         if not key:
             continue
-        row = Quota.objects.filter(scope=scope, key=key).first()
-        row = row or Quota.objects.filter(scope=scope, key="*").first()
+        row = quota_row(scope, key)
         if row is None:
             continue
-        out.append(
-            engine.Quota(
-                scope,
-                key,
-                row.max_sessions,
-                row.max_gpu_hours_week,
-                row.max_slice_memory_mb,
-                usage.holding.get((scope, key), 0),
-                usage.week.get((scope, key), 0.0),
-            )
-        )
+        out.append(engine_quota(row, scope, key, usage, extra))
     return out
 
 

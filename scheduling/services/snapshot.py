@@ -30,6 +30,7 @@ from ..models import (
     Slice,
     WarmDesktop,
 )
+from .quota_requests import extra_gpu_hours
 from .usage import Usage, collect_usage, department_of
 
 DEFAULT_GPU_POWER_W = 300.0  # a slice's rack-power estimate when the GPU reports no limit
@@ -196,7 +197,9 @@ def _request(s: Session, usage: Usage, pool_models: list[str]) -> engine.QueuedR
     )
 
 
-def _quotas(usage: Usage, queue: tuple[engine.QueuedRequest, ...]) -> tuple[engine.Quota, ...]:
+def _quotas(
+    usage: Usage, queue: tuple[engine.QueuedRequest, ...], extra: dict[str, float]
+) -> tuple[engine.Quota, ...]:
     """Quota rows with what is in use; a ``*`` default becomes one quota per member it covers."""
     rows = {(q.scope, q.key): q for q in Quota.objects.all()}
     keys: set[tuple[str, str]] = set()
@@ -208,18 +211,34 @@ def _quotas(usage: Usage, queue: tuple[engine.QueuedRequest, ...]) -> tuple[engi
             k for sc, k in keys if sc == scope and k and (scope, k) not in rows
         )  # fmt: skip
         for member in covered:
-            out.append(
-                engine.Quota(
-                    scope=scope,
-                    key=member,
-                    max_sessions=q.max_sessions,
-                    max_gpu_hours_week=q.max_gpu_hours_week,
-                    max_slice_memory_mb=q.max_slice_memory_mb,
-                    sessions=usage.holding.get((scope, member), 0),
-                    gpu_hours_week=usage.week.get((scope, member), 0.0),
-                )
-            )
+            out.append(engine_quota(q, scope, member, usage, extra))
     return tuple(out)
+
+
+def quota_row(scope: str, key: str) -> Quota | None:
+    """The quota row that covers one user, course or department: its own, else ``*``."""
+    row = Quota.objects.filter(scope=scope, key=key).first()
+    return row or Quota.objects.filter(scope=scope, key="*").first()
+
+
+def engine_quota(
+    row: Quota, scope: str, key: str, usage: Usage, extra: dict[str, float]
+) -> engine.Quota:
+    """One member's quota with what is in use. The one place limits are built (submit check,
+    snapshot, quota page): a user's granted extra GPU-hours (``extra``, per username, from
+    ``quota_requests.extra_gpu_hours``) raise their weekly limit."""
+    limit = row.max_gpu_hours_week
+    if limit is not None and scope == "user":
+        limit += extra.get(key, 0.0)
+    return engine.Quota(
+        scope=scope,
+        key=key,
+        max_sessions=row.max_sessions,
+        max_gpu_hours_week=limit,
+        max_slice_memory_mb=row.max_slice_memory_mb,
+        sessions=usage.holding.get((scope, key), 0),
+        gpu_hours_week=usage.week.get((scope, key), 0.0),
+    )
 
 
 def build_snapshot(now: datetime | None = None) -> engine.Snapshot:
@@ -290,7 +309,7 @@ def build_snapshot(now: datetime | None = None) -> engine.Snapshot:
         queue=queue,
         running=tuple(running),
         bookings=bookings,
-        quotas=_quotas(usage, queue),
+        quotas=_quotas(usage, queue, extra_gpu_hours(now)),
         racks=racks,
         policy=engine_policy(policy),
         workload=_workload(slices.values()),
