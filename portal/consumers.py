@@ -14,6 +14,7 @@ from django.utils import timezone, translation
 from scheduling.choices import OPENABLE_STATES
 from scheduling.events import ADMIN_GROUP, user_group
 from scheduling.models import Session
+from scheduling.models.policy import QuotaRequestState
 from scheduling.presenters import render
 
 from .preferences import handshake_language, saved_preferences
@@ -53,6 +54,12 @@ class UpdatesConsumer(AsyncJsonWebsocketConsumer):
         session = dict(event["session"])
         session["reason"] = self._render(session["reason_code"], session["reason_params"])
         await self.send_json({"type": "session.update", "session": session})
+
+    async def quota_update(self, event: dict) -> None:
+        request = dict(event["request"])
+        with translation.override(self.language):
+            request["state_label"] = str(QuotaRequestState(request["state"]).label)
+        await self.send_json({"type": "quota.update", "request": request})
 
     async def pool_alert(self, event: dict) -> None:
         alert = {k: event[k] for k in ("type", "level", "utilisation", "reason_code")}

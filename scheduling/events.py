@@ -24,6 +24,7 @@ from rest_framework.fields import DateTimeField
 from . import engine
 from .choices import OPENABLE_STATES, TERMINAL_STATES
 from .models import Session
+from .models.policy import QuotaRequest
 from .presenters import render, stored
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,25 @@ class PoolAlert(TypedDict):
     reason_params: dict[str, Any]
 
 
-Payload = SessionUpdate | PoolAlert
+class QuotaRequestPayload(TypedDict):
+    id: int
+    course: str
+    hours: float
+    reason: str
+    state: str  # pending | granted | refused | withdrawn
+    state_label: str  # in the reader's language
+    answer: str
+    answered_by: str | None
+    answered_at: str | None
+    created_at: str
+
+
+class QuotaUpdate(TypedDict):
+    type: Literal["quota.update"]
+    request: QuotaRequestPayload
+
+
+Payload = SessionUpdate | PoolAlert | QuotaUpdate
 
 
 def user_group(user_id: int) -> str:
@@ -167,3 +186,34 @@ def broadcast_pool_alert(alert: engine.Alert) -> None:
         reason_params=fields["reason_params"],
     )
     send_after_commit(ADMIN_GROUP, payload)
+
+
+def quota_request_payload(request: QuotaRequest) -> QuotaRequestPayload:
+    """A quota request as its pages and the API show it. Select ``course``, ``answered_by``."""
+    return QuotaRequestPayload(
+        id=request.pk,
+        course=request.course.code,
+        hours=request.hours,
+        reason=request.reason,
+        state=request.state,
+        state_label=str(request.get_state_display()),
+        answer=request.answer,
+        answered_by=request.answered_by.get_username() if request.answered_by else None,
+        answered_at=_time(request.answered_at),
+        created_at=_TIME.to_representation(request.created_at),
+    )
+
+
+def broadcast_quota_request(request_id: int) -> None:
+    """After commit, send a quota request's state to its student's open pages."""
+    transaction.on_commit(lambda: _broadcast_quota_request(request_id))
+
+
+def _broadcast_quota_request(request_id: int) -> None:
+    request = (
+        QuotaRequest.objects.select_related("course", "answered_by").filter(pk=request_id).first()
+    )
+    if request is None:
+        return
+    payload = QuotaUpdate(type="quota.update", request=quota_request_payload(request))
+    _send(user_group(request.student_id), payload)

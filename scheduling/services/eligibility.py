@@ -17,16 +17,29 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from portal.models import Course, ThesisGrant
+from portal.models import Course, Member, Role, ThesisGrant
 
 from ..choices import WAITING_STATES, AuditKind, Purpose
 from ..engine.reasons import Code, Reason
 from ..events import broadcast_session
 from ..models import AuditEvent, Session
 from ..presenters import render_reason, stored
+from . import ServiceError
 from .email_notices import notify
 
 SCHEDULER = "scheduler"
+
+
+class Forbidden(ServiceError):
+    """The person may see the thing but not do this to it (pages and the API answer 403)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, code="forbidden")
+
+
+def is_faculty(user: User) -> bool:
+    """Faculty (``Member.role``) may grant thesis status to their students."""
+    return Member.objects.filter(user=user, role=Role.FACULTY).exists()
 
 
 def active_thesis_grant(user: User, today: date | None = None) -> ThesisGrant | None:
@@ -82,7 +95,7 @@ def _tell(user: User, demoted: list[tuple[Session, Reason]]) -> None:
     if not demoted:
         return
     lines = [{"session": s, "reason": partial(render_reason, reason)} for s, reason in demoted]
-    notify(user, "demoted", {"demoted": lines, "count": len(lines)})
+    notify(user, "demoted", {"demoted": lines, "count": len(lines), "purpose": Purpose.HOBBY.label})
 
 
 def demote_thesis_requests(student: User, actor: str, today: date | None = None) -> int:

@@ -8,10 +8,33 @@ check and the engine's snapshot).
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime
+from typing import cast
 
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from guardian.shortcuts import get_objects_for_user, get_users_with_perms
+
+from portal.models import Course
+
+from ..choices import AuditKind
+from ..events import broadcast_quota_request
+from ..locks import lock_person
+from ..models import AuditEvent
 from ..models.policy import QuotaRequest, QuotaRequestState
+from . import Conflict, NotFound, ServiceError
+from .eligibility import Forbidden, eligible_courses
+from .email_notices import notify
+from .kick import schedule_soon
 from .usage import WEEK
+
+ANSWER_PERMISSION = "portal.answer_quota_requests"
+MAX_HOURS = 500.0  # one request; a teacher may grant fewer
+GRANT, REFUSE = "grant", "refuse"
 
 
 def extra_gpu_hours(now: datetime) -> dict[str, float]:
@@ -22,3 +45,201 @@ def extra_gpu_hours(now: datetime) -> dict[str, float]:
     ).values_list("student__username", "hours"):
         extra[username] += hours
     return dict(extra)
+
+
+@dataclass(frozen=True)
+class AskRequest:
+    course: Course
+    hours: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class AnswerRequest:
+    request: QuotaRequest
+    grant: bool
+    hours: float
+    answer: str
+
+
+def answerable_courses(user: User) -> QuerySet[Course]:
+    """Courses whose quota requests this person answers: taught, granted
+    ``portal.answer_quota_requests`` (a TA), or all for admins."""
+    if not user.is_authenticated:
+        return Course.objects.none()
+    if user.is_staff:
+        return Course.objects.all()
+    granted = get_objects_for_user(
+        user, ANSWER_PERMISSION, klass=Course, accept_global_perms=False
+    ).values("pk")
+    return Course.objects.filter(Q(instructors=user) | Q(pk__in=granted)).distinct()
+
+
+def visible_quota_requests(user: User) -> QuerySet[QuotaRequest]:
+    """Requests a person may read: their own and those of the courses they answer for."""
+    if not user.is_authenticated:
+        return QuotaRequest.objects.none()
+    if user.is_staff:
+        return QuotaRequest.objects.all()
+    courses = answerable_courses(user).values("pk")
+    return QuotaRequest.objects.filter(Q(student=user) | Q(course__in=courses))
+
+
+def may_answer(user: User, course: Course) -> bool:
+    return answerable_courses(user).filter(pk=course.pk).exists()
+
+
+def answerers(course: Course) -> list[User]:
+    """Who is told of a new request: the course's instructors and its answering TAs."""
+    granted = get_users_with_perms(
+        course, only_with_perms_in=["answer_quota_requests"], with_group_users=False
+    )
+    tas = cast("QuerySet[User]", granted).values("pk")
+    people = {u.pk: u for u in course.instructors.all()}
+    people.update({u.pk: u for u in User.objects.filter(pk__in=tas)})
+    return [people[pk] for pk in sorted(people)]
+
+
+def _hours(value: object, field: str = "hours") -> float:
+    try:
+        hours = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        hours = -1.0
+    if not 0 < hours <= MAX_HOURS:
+        raise ServiceError(
+            _("GPU-hours must be a number above 0 and at most %(max)s.") % {"max": MAX_HOURS},
+            field=field,
+        )
+    return hours
+
+
+def check_ask(user: User, course_code: str, hours: object, reason: str) -> AskRequest:
+    """Validate a request for more GPU-hours; raise ServiceError naming the field at fault."""
+    course = eligible_courses(user).filter(code=course_code or "").first()
+    if course is None:
+        raise ServiceError(
+            _("Pick one of the courses you are enrolled in; their teachers answer."),
+            field="course",
+        )
+    hours = _hours(hours)
+    reason = (reason or "").strip()
+    if not reason:
+        raise ServiceError(
+            _("Say what the extra GPU-hours are for, so your teachers can decide."),
+            field="reason",
+        )
+    if len(reason) > 2000:
+        raise ServiceError(_("Keep the reason under 2000 characters."), field="reason")
+    _check_no_pending(user, course)
+    return AskRequest(course=course, hours=hours, reason=reason)
+
+
+def _check_no_pending(user: User, course: Course) -> None:
+    pending = QuotaRequest.objects.filter(
+        student=user, course=course, state=QuotaRequestState.PENDING
+    )
+    if pending.exists():
+        raise ServiceError(
+            _(
+                "You already have a request waiting for an answer in %(course)s. "
+                "Wait for that answer before asking again."
+            )
+            % {"course": course.code},
+            field="course",
+        )
+
+
+def do_ask(user: User, ask: AskRequest) -> QuotaRequest:
+    """Create the request (one pending per course: the person's row is locked while it is
+    checked again), audit it, tell the student's pages and e-mail the course's answerers."""
+    with transaction.atomic():
+        lock_person(user.pk)
+        _check_no_pending(user, ask.course)
+        request = QuotaRequest.objects.create(
+            student=user, course=ask.course, hours=ask.hours, reason=ask.reason
+        )
+        AuditEvent.objects.create(
+            kind=AuditKind.QUOTA_REQUESTED,
+            actor=f"user:{user.get_username()}",
+            data={"request": request.pk, "course": ask.course.code, "hours": ask.hours},
+        )
+        broadcast_quota_request(request.pk)
+        for teacher in answerers(ask.course):
+            notify(teacher, "quota_requested", {"request": request})
+    return request
+
+
+def check_answer(
+    user: User, request_id: int, decision: str, hours: object, answer: str = ""
+) -> AnswerRequest:
+    """Validate an answer: 404 if the request is not visible, 403 if the person may not
+    answer for its course, 409 if it was answered, 400 for bad input."""
+    request = (
+        visible_quota_requests(user)
+        .select_related("student", "course")
+        .filter(pk=request_id)
+        .first()
+    )
+    if request is None:
+        raise NotFound(_("There is no such quota request."))
+    if not may_answer(user, request.course):
+        raise Forbidden(
+            _("Only the course's instructors, its TAs allowed to, and admins answer requests.")
+        )
+    if request.state != QuotaRequestState.PENDING:
+        raise Conflict(_("This request was already answered."))
+    if decision not in (GRANT, REFUSE):
+        raise ServiceError(_("Choose to grant or to refuse the request."), field="decision")
+    answer = (answer or "").strip()
+    if len(answer) > 2000:
+        raise ServiceError(_("Keep the answer under 2000 characters."), field="answer")
+    given = 0.0
+    if decision == GRANT:
+        given = request.hours if hours in (None, "") else _hours(hours)
+        if given > request.hours:
+            raise ServiceError(
+                _("Grant at most the %(hours)s GPU-hours asked for.")
+                % {"hours": f"{request.hours:g}"},
+                field="hours",
+            )
+    return AnswerRequest(request=request, grant=decision == GRANT, hours=given, answer=answer)
+
+
+def do_answer(user: User, answer: AnswerRequest) -> QuotaRequest:
+    """Grant or refuse (once: a conditional UPDATE), audit it, tell the student live and by
+    e-mail, and ask for a cycle (granted hours may unblock waiting requests)."""
+    request = answer.request
+    state = QuotaRequestState.GRANTED if answer.grant else QuotaRequestState.REFUSED
+    fields: dict[str, object] = {
+        "state": state,
+        "answered_by": user,
+        "answered_at": timezone.now(),
+        "answer": answer.answer,
+    }
+    if answer.grant:
+        fields["hours"] = answer.hours
+    with transaction.atomic():
+        changed = QuotaRequest.objects.filter(
+            pk=request.pk, state=QuotaRequestState.PENDING
+        ).update(**fields)
+        if not changed:
+            raise Conflict(_("This request was already answered."))
+        AuditEvent.objects.create(
+            kind=AuditKind.QUOTA_ANSWERED,
+            actor=f"user:{user.get_username()}",
+            data={
+                "request": request.pk,
+                "course": request.course.code,
+                "student": request.student.get_username(),
+                "state": str(state),
+                "asked": request.hours,
+                "hours": answer.hours,
+            },
+        )
+        request.refresh_from_db()
+        broadcast_quota_request(request.pk)
+        expires = request.answered_at + WEEK if request.answered_at else None
+        notify(request.student, "quota_answered", {"request": request, "expires": expires})
+        if answer.grant:
+            schedule_soon()
+    return request
