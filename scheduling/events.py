@@ -95,6 +95,11 @@ def user_group(user_id: int) -> str:
     return f"user-{user_id}"
 
 
+def course_group(course_id: int) -> str:
+    """A course's live class (``portal.class_consumers.ClassConsumer``)."""
+    return f"course-{course_id}"
+
+
 _TIME = DateTimeField()
 
 
@@ -168,10 +173,10 @@ def _broadcast_session(session_id: int) -> None:
     )
     if session is None:
         return
-    _send(
-        user_group(session.user_id),
-        SessionUpdate(type="session.update", session=session_payload(session)),
-    )
+    payload = SessionUpdate(type="session.update", session=session_payload(session))
+    _send(user_group(session.user_id), payload)
+    if session.course_id is not None:
+        _send(course_group(session.course_id), payload)
 
 
 def broadcast_pool_alert(alert: engine.Alert) -> None:
