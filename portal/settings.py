@@ -186,6 +186,18 @@ WARM_LEAD_MINUTES = env.float("DESKPOOL_WARM_LEAD_MINUTES", default=10.0)
 WARM_MAX_PER_BOOKING = env.int("DESKPOOL_WARM_MAX_PER_BOOKING", default=5)
 WARM_RETRY_S = env.float("DESKPOOL_WARM_RETRY_S", default=60.0)
 
+# --- e-mail -------------------------------------------------------------------------------
+# Notices to people (thesis grants ending, quota requests). The default prints them to the
+# console; production names an SMTP server. Tests use Django's locmem outbox.
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
+EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = _secret("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
+EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="Deskpool <deskpool@localhost>")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
