@@ -1,0 +1,195 @@
+"""Quota requests: a student over their weekly GPU-hours asks a course's teachers for more;
+an instructor, a TA allowed to, or an admin grants (all or fewer hours) or refuses. Granted
+hours raise the weekly limit for 7 days, for the submit check and the engine alike.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core import mail
+from django.utils import timezone
+from guardian.shortcuts import assign_perm
+
+from portal.models import Course
+from scheduling.choices import AuditKind, Purpose, SessionState
+from scheduling.engine.reasons import Code
+from scheduling.events import quota_request_payload
+from scheduling.models import AuditEvent, Quota, Session
+from scheduling.models.policy import QuotaRequest, QuotaRequestState
+from scheduling.services import Conflict, NotFound, ServiceError
+from scheduling.services.cycle import do_scheduling_cycle
+from scheduling.services.eligibility import Forbidden
+from scheduling.services.quota_requests import (
+    check_answer,
+    check_ask,
+    do_answer,
+    do_ask,
+    extra_gpu_hours,
+    visible_quota_requests,
+)
+from scheduling.services.quota_view import quota_left
+from scheduling.services.sessions import check_submit
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def course(make_user, owner):
+    course = Course.objects.create(code="cs101", title="Intro")
+    course.instructors.add(make_user("prof", email="prof@example.edu"))
+    course.students.add(owner)
+    return course
+
+
+@pytest.fixture
+def teacher(course):
+    return course.instructors.get()
+
+
+def used_two_gpu_hours(user, profile) -> Session:
+    """A finished desktop that used one whole GPU (1 CU) for two hours today."""
+    now = timezone.now()
+    return Session.objects.create(
+        user=user,
+        profile=profile,
+        purpose=Purpose.HOBBY,
+        state=SessionState.ENDED,
+        started_at=now - timedelta(hours=3),
+        ended_at=now - timedelta(hours=1),
+        compute_units=1.0,
+    )
+
+
+def ask(user, hours=5.0, course="cs101", reason="Final project training runs") -> QuotaRequest:
+    return do_ask(user, check_ask(user, course, hours, reason))
+
+
+def test_a_student_asks_and_the_instructor_is_told(
+    owner, teacher, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        request = ask(owner)
+    assert request.state == QuotaRequestState.PENDING
+    assert AuditEvent.objects.get(kind=AuditKind.QUOTA_REQUESTED).data["hours"] == 5.0
+    [letter] = mail.outbox
+    assert letter.to == ["prof@example.edu"] and "ada" in letter.subject
+
+
+def test_one_pending_request_per_course(owner, course):
+    ask(owner)
+    with pytest.raises(ServiceError) as second:
+        check_ask(owner, "cs101", 2, "more")
+    assert second.value.field == "course"
+    assert QuotaRequest.objects.count() == 1
+
+
+def test_asking_needs_an_enrolled_course_positive_hours_and_a_reason(owner, stranger, course):
+    for who, code, hours, reason, field in (
+        (stranger, "cs101", 5, "why", "course"),
+        (owner, "nope", 5, "why", "course"),
+        (owner, "cs101", 0, "why", "hours"),
+        (owner, "cs101", "lots", "why", "hours"),
+        (owner, "cs101", 5, "  ", "reason"),
+    ):
+        with pytest.raises(ServiceError) as refused:
+            check_ask(who, code, hours, reason)
+        assert refused.value.field == field
+    assert not QuotaRequest.objects.exists()
+
+
+def test_who_may_answer(owner, teacher, course, make_user, admin_user):
+    request = ask(owner)
+    other_course = Course.objects.create(code="ma201", title="Algebra")
+    outsider = make_user("other-prof")
+    other_course.instructors.add(outsider)
+    with pytest.raises(Forbidden):
+        check_answer(owner, request.pk, "grant", 5)  # the student sees it, may not answer
+    with pytest.raises(NotFound):
+        check_answer(outsider, request.pk, "grant", 5)  # another course's instructor
+    ta = make_user("ta")
+    with pytest.raises(NotFound):
+        check_answer(ta, request.pk, "grant", 5)
+    assign_perm("portal.answer_quota_requests", ta, course)
+    assert check_answer(ta, request.pk, "grant", 5).request == request
+    assert check_answer(teacher, request.pk, "refuse", None).grant is False
+    assert check_answer(admin_user, request.pk, "grant", 1).hours == 1
+    assert list(visible_quota_requests(ta)) == [request]
+    assert not visible_quota_requests(outsider).exists()
+
+
+def test_an_answer_grants_at_most_the_hours_asked_and_only_once(owner, teacher):
+    request = ask(owner, hours=4)
+    with pytest.raises(ServiceError) as too_many:
+        check_answer(teacher, request.pk, "grant", 10)
+    assert too_many.value.field == "hours"
+    with pytest.raises(ServiceError) as undecided:
+        check_answer(teacher, request.pk, "maybe", 1)
+    assert undecided.value.field == "decision"
+    do_answer(teacher, check_answer(teacher, request.pk, "grant", 3, "Go ahead"))
+    request.refresh_from_db()
+    assert (request.state, request.hours, request.answered_by) == ("granted", 3, teacher)
+    assert AuditEvent.objects.get(kind=AuditKind.QUOTA_ANSWERED).data["hours"] == 3
+    with pytest.raises(Conflict):
+        check_answer(teacher, request.pk, "refuse", None)
+
+
+def test_the_student_sees_the_answer_live_and_by_email(
+    owner, teacher, django_capture_on_commit_callbacks, monkeypatch
+):
+    owner.email = "ada@example.edu"
+    owner.save()
+    request = ask(owner)
+    sent = []
+    monkeypatch.setattr(
+        "scheduling.events._send", lambda group, payload: sent.append((group, payload))
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        do_answer(teacher, check_answer(teacher, request.pk, "refuse", None, "Not this week"))
+    [(group, payload)] = sent
+    assert group == f"user-{owner.pk}" and payload["type"] == "quota.update"
+    assert payload["request"]["state"] == "refused"
+    assert payload["request"]["answer"] == "Not this week"
+    [letter] = [m for m in mail.outbox if m.to == ["ada@example.edu"]]
+    assert "refused" in letter.subject and "Not this week" in letter.body
+
+
+def test_granted_hours_raise_the_weekly_limit_for_submit_and_for_the_engine(
+    owner, teacher, profile, pool
+):
+    Quota.objects.create(scope="user", key="*", max_gpu_hours_week=1.0)
+    used_two_gpu_hours(owner, profile)
+    with pytest.raises(ServiceError):
+        check_submit(owner, profile.pk, "hobby", None)  # 2 of 1 GPU-hours used
+    waiting = Session.objects.create(user=owner, profile=profile, purpose=Purpose.HOBBY)
+    do_scheduling_cycle()
+    waiting.refresh_from_db()
+    assert waiting.state == SessionState.QUEUED and waiting.reason_code == Code.QUOTA_GPU_HOURS
+    left = quota_left(owner)
+    assert (left.gpu_hours_week, left.max_gpu_hours_week, left.hours_left) == (2.0, 1.0, 0.0)
+
+    request = ask(owner, hours=5)
+    do_answer(teacher, check_answer(teacher, request.pk, "grant", 4))
+
+    assert extra_gpu_hours(timezone.now()) == {"ada": 4.0}
+    left = quota_left(owner)
+    assert (left.max_gpu_hours_week, left.extra_gpu_hours, left.hours_left) == (5.0, 4.0, 3.0)
+    check_submit(owner, profile.pk, "hobby", None)  # allowed again
+    do_scheduling_cycle()
+    waiting.refresh_from_db()
+    assert waiting.state == SessionState.PLACED
+
+
+def test_granted_hours_last_seven_days(owner, teacher):
+    request = ask(owner)
+    do_answer(teacher, check_answer(teacher, request.pk, "grant", None))
+    assert extra_gpu_hours(timezone.now()) == {"ada": 5.0}
+    assert extra_gpu_hours(timezone.now() + timedelta(days=7, minutes=1)) == {}
+
+
+def test_the_payload_is_what_the_page_shows(owner, course):
+    request = ask(owner)
+    payload = quota_request_payload(request)
+    assert (payload["course"], payload["hours"], payload["state"]) == ("cs101", 5.0, "pending")
+    assert payload["answered_by"] is None
