@@ -179,11 +179,12 @@ CORDON_AFTER_FAILURES = env.int("DESKPOOL_CORDON_AFTER_FAILURES", default=3)
 AGENT_HEARTBEAT_INTERVAL_S = env.float("DESKPOOL_AGENT_HEARTBEAT_INTERVAL_S", default=5.0)
 AGENT_POLL_INTERVAL_S = env.float("DESKPOOL_AGENT_POLL_INTERVAL_S", default=1.0)
 # Warm pool: a class booking starting within this many minutes (or running) gets desktops
-# started ahead on the slices held for it, at most this many per booking, for its seats not
-# yet taken; a warm start that fails is tried again (new key) after the retry delay, doubled
-# per failure up to 16 times it.
+# started ahead on the slices held for it, one for every seat not yet taken (a number caps
+# them per booking; 0 turns the warm pool off); a warm start that fails is tried again (new
+# key) after the retry delay, doubled per failure up to 16 times it.
 WARM_LEAD_MINUTES = env.float("DESKPOOL_WARM_LEAD_MINUTES", default=10.0)
-WARM_MAX_PER_BOOKING = env.int("DESKPOOL_WARM_MAX_PER_BOOKING", default=5)
+_WARM_MAX = env.str("DESKPOOL_WARM_MAX_PER_BOOKING", default="").strip()
+WARM_MAX_PER_BOOKING: int | None = int(_WARM_MAX) if _WARM_MAX else None  # None: every seat
 WARM_RETRY_S = env.float("DESKPOOL_WARM_RETRY_S", default=60.0)
 
 # --- e-mail -------------------------------------------------------------------------------

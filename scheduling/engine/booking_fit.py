@@ -104,6 +104,8 @@ class BookingFit:
     capacity: int  # seats the pool could hold then with no other booking
     code: str  # FITS, NO_FITTING_SLICES, POOL_TOO_SMALL, TAKEN_BY_BOOKINGS, NO_NODE_ROOM
     blocking: tuple[str, ...] = ()  # labels of the overlapping bookings that take capacity
+    slices: int = 0  # slices of the pool this profile can use (GPU profiles)
+    need: int = 0  # slices the seats need (seats x gpu_count)
 
 
 @dataclass(frozen=True)
@@ -246,11 +248,13 @@ def booking_fit(
     )
     most = slices // per_seat
     if most >= seats:
-        return BookingFit(True, seats, seats, capacity, FITS)
+        return BookingFit(True, seats, seats, capacity, FITS, slices=fitting)
     if fitting == 0:
         return BookingFit(False, seats, 0, 0, NO_FITTING_SLICES)
     if capacity < seats and most == capacity:
-        return BookingFit(False, seats, most, capacity, POOL_TOO_SMALL)
+        return BookingFit(
+            False, seats, most, capacity, POOL_TOO_SMALL, (), fitting, seats * per_seat
+        )
     blocking = tuple(
         dict.fromkeys(
             b.label
@@ -258,7 +262,7 @@ def booking_fit(
             if any(can_use(b.needs, s) and can_use(needs, s) for s in pool.slices)
         )
     )
-    return BookingFit(False, seats, most, capacity, TAKEN_BY_BOOKINGS, blocking)
+    return BookingFit(False, seats, most, capacity, TAKEN_BY_BOOKINGS, blocking, fitting)
 
 
 def booking_alternatives(

@@ -173,11 +173,11 @@ def fit_words(fit: engine.BookingFit, profile_name: str) -> str:
         return ngettext("%(seats)s seat fits.", "All %(seats)s seats fit.", fit.seats) % values
     if fit.code == fit_codes.NO_FITTING_SLICES:
         return _("No GPU in the pool can run %(profile)s.") % values
-    if fit.code == fit_codes.POOL_TOO_SMALL:
-        return (
-            _("The pool holds at most %(capacity)s desktops of %(profile)s; %(seats)s asked for.")
-            % values
-        )
+    if fit.code == fit_codes.POOL_TOO_SMALL and fit.slices:
+        return _(
+            "The pool has %(capacity)s slices that fit %(profile)s; %(seats)s seats "
+            "need %(need)s. Book fewer seats or another profile."
+        ) % {**values, "capacity": fit.slices, "need": fit.need}
     if fit.code == fit_codes.NO_NODE_ROOM:
         return _("The nodes have CPU and memory for %(most)s desktops of %(profile)s.") % values
     if fit.blocking:
@@ -243,7 +243,9 @@ def _require_fit(
     if fit.fits:
         return
     words = fit_words(fit, profile.name)
-    if fit.most_seats:
+    if fit.code == fit_codes.POOL_TOO_SMALL:
+        pass  # the sentence says what to do
+    elif fit.most_seats:
         words += " " + _("Book fewer seats, another time or another profile.")
     else:
         words += " " + _("Book another time or another profile.")

@@ -13,7 +13,8 @@ Each scheduling cycle (:func:`scheduling.services.cycle.do_scheduling_cycle`):
    warm desktop's slice (and, when it is READY, its ``warm_key``), the warm row goes; the
    engine plans the rest of the queue.
 4. :func:`top_up_warm` starts warm desktops on the booking holds the engine's plan chose
-   (``Plan.holds``), up to ``min(seats not yet taken, WARM_MAX_PER_BOOKING)`` per booking.
+   (``Plan.holds``), one for every seat not yet taken (``WARM_MAX_PER_BOOKING``, when set,
+   caps them per booking; 0 turns the warm pool off).
 
 A warm desktop holds its slice (or its node, for a CPU-only profile) through an
 :class:`~scheduling.models.Allocation` row, like a session: one partial unique index covers
@@ -241,9 +242,9 @@ def claim(session_id: int, warm: WarmDesktop) -> bool:
 def top_up_warm(snapshot: engine.Snapshot, result: engine.Plan, now: datetime) -> int:
     """Start warm desktops on the booking holds of the plan, for bookings near their window.
 
-    Per booking: ``min(seats - sessions holding capacity for it, WARM_MAX_PER_BOOKING)``
-    warm desktops; extras (a seat got taken) go, failed and starting ones first. Returns how
-    many were added.
+    Per booking: ``seats - sessions holding capacity for it`` warm desktops (at most
+    ``WARM_MAX_PER_BOOKING`` when that is set); extras (a seat got taken) go, failed and
+    starting ones first. Returns how many were added.
     """
     bookings = list(warm_bookings(now))
     if not bookings:
@@ -263,8 +264,10 @@ def top_up_warm(snapshot: engine.Snapshot, result: engine.Plan, now: datetime) -
             taken[r.booking_id] = taken.get(r.booking_id, 0) + 1
     rank = {WarmState.FAILED: 0, WarmState.STARTING: 1, WarmState.READY: 2}
     needed: dict[int, int] = {}
+    cap = settings.WARM_MAX_PER_BOOKING  # None: every seat
     for b in bookings:
-        target = max(0, min(b.seats - taken.get(b.pk, 0), settings.WARM_MAX_PER_BOOKING))
+        free = b.seats - taken.get(b.pk, 0)
+        target = max(0, free if cap is None else min(free, cap))
         rows = sorted(
             WarmDesktop.objects.filter(booking=b),
             key=lambda w: (rank[WarmState(w.state)], -w.pk),

@@ -247,3 +247,20 @@ def pool_node(agent_token):  # type: ignore[no-untyped-def]
     from scheduling.models import Node
 
     return Node.objects.get(hostname="node-1")
+
+
+def test_by_default_the_warm_pool_covers_every_seat_of_a_booking(
+    settings, course, profile, agent_token
+):
+    settings.WARM_MAX_PER_BOOKING = None  # the default: DESKPOOL_WARM_MAX_PER_BOOKING unset
+    booking = book(course, profile, 7, timedelta(minutes=5))
+    do_scheduling_cycle()
+    assert len(warm_keys(agent_token, booking)) == 7
+    assert WarmDesktop.objects.filter(booking=booking).count() == 7
+
+
+def test_a_cap_of_zero_turns_the_warm_pool_off(settings, course, profile, agent_token):
+    settings.WARM_MAX_PER_BOOKING = 0
+    booking = book(course, profile, 3, timedelta(minutes=5))
+    do_scheduling_cycle()
+    assert warm_keys(agent_token, booking) == set()
