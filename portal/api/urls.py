@@ -2,12 +2,11 @@ from django.urls import include, path
 from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
-from .views import BookingViewSet, DesktopProfileViewSet, PoolView, SessionViewSet
+from .views import DesktopProfileViewSet, PoolView, SessionViewSet
 
 router = DefaultRouter()
 router.register("profiles", DesktopProfileViewSet, basename="profile")
 router.register("sessions", SessionViewSet, basename="session")
-router.register("bookings", BookingViewSet, basename="booking")
 
 urlpatterns = [
     path("auth/token/", obtain_auth_token, name="api-token"),

@@ -12,15 +12,12 @@ from rest_framework.views import APIView
 
 from portal.people import signed_in
 from scheduling.api_errors import as_api_error
-from scheduling.models import Allocation, Booking, DesktopProfile, Gpu, Node, PoolPolicy, Session
+from scheduling.models import Allocation, DesktopProfile, Gpu, Node, PoolPolicy, Session
 from scheduling.services import ServiceError
-from scheduling.services.bookings import check_booking, do_cancel_booking, do_create_booking
 from scheduling.services.pool import pool_utilisation
 from scheduling.services.sessions import check_submit, do_stop, do_submit
 
 from .serializers import (
-    BookingCreateSerializer,
-    BookingSerializer,
     DesktopProfileSerializer,
     NodeSerializer,
     SessionCreateSerializer,
@@ -111,49 +108,3 @@ class PoolView(APIView):
                 "block_percent": policy.block_percent,
             }
         )
-
-
-class BookingViewSet(
-    mixins.ListModelMixin,
-    mixins.RetrieveModelMixin,
-    mixins.CreateModelMixin,
-    viewsets.GenericViewSet,
-):
-    """Class bookings: instructors see and make their courses' bookings; admins all."""
-
-    serializer_class = BookingSerializer
-
-    def get_queryset(self):
-        return Booking.objects.visible_to(self.request.user).select_related("course", "profile")
-
-    def get_serializer_class(self):
-        return BookingCreateSerializer if self.action == "create" else BookingSerializer
-
-    @extend_schema(request=BookingCreateSerializer, responses={201: BookingSerializer})
-    def create(self, request: Request, *args, **kwargs) -> Response:
-        form = BookingCreateSerializer(data=request.data)
-        form.is_valid(raise_exception=True)
-        data = form.validated_data
-        try:
-            checked = check_booking(
-                signed_in(request.user),
-                data["course"],
-                data["profile"],
-                data["seats"],
-                data["starts_at"],
-                data["ends_at"],
-            )
-        except ServiceError as error:
-            raise as_api_error(error) from error
-        booking = do_create_booking(signed_in(request.user), checked)
-        return Response(BookingSerializer(booking).data, status=status.HTTP_201_CREATED)
-
-    @extend_schema(request=None, responses={200: BookingSerializer})
-    @action(detail=True, methods=["post"])
-    def cancel(self, request: Request, pk: str | None = None) -> Response:
-        booking = self.get_object()
-        try:
-            booking = do_cancel_booking(signed_in(request.user), booking)
-        except ServiceError as error:
-            raise as_api_error(error) from error
-        return Response(BookingSerializer(booking).data)
