@@ -1,0 +1,163 @@
+"""The thesis-grant and quota-request pages for each role: advisor, admin, student, TA,
+stranger; who may post what (403 / 404), bad input (400, nothing made)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+from guardian.shortcuts import assign_perm
+
+from portal.models import Course, Member, Role, ThesisGrant
+from scheduling.models.policy import QuotaRequest, QuotaRequestState
+from scheduling.services.grants import check_grant, do_grant
+from scheduling.services.quota_requests import check_ask, do_ask
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def advisor(make_user):
+    user = make_user("prof")
+    Member.objects.create(user=user, role=Role.FACULTY)
+    return user
+
+
+@pytest.fixture
+def course(make_user, owner):
+    course = Course.objects.create(code="cs101", title="Intro")
+    course.instructors.add(make_user("teacher"))
+    course.students.add(owner)
+    return course
+
+
+def client_for(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def give(advisor, student, days: int = 30) -> ThesisGrant:
+    until = timezone.localdate() + timedelta(days=days)
+    return do_grant(advisor, check_grant(advisor, student.username, until))
+
+
+def test_an_advisor_grants_from_the_page_and_sees_a_revoke_button(advisor, owner):
+    page = client_for(advisor)
+    until = (timezone.localdate() + timedelta(days=90)).isoformat()
+    made = page.post(reverse("thesis-grants"), {"student": "ada", "until": until, "note": "ch 3"})
+    assert made.status_code == 302
+    grant = ThesisGrant.objects.get()
+    assert (grant.student, grant.granted_by) == (owner, advisor)
+    shown = page.get(reverse("thesis-grants")).content.decode()
+    assert 'id="grant-form"' in shown and "ada" in shown
+    assert reverse("thesis-grant-revoke", args=[grant.pk]) in shown
+
+
+def test_a_bad_grant_is_refused_with_the_field_named(advisor, owner):
+    refused = client_for(advisor).post(reverse("thesis-grants"), {"student": "nobody", "until": ""})
+    assert refused.status_code == 400
+    body = refused.content.decode()
+    assert "nobody" in body and "last day" in body
+    assert not ThesisGrant.objects.exists()
+
+
+def test_a_student_sees_their_grant_without_a_form_and_may_not_grant(advisor, owner):
+    grant = give(advisor, owner)
+    page = client_for(owner)
+    shown = page.get(reverse("thesis-grants")).content.decode()
+    assert 'id="my-grants"' in shown and 'id="grant-form"' not in shown
+    assert "prof" in shown and reverse("thesis-grant-revoke", args=[grant.pk]) not in shown
+    until = timezone.localdate().isoformat()
+    assert (
+        page.post(reverse("thesis-grants"), {"student": "ben", "until": until}).status_code == 403
+    )
+
+
+def test_others_see_they_have_none(stranger):
+    shown = client_for(stranger).get(reverse("thesis-grants"))
+    assert shown.status_code == 200 and 'id="no-grants"' in shown.content.decode()
+
+
+def test_revoking_from_the_page(advisor, owner, stranger, admin_user):
+    grant = give(advisor, owner)
+    url = reverse("thesis-grant-revoke", args=[grant.pk])
+    assert client_for(stranger).post(url).status_code == 404
+    assert client_for(owner).post(url).status_code == 403
+    assert client_for(advisor).get(url).status_code == 405
+    assert client_for(admin_user).post(url).status_code == 302
+    grant.refresh_from_db()
+    assert grant.revoked_by == admin_user
+    assert client_for(advisor).post(url).status_code == 302  # already revoked: a message
+    admin_page = client_for(admin_user).get(reverse("thesis-grants")).content.decode()
+    assert "All grants" in admin_page
+
+
+def test_anonymous_people_are_sent_to_log_in(client):
+    for name in ("thesis-grants", "quota-requests"):
+        assert client.get(reverse(name)).status_code == 302
+
+
+def test_a_student_asks_for_hours_on_the_page(owner, course):
+    page = client_for(owner)
+    shown = page.get(reverse("quota-requests")).content.decode()
+    assert 'id="ask-form"' in shown and 'value="cs101"' in shown
+    assert 'id="page-config"' in shown and "/ws/updates/" in shown
+    sent = page.post(reverse("quota-requests"), {"course": "cs101", "hours": "6", "reason": "GAN"})
+    assert sent.status_code == 302
+    request = QuotaRequest.objects.get()
+    assert (request.student, request.hours) == (owner, 6)
+    shown = page.get(reverse("quota-requests")).content.decode()
+    assert f'data-request-id="{request.pk}"' in shown and "Waiting for an answer" in shown
+
+
+def test_a_bad_ask_is_refused_and_nothing_made(owner, course):
+    page = client_for(owner)
+    for body in (
+        {"course": "ma201", "hours": "6", "reason": "x"},
+        {"course": "cs101", "hours": "-1", "reason": "x"},
+        {"course": "cs101", "hours": "6", "reason": ""},
+    ):
+        assert page.post(reverse("quota-requests"), body).status_code == 400
+    assert not QuotaRequest.objects.exists()
+
+
+def test_the_teacher_answers_and_a_ta_only_with_the_permission(owner, course, make_user):
+    request = do_ask(owner, check_ask(owner, "cs101", 8, "project"))
+    url = reverse("quota-request-answer", args=[request.pk])
+    teacher = client_for(course.instructors.get())
+    shown = teacher.get(reverse("quota-requests") + "?course=cs101").content.decode()
+    assert "ada asks for 8 GPU-hours in cs101" in shown and url in shown
+    other = teacher.get(reverse("quota-requests") + "?course=ma201").content.decode()
+    assert 'id="nothing-to-answer"' in other
+
+    ta_user = make_user("ta")
+    ta = client_for(ta_user)
+    assert 'id="nothing-to-answer"' not in ta.get(reverse("quota-requests")).content.decode()
+    assert ta.post(url, {"decision": "grant", "hours": "2"}).status_code == 404
+    assert client_for(owner).post(url, {"decision": "grant"}).status_code == 403
+    assign_perm("portal.answer_quota_requests", ta_user, course)
+    assert ta.post(url, {"decision": "grant", "hours": "99"}).status_code == 400  # over asked
+    assert ta.post(url, {"decision": "grant", "hours": "2", "answer": "ok"}).status_code == 302
+    request.refresh_from_db()
+    assert (request.state, request.hours, request.answered_by) == (
+        QuotaRequestState.GRANTED,
+        2,
+        ta_user,
+    )
+    student_page = client_for(owner).get(reverse("quota-requests")).content.decode()
+    assert "Granted" in student_page and "ok" in student_page
+
+
+def test_someone_with_no_course_is_told_there_is_no_one_to_ask(stranger):
+    shown = client_for(stranger).get(reverse("quota-requests")).content.decode()
+    assert 'id="no-quota-requests"' in shown
+
+
+def test_the_nav_links_the_pages(owner):
+    shown = client_for(owner).get(reverse("thesis-grants")).content.decode()
+    assert f'href="{reverse("quota-requests")}"' in shown
+    assert f'href="{reverse("thesis-grants")}"' in shown
