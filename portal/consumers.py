@@ -18,6 +18,7 @@ from scheduling.models.policy import QuotaRequestState
 from scheduling.presenters import render
 
 from .preferences import handshake_language, saved_preferences
+from .session_fragment import render_both
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +52,13 @@ class UpdatesConsumer(AsyncJsonWebsocketConsumer):
             return render(code, params)
 
     async def session_update(self, event: dict) -> None:
+        """The payload, and the session's one rendering (``templates/portal/_session.html``)
+        in the listener's language and zone, for the page to swap in."""
         session = dict(event["session"])
         session["reason"] = self._render(session["reason_code"], session["reason_params"])
-        await self.send_json({"type": "session.update", "session": session})
+        with translation.override(self.language), timezone.override(self.zone):
+            html = render_both(session) if "state" in session else {}
+        await self.send_json({"type": "session.update", "session": session, **html})
 
     async def quota_update(self, event: dict) -> None:
         request = dict(event["request"])

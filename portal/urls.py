@@ -3,14 +3,21 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
-from . import views
+from . import student_views, views
 
 urlpatterns = [
-    path("", views.home, name="home"),
-    path("sessions/new/", views.submit_session, name="session-submit"),
-    path("sessions/<int:session_id>/", views.session_detail, name="session-page"),
-    path("sessions/<int:session_id>/stop/", views.stop_session, name="session-page-stop"),
-    path("desktop/<int:session_id>/", views.desktop, name="desktop"),
+    path("", student_views.home, name="home"),
+    path("sessions/new/", student_views.submit_session, name="session-submit"),
+    path("sessions/<int:session_id>/", student_views.session_detail, name="session-page"),
+    path(
+        "sessions/<int:session_id>/fragment/",
+        student_views.session_fragment,
+        name="session-fragment",
+    ),
+    path("sessions/<int:session_id>/stop/", student_views.stop_session, name="session-page-stop"),
+    path("sessions/<int:session_id>/cancel/", student_views.cancel_session, name="session-cancel"),
+    path("desktop/<int:session_id>/", student_views.desktop, name="desktop"),
+    path("history/", student_views.history, name="history"),
     path("account/", views.account, name="account"),
     path("courses/", include("portal.course_urls")),
     path("courses/<slug:code>/", include("portal.booking_urls")),

@@ -1,60 +1,117 @@
-// Live session page: state, queue position and reason pushed over Channels, no reload.
+// Live sessions on the home and session pages. Every session on the page is the server's one
+// rendering of it (templates/portal/_session.html); a live update carries that fragment,
+// rendered in this reader's language and time zone, and this script only swaps it in.
 (function () {
   "use strict";
-  const root = document.getElementById("session");
-  if (!root) return;
-  const sessionId = Number(root.dataset.sessionId);
-  const $ = (id) => document.getElementById(id);
-  const terminal = new Set(["ENDED", "FAILED", "EXPIRED", "CANCELLED", "LOST"]);
-  // The page's words in the reader's language: state labels and the live-connection notes.
-  const words = JSON.parse($("session-words").textContent);
+  const configNode = document.getElementById("page-config");
+  if (!configNode) return;
+  const config = JSON.parse(configNode.textContent);
+  const live = document.getElementById("live");
+  const list = document.getElementById("session-list");
+  const empty = document.getElementById("no-sessions");
 
-  function render(s) {
-    const state = $("state");
-    state.textContent = words.states[s.state] || s.state;
-    state.dataset.state = s.state;
-    state.className = "state state-" + s.state.toLowerCase();
-    $("position").textContent = s.queue_position ?? "";
-    $("position-line").hidden = !s.queue_position;
-    $("reason").textContent = s.reason || "";
-    $("node").textContent = s.node || "";
-    $("slice").textContent = s.slice || "";
-    $("placement").hidden = !s.node;
-    $("simulated-note").hidden = !s.simulated;
-    $("open-desktop").hidden = !s.desktop_url || s.simulated;
-    $("stop-form").hidden = terminal.has(s.state);
-    deadline = s.state === "PREEMPTING" && s.preempt_deadline ? new Date(s.preempt_deadline) : null;
+  const cards = () => document.querySelectorAll(".session-card");
+  const cardOf = (id) => document.querySelector('.session-card[data-session-id="' + id + '"]');
+
+  function parse(html) {
+    const template = document.createElement("template");
+    template.innerHTML = html.trim();
+    const node = template.content.firstElementChild;
+    // Rendered outside a request, the fragment's forms carry no CSRF token: use the page's.
+    node.querySelectorAll('input[name="csrfmiddlewaretoken"]').forEach((input) => {
+      if (!input.value) input.value = config.csrf_token;
+    });
+    return node;
+  }
+
+  // A live region keeps its node: screen readers announce a change to a region already on
+  // the page, not a region that replaces it.
+  function keepLiveRegions(old, fresh) {
+    fresh.querySelectorAll("[data-live]").forEach((node) => {
+      const kept = old.querySelector('[data-live="' + node.dataset.live + '"]');
+      if (!kept) return;
+      for (const attr of Array.from(kept.attributes)) {
+        if (!node.hasAttribute(attr.name)) kept.removeAttribute(attr.name);
+      }
+      for (const attr of Array.from(node.attributes)) kept.setAttribute(attr.name, attr.value);
+      kept.replaceChildren(...Array.from(node.childNodes));
+      node.replaceWith(kept);
+    });
+  }
+
+  // Keyboard focus inside a replaced card moves to the same control in the new one.
+  function keepFocus(old, fresh) {
+    const focused = document.activeElement;
+    if (!focused || !old.contains(focused)) return null;
+    const same = Array.from(fresh.querySelectorAll(focused.tagName)).find(
+      (node) => node.textContent.trim() === focused.textContent.trim()
+    );
+    if (same) return same;
+    fresh.tabIndex = -1;
+    return fresh;
+  }
+
+  function apply(update) {
+    const old = cardOf(update.id);
+    const variant = old ? old.dataset.variant : list ? "item" : null;
+    if (!variant) return;
+    const fresh = parse(variant === "detail" ? update.html : update.html_item);
+    if (old) {
+      keepLiveRegions(old, fresh);
+      const focus = keepFocus(old, fresh);
+      old.replaceWith(fresh);
+      if (focus) focus.focus();
+    } else {
+      list.append(fresh);
+      if (empty) empty.hidden = true;
+    }
     tick();
   }
 
   // The grace countdown of a preempted desktop.
-  let deadline = null;
   function tick() {
-    $("countdown-line").hidden = !deadline;
-    if (!deadline) return;
-    const left = Math.max(0, Math.round((deadline - Date.now()) / 1000));
-    $("countdown").textContent = Math.floor(left / 60) + ":" + String(left % 60).padStart(2, "0");
+    document.querySelectorAll("[data-deadline]").forEach((line) => {
+      const left = Math.max(0, Math.round((new Date(line.dataset.deadline) - Date.now()) / 1000));
+      const out = line.querySelector("[data-countdown]");
+      if (out) out.textContent = Math.floor(left / 60) + ":" + String(left % 60).padStart(2, "0");
+    });
   }
   setInterval(tick, 1000);
+  tick();
 
-  render(JSON.parse($("session-data").textContent));
+  // Catch up on anything missed before the connection opened or while it was down.
+  // A live update that lands meanwhile is newer than the answer: the answer is dropped then.
+  let received = 0;
+  function catchUp() {
+    const since = received;
+    cards().forEach((card) => {
+      fetch(card.dataset.fragmentUrl, { credentials: "same-origin" })
+        .then((r) => (r.ok ? r.json() : null))
+        .then((update) => update && received === since && apply(update))
+        .catch(() => {});
+    });
+  }
 
   let delay = 500;
   function connect() {
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    const ws = new WebSocket(scheme + location.host + "/ws/updates/");
-    ws.onopen = () => { delay = 500; $("live").textContent = words.live; };
+    const ws = new WebSocket(scheme + location.host + config.updates_url);
+    ws.onopen = () => {
+      delay = 500;
+      if (live) live.textContent = config.words.live;
+      catchUp();
+    };
     ws.onmessage = (event) => {
       const msg = JSON.parse(event.data);
-      if (msg.type === "session.update" && msg.session.id === sessionId) render(msg.session);
+      if (msg.type === "session.update" && msg.html) {
+        received += 1;
+        apply({ id: msg.session.id, html: msg.html, html_item: msg.html_item });
+      }
     };
     ws.onclose = () => {
-      $("live").textContent = words.reconnecting;
+      if (live) live.textContent = config.words.reconnecting;
       setTimeout(connect, delay);
       delay = Math.min(delay * 2, 10000);
-      // Catch up on anything missed while disconnected.
-      fetch("/api/v1/sessions/" + sessionId + "/", { credentials: "same-origin" })
-        .then((r) => (r.ok ? r.json() : null)).then((s) => s && render(s)).catch(() => {});
     };
   }
   connect();

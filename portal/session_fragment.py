@@ -1,0 +1,56 @@
+"""The one rendering of a session: ``templates/portal/_session.html``.
+
+Pages include it, and the live updates carry it, rendered for the listener (their language
+and time zone are active around :func:`render_session`). Its input is the session payload
+(``scheduling.events.session_payload``), the same dict the API returns and updates carry, so
+a page, a live update and the API never disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils.dateparse import parse_datetime
+
+from scheduling.choices import OPENABLE_STATES, TERMINAL_STATES, WAITING_STATES, SessionState
+
+FRAGMENT = "portal/_session.html"
+# The two forms it takes: the session's own page (the ids its scripts and tests use) and
+# an entry of a list (no ids, so several fit on one page).
+DETAIL, ITEM = "detail", "item"
+
+
+def fragment_context(payload: Mapping[str, Any], variant: str) -> dict[str, Any]:
+    """What the template needs from a payload: times as datetimes, labels, links."""
+    session_id = payload["id"]
+    state = payload["state"]
+    return {
+        "s": payload,
+        "detail": variant == DETAIL,
+        "state_label": SessionState(state).label if state in SessionState.values else state,
+        "eta": parse_datetime(payload["eta"]) if payload.get("eta") else None,
+        "ends_at": parse_datetime(payload["ends_at"]) if payload.get("ends_at") else None,
+        "waiting": state in WAITING_STATES,
+        "terminal": state in TERMINAL_STATES,
+        "openable": state in OPENABLE_STATES and not payload["simulated"],
+        "page_url": reverse("session-page", args=[session_id]),
+        "fragment_url": reverse("session-fragment", args=[session_id]),
+        "desktop_url": reverse("desktop", args=[session_id]),
+        "stop_url": reverse("session-page-stop", args=[session_id]),
+        "cancel_url": reverse("session-cancel", args=[session_id]),
+    }
+
+
+def render_session(payload: Mapping[str, Any], variant: str) -> str:
+    """The fragment in the active language and time zone. Its forms carry an empty CSRF
+    token when rendered outside a request; the page's script fills in its own."""
+    return render_to_string(FRAGMENT, {"f": fragment_context(payload, variant)})
+
+
+def render_both(payload: Mapping[str, Any]) -> dict[str, str]:
+    """Both forms, as a live update carries them: ``html`` (the session's page) and
+    ``html_item`` (a list's entry)."""
+    return {"html": render_session(payload, DETAIL), "html_item": render_session(payload, ITEM)}

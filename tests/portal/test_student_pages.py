@@ -1,0 +1,193 @@
+"""The student's pages: home (sessions and the request form), cancel, history, the desktop,
+and the one rendering of a session that pages and live updates share."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+from django.utils import timezone
+
+from portal.consumers import UpdatesConsumer
+from portal.models import Course, Member, ThesisGrant
+from scheduling.models import Session
+from scheduling.services.sessions import check_submit, do_submit
+
+pytestmark = pytest.mark.django_db
+
+ETA = datetime(2030, 3, 1, 23, 15, tzinfo=UTC)
+
+
+def signed_in(user) -> Client:
+    client = Client(HTTP_ACCEPT_LANGUAGE="en")
+    client.force_login(user)
+    return client
+
+
+def queued(user, profile, **fields) -> Session:
+    return Session.objects.create(
+        user=user,
+        profile=profile,
+        purpose="hobby",
+        queue_position=2,
+        eta=ETA,
+        reason_code="waiting",
+        reason_params={"ahead": 1, "tier": "hobby", "eta": ETA.isoformat()},
+        **fields,
+    )
+
+
+def test_home_shows_my_sessions_with_position_reason_and_start_in_my_zone(owner, profile):
+    Member.objects.create(user=owner, time_zone="Asia/Shanghai")
+    session = queued(owner, profile)
+    page = signed_in(owner).get("/").content.decode()
+    assert f'data-session-id="{session.pk}"' in page
+    assert "Queue position: <strong>2</strong>" in page
+    assert "1 ahead of you in hobby; estimated start 2030-03-02 07:15" in page  # the reason
+    assert "Estimated start: <time" in page
+    assert '2030-03-02 07:15</time> <span class="hint">(Asia/Shanghai)</span>' in page
+    assert f'action="/sessions/{session.pk}/cancel/"' in page  # Cancel, not Stop, when queued
+
+
+def test_the_form_offers_only_my_purposes_and_courses_and_shows_my_quota(owner, profile, make_user):
+    Course.objects.create(code="cs999", title="Not mine")
+    mine = Course.objects.create(code="cs101", title="Deep learning", default_profile=profile)
+    page = signed_in(owner).get("/").content.decode()
+    assert 'value="hobby"' in page
+    assert 'value="thesis"' not in page and 'value="coursework"' not in page
+    assert "cs999" not in page and "cs101" not in page
+    assert "Open requests and desktops: 0 of 3" in page
+    assert "starts now" not in page  # no node: nothing free
+    assert "Time limit: 240 minutes" in page and "MIG instance, Time-sliced share" in page
+
+    mine.students.add(owner)
+    ThesisGrant.objects.create(student=owner, until=timezone.localdate() + timedelta(days=9))
+    queued(owner, profile)
+    page = signed_in(owner).get("/").content.decode()
+    assert 'value="thesis"' in page and 'value="coursework"' in page
+    assert f'value="cs101" data-default-profile="{profile.pk}"' in page
+    assert "cs999" not in page
+    assert "Open requests and desktops: 1 of 3" in page
+
+
+def test_a_refused_request_says_why_next_to_the_field_and_creates_nothing(owner, profile):
+    answer = signed_in(owner).post(
+        "/sessions/new/", {"profile": profile.pk, "purpose": "coursework"}
+    )
+    assert answer.status_code == 400
+    page = answer.content.decode()
+    assert (
+        '<p class="error" id="course-error">Coursework requests name the course they are for.'
+        in page
+    )
+    assert 'aria-invalid="true" aria-describedby="course-error"' in page
+    assert not Session.objects.exists()
+
+    answer = signed_in(owner).post("/sessions/new/", {"purpose": "hobby"})
+    assert answer.status_code == 400
+    assert (
+        '<p class="error" id="profile-error">Pick a desktop profile.</p>' in answer.content.decode()
+    )
+    assert not Session.objects.exists()
+
+
+def test_a_request_that_passes_is_created_and_shown_on_its_page(owner, profile):
+    answer = signed_in(owner).post("/sessions/new/", {"profile": profile.pk, "purpose": "hobby"})
+    session = Session.objects.get()
+    assert answer.status_code == 302 and answer["Location"] == f"/sessions/{session.pk}/"
+    page = signed_in(owner).get(answer["Location"]).content.decode()
+    assert 'id="state" data-live="state" data-state="QUEUED"' in page
+    assert 'id="cancel"' in page and 'id="stop"' not in page
+
+
+def test_cancel_withdraws_a_queued_request_but_not_a_running_desktop(owner, profile):
+    waiting = queued(owner, profile)
+    answer = signed_in(owner).post(f"/sessions/{waiting.pk}/cancel/")
+    assert answer.status_code == 302 and answer["Location"] == "/"
+    waiting.refresh_from_db()
+    assert waiting.state == "CANCELLED"
+
+    running = Session.objects.create(
+        user=owner, profile=profile, purpose="hobby", state="RUNNING", started_at=timezone.now()
+    )
+    signed_in(owner).post(f"/sessions/{running.pk}/cancel/")
+    running.refresh_from_db()
+    assert running.state == "RUNNING"
+
+
+def test_history_shows_gpu_hours_of_past_sessions_and_the_week(owner, profile):
+    now = timezone.now()
+    Session.objects.create(
+        user=owner,
+        profile=profile,
+        purpose="hobby",
+        state="ENDED",
+        compute_units=0.5,
+        started_at=now - timedelta(hours=3),
+        ended_at=now - timedelta(hours=1),
+    )
+    page = signed_in(owner).get("/history/").content.decode()
+    assert '<td class="gpu-hours">1.00</td>' in page
+    assert "GPU-hours over the last 7 days: 1.00" in page
+    assert '<svg viewBox="0 0 168 64" role="img"' in page
+    assert "<td>1.00</td>" in page  # the chart's text alternative sums the day
+
+
+def test_another_student_gets_404_on_my_session_pages(owner, stranger, profile):
+    session = queued(owner, profile)
+    client = signed_in(stranger)
+    for path in ("/sessions/{}/", "/desktop/{}/", "/sessions/{}/fragment/"):
+        assert client.get(path.format(session.pk)).status_code == 404
+    for path in ("/sessions/{}/cancel/", "/sessions/{}/stop/"):
+        assert client.post(path.format(session.pk)).status_code == 404
+    session.refresh_from_db()
+    assert session.state == "QUEUED"
+    assert f"#{session.pk}" not in client.get("/").content.decode()
+
+
+def test_the_desktop_page_gives_its_script_the_addresses_and_the_time_limit(owner, profile):
+    started = timezone.now()
+    session = Session.objects.create(
+        user=owner, profile=profile, purpose="hobby", state="RUNNING", started_at=started
+    )
+    page = signed_in(owner).get(f"/desktop/{session.pk}/").content.decode()
+    assert f'"proxy_url": "/ws/desktop/{session.pk}/"' in page
+    assert f'"session_api": "/api/v1/sessions/{session.pk}/"' in page
+    assert '"ends_at": "' in page and 'id="clipboard-text"' in page
+    api = signed_in(owner).get(f"/api/v1/sessions/{session.pk}/").json()
+    ends = datetime.fromisoformat(api["ends_at"])
+    assert ends == started + timedelta(minutes=profile.max_duration_minutes)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_live_update_carries_the_one_rendering_in_the_listeners_language(owner, profile):
+    Member.objects.create(user=owner, language="zh-hans", time_zone="Asia/Shanghai")
+
+    async def listen():
+        communicator = WebsocketCommunicator(UpdatesConsumer.as_asgi(), "/ws/updates/")
+        communicator.scope["user"] = owner
+        connected, _code = await communicator.connect()
+        assert connected
+        session = await database_sync_to_async(
+            lambda: do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
+        )()
+        message = await asyncio.wait_for(communicator.receive_json_from(), timeout=5)
+        await communicator.disconnect()
+        return session, message
+
+    session, message = async_to_sync(listen)()
+    assert message["type"] == "session.update"
+    client = signed_in(owner)
+    fragment = client.get(f"/sessions/{session.pk}/fragment/").json()
+    assert (message["html"], message["html_item"]) == (fragment["html"], fragment["html_item"])
+    assert 'id="state" data-live="state" data-state="QUEUED"' in message["html"]
+    assert "排队中" in message["html"] or "已排队" in message["html"]  # the state, in Chinese
+    # The session's page includes the very same fragment (its forms carry the page's token).
+    page = client.get(f"/sessions/{session.pk}/").content.decode()
+    token = page.split('name="csrfmiddlewaretoken" value="')[1].split('"')[0]
+    assert message["html"].strip().replace('value=""', f'value="{token}"') in page
