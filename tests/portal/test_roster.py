@@ -77,7 +77,11 @@ def test_bad_rows_are_listed_with_row_and_column_and_nothing_is_imported(teacher
 
 
 def test_a_semicolon_file_with_a_bom_from_a_spreadsheet_is_read(teacher, course):
-    text = "\ufeffStudent ID;Name;E-Mail\r\n2024001;张三;zhang@example.edu\r\n2024002;李四;li@example.edu\r\n"
+    text = (
+        "\ufeffStudent ID;Name;E-Mail\r\n"
+        "2024001;张三;zhang@example.edu\r\n"
+        "2024002;李四;li@example.edu\r\n"
+    )
     plan = check_roster(course, text.encode("utf-8"))
     do_import_roster(teacher, course, plan)
 
