@@ -1,7 +1,18 @@
-"""API URLs of the grants resources."""
+"""API URLs of the grants resources (portal/api/grants.py)."""
 
 from __future__ import annotations
 
-from django.urls import URLPattern
+from django.urls import path
+from rest_framework.routers import SimpleRouter
 
-urlpatterns: list[URLPattern] = []
+from . import grants
+
+# A SimpleRouter: the API root view stays the main router's (portal/api/urls.py).
+router = SimpleRouter()
+router.register("thesis-grants", grants.ThesisGrantViewSet, basename="api-thesis-grant")
+router.register("quota-requests", grants.QuotaRequestViewSet, basename="api-quota-request")
+
+urlpatterns = [
+    path("me/quota/", grants.MyQuotaView.as_view(), name="api-my-quota"),
+    *router.urls,
+]

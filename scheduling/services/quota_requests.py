@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import cast
 
-from django.contrib.auth.models import User
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
@@ -62,7 +62,7 @@ class AnswerRequest:
     answer: str
 
 
-def answerable_courses(user: User) -> QuerySet[Course]:
+def answerable_courses(user: User | AnonymousUser) -> QuerySet[Course]:
     """Courses whose quota requests this person answers: taught, granted
     ``portal.answer_quota_requests`` (a TA), or all for admins."""
     if not user.is_authenticated:
@@ -75,7 +75,7 @@ def answerable_courses(user: User) -> QuerySet[Course]:
     return Course.objects.filter(Q(instructors=user) | Q(pk__in=granted)).distinct()
 
 
-def visible_quota_requests(user: User) -> QuerySet[QuotaRequest]:
+def visible_quota_requests(user: User | AnonymousUser) -> QuerySet[QuotaRequest]:
     """Requests a person may read: their own and those of the courses they answer for."""
     if not user.is_authenticated:
         return QuotaRequest.objects.none()

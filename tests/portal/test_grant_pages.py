@@ -10,6 +10,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
+from rest_framework.test import APIClient
 
 from portal.models import Course, Member, Role, ThesisGrant
 from scheduling.models.policy import QuotaRequest, QuotaRequestState
@@ -161,3 +162,67 @@ def test_the_nav_links_the_pages(owner):
     shown = client_for(owner).get(reverse("thesis-grants")).content.decode()
     assert f'href="{reverse("quota-requests")}"' in shown
     assert f'href="{reverse("thesis-grants")}"' in shown
+
+
+# --- the API -------------------------------------------------------------------------------
+
+
+def api_for(user):
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def test_api_grants_lists_what_each_may_see_and_creates_for_faculty(advisor, owner, stranger):
+    until = (timezone.localdate() + timedelta(days=10)).isoformat()
+    refused = api_for(owner).post("/api/v1/thesis-grants/", {"student": "ben", "until": until})
+    assert refused.status_code == 403
+    bad = api_for(advisor).post("/api/v1/thesis-grants/", {"student": "nobody", "until": until})
+    assert bad.status_code == 400 and "student" in bad.json()
+    made = api_for(advisor).post("/api/v1/thesis-grants/", {"student": "ada", "until": until})
+    assert made.status_code == 201
+    body = made.json()
+    assert (body["student"], body["granted_by"], body["active"]) == ("ada", "prof", True)
+    assert [g["id"] for g in api_for(owner).get("/api/v1/thesis-grants/").json()] == [body["id"]]
+    assert api_for(stranger).get("/api/v1/thesis-grants/").json() == []
+    revoke = f"/api/v1/thesis-grants/{body['id']}/revoke/"
+    assert api_for(stranger).post(revoke).status_code == 404
+    assert api_for(owner).post(revoke).status_code == 403
+    revoked = api_for(advisor).post(revoke)
+    assert revoked.status_code == 200 and revoked.json()["active"] is False
+    assert api_for(advisor).post(revoke).status_code == 409
+
+
+def test_api_quota_requests_ask_and_answer(owner, course, make_user, stranger):
+    asked = api_for(owner).post(
+        "/api/v1/quota-requests/", {"course": "cs101", "hours": 6, "reason": "GAN"}, format="json"
+    )
+    assert asked.status_code == 201 and asked.json()["state"] == "pending"
+    again = api_for(owner).post(
+        "/api/v1/quota-requests/", {"course": "cs101", "hours": 1, "reason": "x"}, format="json"
+    )
+    assert again.status_code == 400 and "course" in again.json()
+    request_id = asked.json()["id"]
+    answer = f"/api/v1/quota-requests/{request_id}/answer/"
+    assert api_for(stranger).post(answer, {"decision": "grant"}).status_code == 404
+    assert api_for(owner).post(answer, {"decision": "grant"}).status_code == 403
+    teacher = api_for(course.instructors.get())
+    assert teacher.get("/api/v1/quota-requests/?course=cs101").json()[0]["student"] == "ada"
+    assert teacher.post(answer, {"decision": "maybe"}).status_code == 400
+    granted = teacher.post(answer, {"decision": "grant", "hours": 4}, format="json")
+    assert granted.status_code == 200
+    assert (granted.json()["state"], granted.json()["hours"]) == ("granted", 4.0)
+    mine = api_for(owner).get("/api/v1/me/quota/").json()
+    assert mine["extra_gpu_hours"] == 4.0 and mine["max_open_sessions"] == 3
+
+
+def test_the_schema_documents_the_grant_resources(admin_user):
+    schema = api_for(admin_user).get("/api/schema/", {"format": "json"}).json()
+    for path in (
+        "/api/v1/thesis-grants/",
+        "/api/v1/thesis-grants/{id}/revoke/",
+        "/api/v1/quota-requests/",
+        "/api/v1/quota-requests/{id}/answer/",
+        "/api/v1/me/quota/",
+    ):
+        assert path in schema["paths"]
