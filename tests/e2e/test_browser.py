@@ -76,6 +76,20 @@ def desktop_profile(db):
     )
 
 
+@pytest.fixture(autouse=True)
+def adas_thesis_grant(owner):
+    """Thesis requests need a grant in force (scheduling.services.eligibility)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from portal.models import ThesisGrant
+
+    return ThesisGrant.objects.create(
+        student=owner, until=timezone.localdate() + timedelta(days=30)
+    )
+
+
 def session_containers(client, session_id: int) -> list:
     return client.containers.list(all=True, filters={"label": f"deskpool.session={session_id}"})
 
