@@ -21,9 +21,11 @@ class _ServiceForm(forms.Form):
     """A form whose ``check`` raises ServiceError; the error lands on its field."""
 
     checked: Any = None
+    id_prefix = "course"  # one page holds several of these forms: ids must not clash
 
     def __init__(self, *args: Any, course: Course, **kwargs: Any) -> None:
         self.course = course
+        kwargs.setdefault("auto_id", f"{self.id_prefix}-%s")
         super().__init__(*args, **kwargs)
 
     def check(self, data: dict[str, Any]) -> Any:
@@ -42,6 +44,7 @@ class _ServiceForm(forms.Form):
 
 
 class RosterImportForm(_ServiceForm):
+    id_prefix = "roster"
     file = forms.FileField(
         label=_("Class list (CSV)"),
         required=False,
@@ -81,15 +84,22 @@ class RosterImportForm(_ServiceForm):
 
 
 class AddStudentForm(_ServiceForm):
+    id_prefix = "add"
     identity = forms.CharField(label=_("Username or student id"), max_length=150)
     name = forms.CharField(label=_("Name (for a new account)"), max_length=150, required=False)
-    email = forms.CharField(label=_("E-mail (for a new account)"), max_length=254, required=False)
+    email = forms.CharField(
+        label=_("E-mail (for a new account)"),
+        max_length=254,
+        required=False,
+        widget=forms.EmailInput,
+    )
 
     def check(self, data: dict[str, Any]) -> Any:
         return check_add_student(self.course, data["identity"], data["name"], data["email"])
 
 
 class TaForm(_ServiceForm):
+    id_prefix = "ta"
     username = forms.CharField(label=_("TA's username"), max_length=150)
     permissions = forms.MultipleChoiceField(
         label=_("The TA may"),
@@ -103,6 +113,7 @@ class TaForm(_ServiceForm):
 
 
 class CourseSettingsForm(_ServiceForm):
+    id_prefix = "settings"
     default_profile = forms.ModelChoiceField(
         label=_("Default desktop"),
         queryset=DesktopProfile.objects.filter(active=True),
