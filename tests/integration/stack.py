@@ -60,7 +60,16 @@ def wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def write_fleet(path: Path, node: str, mig_instances: int) -> Path:
+def database_url_of(settings_dict: dict) -> str:
+    """A ``postgres://`` URL for a Django database's settings (for the stack's processes)."""
+    s = settings_dict
+    password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
+    host = f"{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}"
+    return f"postgres://{s['USER']}{password}@{host}/{s['NAME']}"
+
+
+def write_fleet(path: Path, node: str, mig_instances: int, gpus: int = 1) -> Path:
+    """A simulated fleet file: ``node`` with ``gpus`` A100s of ``mig_instances`` 1g.10gb each."""
     fleet = {
         "simulated": True,
         "nodes": [
@@ -71,7 +80,7 @@ def write_fleet(path: Path, node: str, mig_instances: int) -> Path:
                 "labels": {"rack": "test", "network_plane": "eth0"},
                 "gpus": [
                     {
-                        "count": 1,
+                        "count": gpus,
                         "name": "NVIDIA A100-SXM4-80GB",
                         "memory_mb": 81920,
                         "compute_capability": "8.0",
