@@ -8,6 +8,7 @@ nothing. People not known yet get an account ready for campus sign-in (no usable
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ _HEADERS = {
     "student_id": {"studentid", "studentnumber", "matriculation", "id", "学号"},
     "identity": {"usernameorstudentid", "usernameorid", "student", "学生"},
     "name": {"name", "fullname", "studentname", "姓名", "名字"},
+    "first_name": {"firstname", "givenname", "forename", "名"},
+    "last_name": {"lastname", "surname", "familyname", "姓"},
     "email": {"email", "mail", "emailaddress", "邮箱", "电子邮件", "电子邮箱"},
 }
 # Without a recognised header, the columns are read in the documented order.
@@ -72,6 +75,8 @@ class RosterRow:
     name: str
     email: str
     user: User | None = None  # the existing account this row matched
+    first_name: str = ""  # from separate first/last name columns, when the file has them
+    last_name: str = ""
 
 
 @dataclass
@@ -110,6 +115,8 @@ def _decode(file_bytes: bytes) -> str:
             [RowError(0, "file", _("The file is larger than 2 MB. Is it the right file?"))]
         )
     try:
+        if file_bytes.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+            return file_bytes.decode("utf-16")  # Excel's "Unicode text"
         return file_bytes.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise RosterErrors(
@@ -182,7 +189,9 @@ def _parse(text: str) -> tuple[list[RosterRow], list[RowError]]:
                 row=number,
                 username=cell("username") or identity or cell("student_id"),
                 student_id=cell("student_id") or ("" if "username" in columns else identity),
-                name=cell("name"),
+                name=cell("name") or f"{cell('first_name')} {cell('last_name')}".strip(),
+                first_name=cell("first_name"),
+                last_name=cell("last_name"),
                 email=cell("email"),
             )
         )
@@ -333,7 +342,12 @@ def check_add_student(course: Course, identity: str, name: str = "", email: str 
 
 def _create_account(row: RosterRow) -> User:
     """A student's account for campus sign-in: no usable password, name and e-mail filled."""
-    user = User(username=row.username, first_name=row.name[:150], email=row.email)
+    if row.first_name or row.last_name:
+        first, last = row.first_name, row.last_name
+    else:  # one name column: kept whole (many names do not split into given and family)
+        first, last = row.name, ""
+    user = User(username=row.username, first_name=first[:150], last_name=last[:150])
+    user.email = row.email
     user.set_unusable_password()
     user.save()
     Member.objects.create(user=user, role=Role.STUDENT, student_id=row.student_id)

@@ -154,7 +154,10 @@ class RosterView(APIView):
         return Response(StudentSerializer(students, many=True).data)
 
     @extend_schema(
-        request={"multipart/form-data": RosterUploadSerializer, "application/json": None},
+        request={
+            "multipart/form-data": RosterUploadSerializer,
+            "application/json": RosterUploadSerializer,
+        },
         responses={200: RosterResultSerializer},
         description="Import (or, with sync, make the roster equal to) a CSV class list. "
         "A file with any error imports nothing: 400 with `rows` (row, column, message).",

@@ -141,3 +141,19 @@ def test_a_header_without_an_identity_column_is_refused(course):
     with pytest.raises(RosterErrors) as caught:
         check_roster(course, b"name,email\nAlice,a@example.edu\n")
     assert caught.value.errors[0].row == 1
+
+
+def test_first_and_last_name_columns_and_excel_unicode_text_are_read(teacher, course):
+    text = "Student ID\tFirst name\tLast name\tEmail\r\n2024009\tAda\tLovelace\ta@example.edu\r\n"
+    do_import_roster(teacher, course, check_roster(course, text.encode("utf-16")))
+    ada = User.objects.get(member__student_id="2024009")
+    assert (ada.first_name, ada.last_name, ada.email) == ("Ada", "Lovelace", "a@example.edu")
+
+
+def test_a_forty_name_export_imports_in_one_go(teacher, course):
+    lines = ["Username;Name;E-mail"] + [
+        f"st{i:02d};Student {i};st{i:02d}@example.edu" for i in range(40)
+    ]
+    result = do_import_roster(teacher, course, check_roster(course, "\n".join(lines).encode()))
+    assert (result.added, result.created) == (40, 40)
+    assert course.students.count() == 40
