@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 from portal.models import Course
 from portal.teaching import teaching_courses
 from scheduling.choices import AuditKind
-from scheduling.models import AuditEvent, Quota
+from scheduling.models import AuditEvent, Quota, Session
 
 pytestmark = pytest.mark.django_db
 
@@ -242,3 +242,34 @@ def test_the_api_grants_and_removes_a_ta(teacher, course, make_user):
     gone = client.delete("/api/v1/courses/cs101/tas/", {"username": "hal"}, format="json")
     assert gone.status_code == 204
     assert client.get("/api/v1/courses/cs101/tas/").json() == []
+
+
+def test_the_api_starts_and_stops_the_class_and_lists_its_sessions(teacher, course, profile):
+    client = api(teacher)
+    refused = client.post("/api/v1/courses/cs101/start-all/")
+    assert refused.status_code == 400 and "default_profile" in refused.json()
+
+    course.default_profile = profile
+    course.save()
+    started = client.post("/api/v1/courses/cs101/start-all/").json()
+    assert (started["started"], started["skipped_at_limit"]) == (1, 0)
+    [row] = client.get("/api/v1/courses/cs101/class/").json()
+    assert (row["id"], row["username"], row["state"]) == (started["sessions"][0], "stu", "QUEUED")
+    assert client.post("/api/v1/courses/cs101/stop-all/").json() == {"stopped": 1}
+    assert client.get("/api/v1/courses/cs101/class/").json() == []
+
+
+def test_a_ta_sees_the_courses_link_and_the_quota_requests_link_only_with_that_grant(ta, course):
+    html = page(ta, "/courses/").content.decode()
+    assert 'href="/courses/"' in html and "/courses/cs101/" in html
+    assert "?course=cs101" not in page(ta, "/courses/cs101/").content.decode()
+    assign_perm("portal.answer_quota_requests", ta, course)
+    assert "?course=cs101" in page(ta, "/courses/cs101/").content.decode()
+
+
+def test_the_settings_show_the_current_use_beside_each_limit(teacher, course, student, profile):
+    Session.objects.create(
+        user=student, profile=profile, purpose="coursework", course=course, state="RUNNING"
+    )
+    html = page(teacher, "/courses/cs101/").content.decode()
+    assert "In use now: 1 desktop<" in html
