@@ -28,6 +28,7 @@ images:
 	bash nodeagent/images/build.sh all
 
 test: venv
+	@mkdir -p test-output/screenshots
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
 lint: venv
