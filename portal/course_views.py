@@ -217,10 +217,16 @@ def start_all(request: HttpRequest, code: str) -> HttpResponse:
         "%(count)s desktop asked for.", "%(count)s desktops asked for.", result.started
     ) % {"count": result.started}
     if result.already_open:
-        text += " " + _("%(count)s students already had one open.") % {"count": result.already_open}
+        text += " " + ngettext(
+            "%(count)s student already had one open.",
+            "%(count)s students already had one open.",
+            result.already_open,
+        ) % {"count": result.already_open}
     if result.skipped_at_limit:
-        text += " " + _(
-            "%(count)s students were skipped: they have the most open sessions allowed."
+        text += " " + ngettext(
+            "%(count)s student was skipped: they have the most open sessions allowed.",
+            "%(count)s students were skipped: they have the most open sessions allowed.",
+            result.skipped_at_limit,
         ) % {"count": result.skipped_at_limit}
     messages.success(request, text)
     return redirect("course-detail", code=code)
