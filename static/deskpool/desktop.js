@@ -26,6 +26,7 @@ const clock = (seconds) => {
 // --- noVNC, with reconnection while the session can still be opened -----------------------
 let rfb = null;
 let retryDelay = 1000;
+let refused = false; // the desktop refused the password: trying again will not help
 
 function connect() {
   rfb = new RFB(screen, scheme + location.host + config.proxy_url, {
@@ -36,14 +37,15 @@ function connect() {
     retryDelay = 1000;
     status.textContent = words.connected;
   });
-  rfb.addEventListener("disconnect", (e) => {
-    if (e.detail.clean) {
-      status.textContent = words.disconnected;
-      return;
-    }
+  // The page never closes the connection itself, so every disconnect is unexpected (noVNC
+  // calls a close by the server "clean"): try again while the session can still be opened.
+  rfb.addEventListener("disconnect", () => {
+    if (refused) return;
+    status.textContent = words.disconnected;
     retry();
   });
   rfb.addEventListener("securityfailure", () => {
+    refused = true;
     status.textContent = words.refused;
   });
   rfb.addEventListener("clipboard", (e) => fromDesktop(e.detail.text));

@@ -1,13 +1,31 @@
-"""The student's pages in a real browser: no serious or critical axe-core violations, on a
-phone (390 px wide) and on a laptop, and the request form usable from the keyboard."""
+"""The student's pages in a real browser: no axe-core violations on a phone (390 px wide)
+and on a laptop, the request form usable from the keyboard, and the desktop page's timer,
+time-limit banner, clipboard panel and reconnection after the portal drops."""
 
 from __future__ import annotations
 
+from contextlib import suppress
+
 import pytest
 
+from scheduling.services.nodes import do_create_join_token
+
+from ..integration.stack import write_fleet
 from .axe import check_axe, describe
 from .conftest import log_in
+from .test_browser import DESKTOP_IMAGE, expect_state, open_desktop
 
+# Record every text #desktop-status shows and plant a marker that a reload would wipe out.
+WATCH_STATUS = """
+() => {
+  const status = document.getElementById("desktop-status");
+  window.__statuses = [status.textContent];
+  new MutationObserver(() => window.__statuses.push(status.textContent))
+    .observe(status, {childList: true, characterData: true, subtree: true});
+  window.__marker = Math.random().toString(36).slice(2);
+  return window.__marker;
+}
+"""
 WIDTHS = {"phone": (390, 844), "laptop": (1280, 900)}
 
 
@@ -60,3 +78,79 @@ def test_a_refused_request_is_announced_next_to_its_field(stack, owner, profile,
     assert page.is_visible("#purpose-error")
     violations = check_axe(page, "student-home-refused")
     assert not violations, describe(violations)
+
+
+@pytest.fixture
+def short_desktop(db):
+    """The XFCE desktop with a 10-minute time limit: its banner shows as soon as it runs."""
+    from scheduling.models import DesktopProfile
+
+    return DesktopProfile.objects.create(
+        slug="xfce-short",
+        name="XFCE short",
+        image=DESKTOP_IMAGE,
+        cpus=1,
+        memory_mb=2048,
+        gpu_count=1,
+        gpu_memory_min_mb=4000,
+        allowed_kinds=["mig"],
+        max_duration_minutes=10,
+    )
+
+
+@pytest.mark.browser
+@pytest.mark.integration
+@pytest.mark.docker
+def test_the_desktop_page_times_warns_shares_the_clipboard_and_reconnects(
+    stack, owner, short_desktop, docker_engine, require_image, tmp_path, new_page
+):
+    require_image(DESKTOP_IMAGE)
+    page = new_page()
+    log_in(page, "ada", "pw-ada")
+    page.check(f"#profile-{short_desktop.pk}")
+    page.check("#purpose-hobby")
+    with page.expect_navigation():
+        page.click("#submit-form button[type=submit]")
+    session_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
+    try:
+        stack.start_agent(
+            do_create_join_token(stack.node, actor="test"),
+            write_fleet(tmp_path / "fleet.yaml", stack.node, 1),
+        )
+        expect_state(page, "RUNNING", timeout_s=90)
+        open_desktop(page, session_id)
+
+        assert page.inner_text("#session-timer").startswith("Time left: ")
+        banner = page.inner_text("#desktop-banner")
+        assert "time limit in less than 15 minutes" in banner, banner
+
+        # The desktop's clipboard lands in the panel; the panel's text goes to the desktop.
+        page.click("#clipboard-toggle")
+        page.evaluate(
+            """() => window.deskpoolRfb.dispatchEvent(
+                 new CustomEvent("clipboard", {detail: {text: "from the desktop"}}))"""
+        )
+        assert page.input_value("#clipboard-text") == "from the desktop"
+        page.fill("#clipboard-text", "to the desktop")
+        page.click("#clipboard-send")
+        assert page.inner_text("#clipboard-note") == "Sent to the desktop's clipboard."
+        violations = check_axe(page, "student-desktop")
+        assert not violations, describe(violations)
+
+        # A blip: the portal goes away for two seconds; the page reconnects by itself.
+        marker = page.evaluate(WATCH_STATUS)
+        stack.restart_portal(down_s=2)
+        page.wait_for_function(
+            """() => window.__statuses.some((s) => s.startsWith("connection lost"))
+                     && document.getElementById("desktop-status").textContent === "connected"
+            """,
+            timeout=60_000,
+        )
+        assert page.evaluate("window.__marker") == marker, "the page was reloaded"
+    finally:
+        from scheduling.models import Session
+
+        volume = Session.objects.get(pk=session_id).home_volume
+        if volume:
+            with suppress(Exception):
+                docker_engine.volumes.get(volume).remove(force=True)
