@@ -209,3 +209,27 @@ def test_two_series_confirmed_at_once_only_one_passes(owner, course, profile, po
     assert results == ["created", "refused"]
     assert BookingSeries.objects.count() == 1
     assert Booking.objects.count() == 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_single_bookings_confirmed_at_once_only_one_passes(owner, course, profile, pool):
+    PoolPolicy.current()
+    a = datetime.combine(next_monday(), NINE, tzinfo=UTC)
+    checked = [
+        check_booking(owner, "cs101", profile.pk, 6, a, a + timedelta(hours=2)) for _ in range(2)
+    ]
+    start = threading.Barrier(2)
+
+    def confirm(request) -> str:
+        start.wait()
+        try:
+            do_create_booking(owner, request)
+            return "created"
+        except Conflict:
+            return "refused"
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(2) as threads:
+        assert sorted(threads.map(confirm, checked)) == ["created", "refused"]
+    assert Booking.objects.count() == 1
