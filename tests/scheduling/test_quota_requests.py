@@ -5,13 +5,18 @@ hours raise the weekly limit for 7 days, for the submit check and the engine ali
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
 from django.core import mail
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
+from portal.consumers import UpdatesConsumer
 from portal.models import Course
 from scheduling.choices import AuditKind, Purpose, SessionState
 from scheduling.engine.reasons import Code
@@ -193,3 +198,31 @@ def test_the_payload_is_what_the_page_shows(owner, course):
     payload = quota_request_payload(request)
     assert (payload["course"], payload["hours"], payload["state"]) == ("cs101", 5.0, "pending")
     assert payload["answered_by"] is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_students_open_page_receives_the_answer_over_the_updates_socket(owner, teacher):
+    request = ask(owner)
+
+    async def listen_and_answer() -> dict:
+        communicator = WebsocketCommunicator(UpdatesConsumer.as_asgi(), "/ws/updates/")
+        communicator.scope["user"] = owner
+        connected, _code = await communicator.connect()
+        assert connected
+        await database_sync_to_async(
+            lambda: do_answer(teacher, check_answer(teacher, request.pk, "grant", 2, "ok"))
+        )()
+        message = await asyncio.wait_for(communicator.receive_json_from(), timeout=5)
+        await communicator.disconnect()
+        return message
+
+    message = async_to_sync(listen_and_answer)()
+    assert message["type"] == "quota.update"
+    got = message["request"]
+    assert (got["id"], got["state"], got["state_label"], got["hours"], got["answer"]) == (
+        request.pk,
+        "granted",
+        "Granted",
+        2.0,
+        "ok",
+    )
