@@ -150,12 +150,20 @@ def test_one_students_desktop_is_stopped_from_the_live_class(teacher, course, st
 
 
 @pytest.mark.django_db
-def test_the_pages_start_and_stop_all(teacher, course):
+def test_the_pages_start_and_stop_all_and_say_how_many_were_skipped(teacher, course, students):
+    for _ in range(MAX_OPEN_SESSIONS_PER_USER):
+        Session.objects.create(user=students[3], profile=course.default_profile, purpose="hobby")
     client = Client()
     client.force_login(teacher)
-    assert client.post("/courses/cs101/start-all/").status_code == 302
-    assert open_sessions(course).count() == 4
-    assert client.post("/courses/cs101/stop-all/").status_code == 302
+    answer = client.post("/courses/cs101/start-all/", follow=True)
+    text = answer.content.decode()
+    assert "3 desktops asked for." in text
+    assert "1 student was skipped: they have the most open sessions allowed." in text
+    assert open_sessions(course).count() == 3
+    assert (
+        "3 desktops stopped."
+        in client.post("/courses/cs101/stop-all/", follow=True).content.decode()
+    )
     assert open_sessions(course).count() == 0
 
 
