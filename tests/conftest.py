@@ -49,6 +49,29 @@ def owner(make_user):
     return make_user("ada")
 
 
+def give_thesis_grant(user) -> None:
+    """Give a person thesis status, as their advisor would: an active grant for 30 days.
+    Thesis requests need one, at submit and again at placement (docs/people.md)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from portal.models import ThesisGrant
+
+    ThesisGrant.objects.create(
+        student=user, until=timezone.localdate() + timedelta(days=30), note="test"
+    )
+
+
+@pytest.fixture
+def grant_thesis(db):
+    def grant(*users):
+        for user in users:
+            give_thesis_grant(user)
+
+    return grant
+
+
 @pytest.fixture
 def stranger(make_user):
     return make_user("ben")

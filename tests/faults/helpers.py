@@ -5,14 +5,18 @@ from __future__ import annotations
 import time
 
 import httpx
+from django.contrib.auth.models import User
 
 from nodeagent.readiness import Handshake, vnc_handshake
 from scheduling.models import Allocation, Node, Session
 
+from ..conftest import give_thesis_grant
 from ..integration.stack import wait_for
 
 
 def api_client(stack, username: str) -> httpx.Client:
+    """A thesis student's API client (their sessions ask as thesis: the top tier)."""
+    give_thesis_grant(User.objects.get(username=username))
     client = httpx.Client(base_url=stack.url, timeout=10)
     answer = client.post(
         "/api/v1/auth/token/", json={"username": username, "password": "pw-" + username}
@@ -26,6 +30,7 @@ def token_client(stack, user) -> httpx.Client:
     """An API client with a token made directly (no password hashing per login)."""
     from rest_framework.authtoken.models import Token
 
+    give_thesis_grant(user)
     token, _ = Token.objects.get_or_create(user=user)
     return httpx.Client(
         base_url=stack.url, timeout=10, headers={"Authorization": f"Token {token.key}"}

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from django.contrib.auth.models import User
 
 from scheduling.models import Allocation, AuditEvent, Session
 from scheduling.services.nodes import do_create_join_token
 
-from ..conftest import TEST_IMAGE
+from ..conftest import TEST_IMAGE, give_thesis_grant
 from .stack import wait_for, write_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
 
 def api_client(stack, username: str) -> httpx.Client:
+    """A thesis student's API client (their sessions ask as thesis: the top tier)."""
+    give_thesis_grant(User.objects.get(username=username))
     client = httpx.Client(base_url=stack.url, timeout=10)
     token = client.post(
         "/api/v1/auth/token/", json={"username": username, "password": "pw-" + username}

@@ -69,7 +69,7 @@ def test_placed_session_is_desired_then_reported_running_then_stopped(
     owner, profile, register_node
 ):
     node, token = register_node("gpu-z", [gpu_inventory("GPU-z", 0, mig_slices=1)])
-    session = do_submit(owner, check_submit(owner, profile.pk, "thesis", None))
+    session = do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
     do_scheduling_cycle()
 
     desired = agent(token).get("/api/agent/v1/desired/").json()["sessions"]
@@ -132,7 +132,7 @@ def test_a_session_placed_again_on_the_same_node_is_a_new_placement(owner, profi
     """Requeued and placed on the same node before its agent noticed: the desired entry
     names the new placement, and reports about the old one are refused, not applied."""
     _, token = register_node("gpu-p", [gpu_inventory("GPU-p", 0, mig_slices=1)])
-    session = do_submit(owner, check_submit(owner, profile.pk, "thesis", None))
+    session = do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
     do_scheduling_cycle()
     [first] = agent(token).get("/api/agent/v1/desired/").json()["sessions"]
     report = f"/api/agent/v1/sessions/{session.pk}/report/"

@@ -161,7 +161,7 @@ def test_bad_heartbeats_are_refused_and_change_nothing(node_token, metrics, fiel
     ],
 )
 def test_bad_session_reports_are_refused(owner, profile, node_token, report, field) -> None:
-    session = do_submit(owner, check_submit(owner, profile.pk, "thesis", None))
+    session = do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
     do_scheduling_cycle()
     answer = agent(node_token).post(
         f"/api/agent/v1/sessions/{session.pk}/report/", report, format="json"
@@ -191,7 +191,7 @@ def test_the_portals_answers_are_the_models(owner, profile, register_node) -> No
     body = registration("gpu-m", [gpu_inventory("GPU-m", 0, mig_slices=1)], join)
     registered = agent().post("/api/agent/v1/register/", body, format="json").json()
     RegistrationAnswer.model_validate(registered)
-    session = do_submit(owner, check_submit(owner, profile.pk, "thesis", None))
+    session = do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
     do_scheduling_cycle()
     desired = agent(registered["node_token"]).get("/api/agent/v1/desired/").json()
     state = DesiredState.model_validate(desired)

@@ -269,7 +269,7 @@ def stored_report(session: Session) -> dict[str, Any]:
 
 def test_every_field_of_a_session_report_is_stored(owner, profile, register_node) -> None:
     _, token = register_node("gpu-r", [full_gpu("GPU-r", 0, "GPU-x").model_dump()])
-    session = do_submit(owner, check_submit(owner, profile.pk, "thesis", None))
+    session = do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
     do_scheduling_cycle()
     session.refresh_from_db()
     placement = placement_id(session)

@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from portal.models import Course
+from portal.models import Course, ThesisGrant
 from scheduling.choices import AuditKind, SessionState
 from scheduling.models import (
     Allocation,
@@ -35,6 +35,9 @@ S = SessionState
 
 
 def submit(user, profile, purpose="hobby", course=None) -> Session:
+    if purpose == "thesis" and not ThesisGrant.objects.active().filter(student=user).exists():
+        # As their advisor would: thesis requests need a grant (docs/people.md).
+        ThesisGrant.objects.create(student=user, until=timezone.localdate() + timedelta(days=30))
     return do_submit(user, check_submit(user, profile.pk, purpose, course))
 
 
