@@ -409,12 +409,14 @@ def main() -> int:
     parser.add_argument(
         "--warm-max",
         type=int,
-        help="DESKPOOL_WARM_MAX_PER_BOOKING for the stack (default: the seats)",
+        help="DESKPOOL_WARM_MAX_PER_BOOKING for the stack (default: unset, every seat)",
     )
     parser.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args()
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    warm_max = args.warm_max if args.warm_max is not None else args.seats
+    extra_env = {}
+    if args.warm_max is not None:
+        extra_env["DESKPOOL_WARM_MAX_PER_BOOKING"] = str(args.warm_max)
     client = docker_client()
     if client is None or not image_present(client, args.image):
         raise SystemExit(f"needs a Docker engine and {args.image} (make images)")
@@ -424,7 +426,12 @@ def main() -> int:
     original = connection.settings_dict["NAME"]
     connection.settings_dict["TEST"]["NAME"] = f"{original}_bench_class"
     connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
-    print(f"bench_class: database {connection.settings_dict['NAME']}, warm max {warm_max}")
+    load = ", ".join(f"{n:.1f}" for n in os.getloadavg())
+    print(
+        f"bench_class: {args.seats} seats, database {connection.settings_dict['NAME']}, "
+        f"warm max {args.warm_max if args.warm_max is not None else 'every seat'}; "
+        f"{os.cpu_count()} CPUs, load average {load}"
+    )
     failed = True
     try:
         with tempfile.TemporaryDirectory(prefix="bench-class-") as tmp:
@@ -434,7 +441,7 @@ def main() -> int:
                 database_url_of(connection.settings_dict),
                 settings.REDIS_URL,
                 node="bench-class-node",
-                extra_env={"DESKPOOL_WARM_MAX_PER_BOOKING": str(warm_max)},
+                extra_env=extra_env,
             )
             stack.remove_volumes = True
             try:
