@@ -180,6 +180,11 @@ def fit_words(fit: engine.BookingFit, profile_name: str) -> str:
         ) % {**values, "capacity": fit.slices, "need": fit.need}
     if fit.code == fit_codes.NO_NODE_ROOM:
         return _("The nodes have CPU and memory for %(most)s desktops of %(profile)s.") % values
+    if fit.blocking and not fit.most_seats:
+        return (
+            _("Other bookings at that time (%(bookings)s) take every desktop it could use.")
+            % values
+        )
     if fit.blocking:
         return (
             _(
