@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
+from django.utils import timezone
 
-from portal.models import Course, Member
+from portal.models import Course, Member, Role
+from portal.teaching import TA_PERMISSIONS, check_ta, do_set_ta
 from scheduling.models import DesktopProfile, PoolPolicy, Quota
+from scheduling.services.eligibility import active_thesis_grant
+from scheduling.services.grants import check_grant, do_grant
 
 # Defaults an admin edits in the console (/admin/): every user may hold two desktops at once
 # and use 40 GPU-hours (compute units x hours) a week; the demo course 200 a week.
@@ -78,8 +83,18 @@ USERS: list[tuple[str, dict[str, object]]] = [
     ("student1", {"first_name": "Ada"}),
     ("student2", {"first_name": "Ben"}),
     ("instructor1", {"first_name": "Ines"}),
+    ("ta1", {"first_name": "Tao"}),
     ("admin", {"first_name": "Ari", "is_staff": True, "is_superuser": True}),
 ]
+# Who is what on campus (Member.role, student id); admins are staff.
+MEMBERS = {
+    "student1": {"role": Role.STUDENT, "student_id": "2026001"},
+    "student2": {"role": Role.STUDENT, "student_id": "2026002"},
+    "ta1": {"role": Role.STUDENT, "student_id": "2025042"},
+    "instructor1": {"role": Role.FACULTY},
+}
+# student1 writes a thesis advised by instructor1, who granted thesis status for a term.
+THESIS_DAYS = 120
 
 
 class Command(BaseCommand):
@@ -102,9 +117,9 @@ class Command(BaseCommand):
             code="cs-gpu101",
             defaults={"title": "GPU computing for everyone", "department": "computer-science"},
         )
-        for username in ("student1", "student2", "instructor1"):
+        for username, member in MEMBERS.items():
             Member.objects.update_or_create(
-                user=users[username], defaults={"department": "computer-science"}
+                user=users[username], defaults={"department": "computer-science", **member}
             )
         PoolPolicy.current()
         for quota in QUOTAS:
@@ -115,6 +130,13 @@ class Command(BaseCommand):
             DesktopProfile.objects.update_or_create(
                 slug=spec["slug"], defaults={**spec, "image": image}
             )
+        course.default_profile = DesktopProfile.objects.get(slug="ai-painting")
+        course.save(update_fields=["default_profile"])
+        teacher = users["instructor1"]
+        do_set_ta(teacher, course, check_ta(course, "ta1", set(TA_PERMISSIONS)))
+        if active_thesis_grant(users["student1"]) is None:
+            until = timezone.localdate() + timedelta(days=THESIS_DAYS)
+            do_grant(teacher, check_grant(teacher, "student1", until, "demo thesis"))
         self.stdout.write(
             f"Demo accounts: {', '.join(u for u, _ in USERS)} (password from DEMO_PASSWORD, "
             f"or 'deskpool'); {len(PROFILES)} desktop profiles using {image}."
