@@ -13,7 +13,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import get_token
 from django.shortcuts import redirect, render
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
@@ -62,13 +62,6 @@ def _page_config(request: HttpRequest, **extra: Any) -> dict[str, Any]:
     }
 
 
-def _quota_requests_url() -> str:
-    try:
-        return reverse("quota-requests")
-    except NoReverseMatch:  # the quota request pages are another area's; until they exist
-        return "/quota-requests/"
-
-
 def _home_context(request: HttpRequest, form: SessionRequestForm) -> dict[str, Any]:
     user = signed_in(request.user)
     mine = Session.objects.filter(user=user).select_related("profile", "node")
@@ -85,7 +78,6 @@ def _home_context(request: HttpRequest, form: SessionRequestForm) -> dict[str, A
             for s in mine.exclude(state__in=TERMINAL_STATES).order_by("created_at")
         ],
         "recent": mine.filter(state__in=TERMINAL_STATES).order_by("-created_at")[:5],
-        "quota_requests_url": _quota_requests_url(),
         "config": _page_config(request),
     }
 
@@ -236,6 +228,5 @@ def history(request: HttpRequest) -> HttpResponse:
             "chart_days": CHART_DAYS,
             "chart_width": CHART_DAYS * 12,
             "quota": quota_left(user),
-            "quota_requests_url": _quota_requests_url(),
         },
     )

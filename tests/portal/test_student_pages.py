@@ -136,6 +136,7 @@ def test_history_shows_gpu_hours_of_past_sessions_and_the_week(owner, profile):
     assert "GPU-hours over the last 7 days: 1.00" in page
     assert '<svg viewBox="0 0 168 64" role="img"' in page
     assert "<td>1.00</td>" in page  # the chart's text alternative sums the day
+    assert 'href="/quota-requests/"' in page
 
 
 def test_another_student_gets_404_on_my_session_pages(owner, stranger, profile):
