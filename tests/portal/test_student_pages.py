@@ -121,15 +121,17 @@ def test_cancel_withdraws_a_queued_request_but_not_a_running_desktop(owner, prof
 
 
 def test_history_shows_gpu_hours_of_past_sessions_and_the_week(owner, profile):
-    now = timezone.now()
+    # Yesterday 10:00 to 12:00 (campus zone): one day's bar, inside the last 7 days.
+    yesterday = timezone.localdate() - timedelta(days=1)
+    started = timezone.make_aware(datetime.combine(yesterday, datetime.min.time()))
     Session.objects.create(
         user=owner,
         profile=profile,
         purpose="hobby",
         state="ENDED",
         compute_units=0.5,
-        started_at=now - timedelta(hours=3),
-        ended_at=now - timedelta(hours=1),
+        started_at=started + timedelta(hours=10),
+        ended_at=started + timedelta(hours=12),
     )
     page = signed_in(owner).get("/history/").content.decode()
     assert '<td class="gpu-hours">1.00</td>' in page
