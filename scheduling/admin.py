@@ -8,7 +8,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponseRedirect
 from django.utils.translation import gettext_lazy as _
 
 from .models import (
@@ -218,6 +218,13 @@ class BookingAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def add_view(self, request: HttpRequest, form_url: str = "", extra_context: Any = None):
+        try:
+            return super().add_view(request, form_url, extra_context)
+        except ServiceError as error:  # the pool changed between the check and the save
+            self.message_user(request, error.message, messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         if change:

@@ -13,6 +13,7 @@ from django.utils import timezone
 from portal.models import Course
 from scheduling.choices import AuditKind
 from scheduling.models import Allocation, AuditEvent, Booking, PoolPolicy, WarmDesktop
+from scheduling.services import Conflict
 
 pytestmark = pytest.mark.django_db
 
@@ -61,6 +62,23 @@ def test_a_booking_added_in_the_admin_is_checked_like_any_other(
     booking = Booking.objects.get()
     assert booking.seats == 2
     assert AuditEvent.objects.filter(kind=AuditKind.BOOKING_CREATED).count() == 1
+
+
+def test_a_booking_that_stops_fitting_between_check_and_save_is_refused_not_a_500(
+    admin_client, course, profile, pool, monkeypatch
+):
+    """Another booking took the seats after the form's check: the admin says so and saves
+    nothing (do_create_booking checks again under the lock and raises Conflict)."""
+
+    def taken(user, request):
+        raise Conflict("The pool no longer holds these seats; check again.")
+
+    monkeypatch.setattr("scheduling.admin.do_create_booking", taken)
+    url = "/admin/scheduling/booking/add/"
+    answer = admin_client.post(url, booking_form(course, profile, 2, timedelta(days=1)))
+    assert answer.status_code == 302 and answer.url.endswith(url)
+    assert "no longer holds" in admin_client.get(answer.url).content.decode()
+    assert not Booking.objects.exists()
 
 
 def test_cancelling_in_the_admin_drops_the_warm_desktops_and_their_holds(
