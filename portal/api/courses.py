@@ -117,6 +117,9 @@ StartAllSerializer = inline_serializer(
 class ClassSessionSerializer(SessionSerializer):
     """A session of the live class: the session as the API shows it, and whose it is."""
 
+    username = serializers.CharField()
+    name = serializers.CharField()
+
     def to_representation(self, instance):
         data = dict(session_payload(instance))
         data["username"] = instance.user.get_username()
