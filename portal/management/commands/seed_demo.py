@@ -87,7 +87,7 @@ USERS: list[tuple[str, dict[str, object]]] = [
     ("admin", {"first_name": "Ari", "is_staff": True, "is_superuser": True}),
 ]
 # Who is what on campus (Member.role, student id); admins are staff.
-MEMBERS = {
+MEMBERS: dict[str, dict[str, str]] = {
     "student1": {"role": Role.STUDENT, "student_id": "2026001"},
     "student2": {"role": Role.STUDENT, "student_id": "2026002"},
     "ta1": {"role": Role.STUDENT, "student_id": "2025042"},
