@@ -47,9 +47,9 @@ from nodeagent.protocol import (
 from .api_errors import as_api_error
 from .models import Node, Session
 from .services import ServiceError
-from .services.agent_sessions import desired_sessions, do_report
+from .services.agent_sessions import desired_state, do_report
 from .services.nodes import do_heartbeat, do_register, node_for_token
-from .services.warm import desired_warm, do_warm_report
+from .services.warm import do_warm_report
 
 MAX_ERRORS = 50  # field errors listed in a 400 answer
 MAX_ERRORS_IN_DETAIL = 5  # of which its one-line ``detail`` names
@@ -246,8 +246,7 @@ class DesiredView(AgentView):
     @extend_schema(responses={200: DesiredState, 401: DetailAnswer})
     def get(self, request: Request) -> Response:
         # ``warm``: desktops to keep started for class bookings (an older agent ignores it).
-        desired = DesiredState(sessions=desired_sessions(self.node), warm=desired_warm(self.node))
-        return answer(desired)
+        return answer(desired_state(self.node))
 
 
 class ReportView(AgentView):

@@ -6,7 +6,11 @@ writers never wait on each other in opposite orders. Call these inside a transac
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from django.contrib.auth.models import User
+from django.db import connection, transaction
 
 from .models import JoinToken, Node, PoolPolicy, WarmDesktop
 
@@ -38,3 +42,16 @@ def lock_unused_join_token(token_hash: str) -> JoinToken | None:
 def lock_person(user_id: int) -> User | None:
     """A person's row: their submissions queue here while their open sessions are counted."""
     return User.objects.select_for_update().filter(pk=user_id).first()
+
+
+@contextmanager
+def one_snapshot() -> Iterator[None]:
+    """Reads inside see one snapshot of the database, not one per query: a transaction at
+    REPEATABLE READ on PostgreSQL (SQLite's read transactions already are one snapshot).
+    Inside an outer transaction (a test's) the outer one decides."""
+    outermost = not connection.in_atomic_block
+    with transaction.atomic():
+        if outermost and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        yield

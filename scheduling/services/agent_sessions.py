@@ -8,14 +8,16 @@ from typing import Any
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from nodeagent.protocol import DesiredSession, SessionReport
+from nodeagent.protocol import DesiredSession, DesiredState, SessionReport
 
 from ..choices import ON_NODE_STATES, TERMINAL_STATES, SessionState
 from ..engine.reasons import Code, Reason
+from ..locks import one_snapshot
 from ..models import Allocation, Node, Session
 from . import Conflict, NotFound
 from .health import do_record_session_failed, do_record_session_running
 from .lifecycle import do_transition
+from .warm import desired_warm
 
 S = SessionState
 
@@ -30,6 +32,14 @@ def placement_id(session: Session) -> str:
     """
     live = [a.pk for a in session.allocations.all() if a.released_at is None]
     return str(min(live)) if live else ""
+
+
+def desired_state(node: Node) -> DesiredState:
+    """What the node's agent should run: its sessions and its warm desktops, read from one
+    snapshot. Read apart, a warm desktop claimed between the two reads would be in neither
+    list, and the agent would stop it and start the session cold."""
+    with one_snapshot():
+        return DesiredState(sessions=desired_sessions(node), warm=desired_warm(node))
 
 
 def desired_sessions(node: Node) -> list[DesiredSession]:

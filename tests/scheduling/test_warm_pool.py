@@ -6,15 +6,18 @@ played through the agent API (``desired/`` and ``warm/<key>/report/``).
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from portal.models import Course
 from scheduling.choices import SessionState
 from scheduling.models import Allocation, Booking, WarmDesktop, WarmState
+from scheduling.services import agent_sessions
 from scheduling.services.cycle import do_scheduling_cycle
 from scheduling.services.sessions import check_submit, do_submit
 from scheduling.services.warm import desired_warm
@@ -264,3 +267,43 @@ def test_a_cap_of_zero_turns_the_warm_pool_off(settings, course, profile, agent_
     booking = book(course, profile, 3, timedelta(minutes=5))
     do_scheduling_cycle()
     assert warm_keys(agent_token, booking) == set()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_between_the_two_reads_of_the_desired_state_keeps_the_warm_desktop_listed(
+    settings, course, owner, profile, agent_token, monkeypatch
+):
+    """The agent's desired state lists sessions and warm desktops; a claim that commits
+    between the two reads must not leave the claimed desktop in neither list (the agent
+    would stop it and start the session cold). Both are read from one snapshot."""
+    settings.WARM_MAX_PER_BOOKING = 5
+    booking = book(course, profile, 1, timedelta(minutes=-1))
+    do_scheduling_cycle()
+    [key] = warm_keys(agent_token, booking)
+    assert (
+        report_warm(agent_token, key, "READY", port=40001, container_id="c0ffee").status_code == 200
+    )
+    seat = do_submit(owner, check_submit(owner, profile.pk, "coursework", "cs101"))
+
+    read_sessions = agent_sessions.desired_sessions
+
+    def sessions_then_a_claim(node):
+        listed = read_sessions(node)
+        claim = threading.Thread(target=claim_in_its_own_connection)
+        claim.start()
+        claim.join()
+        return listed
+
+    def claim_in_its_own_connection():
+        try:
+            do_scheduling_cycle()
+        finally:
+            connection.close()
+
+    monkeypatch.setattr(agent_sessions, "desired_sessions", sessions_then_a_claim)
+    answer = desired(agent_token)
+    seat.refresh_from_db()
+    assert seat.warm_key == key  # the claim did commit between the reads
+    sessions = {s["session_id"] for s in answer["sessions"]}
+    warm = {w["key"] for w in answer["warm"]}
+    assert seat.pk in sessions or key in warm, "the claimed desktop is in neither list"
