@@ -4,9 +4,11 @@ time-limit banner, clipboard panel and reconnection after the portal drops."""
 
 from __future__ import annotations
 
+import threading
 from contextlib import suppress
 
 import pytest
+from django.db import connections
 
 from scheduling.services.nodes import do_create_join_token
 
@@ -58,6 +60,37 @@ def test_the_student_pages_pass_axe(adas_queued_session, new_page, width):
             "document.documentElement.scrollWidth - document.documentElement.clientWidth"
         )
         assert overflow <= 0, (path, overflow)
+
+
+@pytest.mark.browser
+@pytest.mark.integration
+def test_the_home_page_follows_my_session_live(adas_queued_session, owner, new_page):
+    from scheduling.services.sessions import do_stop
+
+    page = new_page()
+    log_in(page, "ada", "pw-ada")
+    card = f'.session-card[data-session-id="{adas_queued_session.pk}"]'
+    assert page.get_attribute(f"{card} [data-live=state]", "data-state") == "QUEUED"
+    page.wait_for_function("document.getElementById('live').textContent === 'live'")
+    marker = page.evaluate("window.__marker = Math.random().toString(36).slice(2)")
+
+    # Cancelled as from another tab. In a thread of its own: this one runs Playwright's event
+    # loop, in which the broadcast's async_to_sync may not run.
+    def cancel_elsewhere() -> None:
+        try:
+            do_stop(owner, adas_queued_session)
+        finally:
+            connections.close_all()
+
+    cancel = threading.Thread(target=cancel_elsewhere)
+    cancel.start()
+    cancel.join()
+
+    page.wait_for_function(
+        f"""document.querySelector('{card} [data-live=state]').dataset.state === 'CANCELLED'"""
+    )
+    assert page.evaluate("window.__marker") == marker, "the page was reloaded"
+    assert page.locator(f"{card} button").count() == 0  # nothing left to cancel or stop
 
 
 @pytest.mark.browser
