@@ -11,7 +11,7 @@ from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from portal.consumers import UpdatesConsumer
 from portal.models import Course, Member, ThesisGrant
@@ -21,6 +21,15 @@ from scheduling.services.sessions import check_submit, do_submit
 pytestmark = pytest.mark.django_db
 
 ETA = datetime(2030, 3, 1, 23, 15, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def _default_language_and_zone_after():
+    """The middleware leaves the last request's language and zone active in this thread;
+    later tests (a sender rendering a payload) must not inherit a saved Chinese one."""
+    yield
+    translation.deactivate()
+    timezone.deactivate()
 
 
 def signed_in(user) -> Client:
