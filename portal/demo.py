@@ -263,7 +263,10 @@ def main() -> int:
             f"Deskpool is up at {url}/  (the GPU pool is a SIMULATED fleet of "
             f"{len(fleet['nodes'])} nodes)"
         )
-        say(f"log in as student1, student2, instructor1 or admin with password {password!r}")
+        say(
+            "log in as student1 (thesis), student2, instructor1 (teaches cs-gpu101), ta1 (its TA) "
+            f"or admin with password {password!r}"
+        )
         say("press Ctrl-C to stop everything")
         while True:
             if reason := supervisor.dead_child():
