@@ -13,7 +13,7 @@ from scheduling.models import DesktopProfile
 from scheduling.services import ServiceError
 
 from .models import Course
-from .roster import RosterErrors, RowError, check_add_student, check_roster
+from .roster import MAX_BYTES, RosterErrors, RowError, check_add_student, check_roster
 from .teaching import TA_PERMISSIONS, check_course_settings, check_ta
 
 
@@ -69,7 +69,7 @@ class RosterImportForm(_ServiceForm):
         self.row_errors = []
         upload = data.get("file")
         if upload is not None:
-            content = upload.read()
+            content = upload.read(MAX_BYTES + 1)  # more is refused: never read it all
             self.csv_text_value = content.decode("utf-8-sig", errors="replace")
         elif data.get("csv_text"):
             content = data["csv_text"].encode("utf-8")

@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.people import signed_in
-from portal.roster import RosterErrors, check_roster, do_import_roster
+from portal.roster import MAX_BYTES, RosterErrors, check_roster, do_import_roster
 from portal.teaching import (
     TA_PERMISSIONS,
     CourseRole,
@@ -170,7 +170,7 @@ class RosterView(APIView):
         form = RosterUploadSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         upload = form.validated_data.get("file")
-        content = upload.read() if upload is not None else None
+        content = upload.read(MAX_BYTES + 1) if upload is not None else None  # more is refused
         if content is None and form.validated_data.get("csv"):
             content = form.validated_data["csv"].encode("utf-8")
         if content is None:

@@ -223,6 +223,17 @@ def test_the_api_imports_a_roster_or_answers_400_with_the_rows(teacher, course):
     assert usernames == ["x1"]
 
 
+def test_an_oversized_roster_file_is_refused_unread_and_imports_nothing(teacher, course):
+    huge = SimpleUploadedFile(
+        "class.csv", b"username,name,email\n" + b"x" * (3 * 1024 * 1024), "text/csv"
+    )
+    answer = api(teacher).post("/api/v1/courses/cs101/roster/", {"file": huge}, format="multipart")
+    assert answer.status_code == 400
+    [row] = answer.json()["rows"]
+    assert row["column"] == "file" and "2 MB" in row["message"]
+    assert course.students.count() == 1
+
+
 def test_the_api_grants_and_removes_a_ta(teacher, course, make_user):
     make_user("hal")
     client = api(teacher)
