@@ -88,3 +88,10 @@ class AuditKind(models.TextChoices):
     CLASS_STOPPED = "course.class_stopped"
     QUOTA_REQUESTED = "quota.requested"
     QUOTA_ANSWERED = "quota.answered"
+    AUDIT_PRUNED = "audit.pruned"  # the retention task removed events older than the limit
+    USAGE_PRICES_CHANGED = "usage.prices_changed"
+    ALERT_RULE_CHANGED = "alert.rule_changed"
+    ALERT_RAISED = "alert.raised"
+    ALERT_ESCALATED = "alert.escalated"
+    ALERT_ACKNOWLEDGED = "alert.acknowledged"
+    ALERT_RESOLVED = "alert.resolved"
