@@ -188,6 +188,9 @@ _WARM_MAX = env.str("DESKPOOL_WARM_MAX_PER_BOOKING", default="").strip()
 WARM_MAX_PER_BOOKING: int | None = int(_WARM_MAX) if _WARM_MAX else None  # None: every seat
 WARM_RETRY_S = env.float("DESKPOOL_WARM_RETRY_S", default=60.0)
 
+# /metrics (docs/metrics.md): Prometheus sends this bearer token; empty: admins' logins only.
+METRICS_TOKEN = _secret("DESKPOOL_METRICS_TOKEN", "")
+
 # --- e-mail -------------------------------------------------------------------------------
 # Notices to people (thesis grants ending, quota requests). The default prints them to the
 # console; production names an SMTP server. Tests use Django's locmem outbox.

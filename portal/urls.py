@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
-from . import student_views, views
+from . import metrics_view, student_views, views
 
 urlpatterns = [
     path("", student_views.home, name="home"),
@@ -29,4 +29,6 @@ urlpatterns = [
     path("api/v1/", include("portal.api.urls")),
     path("api/agent/v1/", include("scheduling.agent_api")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    # Exactly /metrics, as Prometheus asks for it (no slash, no redirect).
+    path("metrics", metrics_view.metrics, name="metrics"),
 ]
