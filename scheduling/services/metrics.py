@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 # Submit -> RUNNING over the last hour, in seconds (fixed buckets; +Inf is added).
 TIME_TO_DESKTOP_WINDOW = timedelta(hours=1)
-TIME_TO_DESKTOP_BUCKETS: tuple[float, ...] = (5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+TIME_TO_DESKTOP_BUCKETS: tuple[float, ...] = (1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 # One scheduling cycle, in seconds.
 CYCLE_BUCKETS: tuple[float, ...] = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 # The Redis hash that holds the cycle histogram: one field per bucket, plus sum and count.
