@@ -223,3 +223,15 @@ def test_the_token_may_come_from_a_file(tmp_path, monkeypatch):
     secret.write_text(TOKEN + "\n")
     monkeypatch.setenv("DESKPOOL_METRICS_TOKEN_FILE", str(secret))
     assert portal_settings._secret("DESKPOOL_METRICS_TOKEN", "") == TOKEN
+
+
+def test_a_scrape_makes_a_handful_of_queries_whatever_the_pool(
+    known_state, django_assert_max_num_queries
+):
+    now, _held = known_state
+    with django_assert_max_num_queries(9):
+        render_metrics(now)
+
+
+def test_metrics_path_is_exact(db):
+    assert Client().get("/metrics/").status_code == 404
