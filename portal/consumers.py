@@ -14,6 +14,7 @@ from django.utils import timezone, translation
 from scheduling.choices import OPENABLE_STATES
 from scheduling.events import ADMIN_GROUP, user_group
 from scheduling.models import Session
+from scheduling.models.alerts import AlertLevel, AlertState, Metric
 from scheduling.models.policy import QuotaRequestState
 from scheduling.presenters import render
 
@@ -65,6 +66,16 @@ class UpdatesConsumer(AsyncJsonWebsocketConsumer):
         with translation.override(self.language):
             request["state_label"] = str(QuotaRequestState(request["state"]).label)
         await self.send_json({"type": "quota.update", "request": request})
+
+    async def alert_update(self, event: dict) -> None:
+        """An alert raised, escalated, acknowledged or resolved (admins' pages only), with its
+        labels in the listener's language."""
+        alert = dict(event["alert"])
+        with translation.override(self.language):
+            alert["metric_label"] = str(Metric(alert["metric"]).label)
+            alert["level_label"] = str(AlertLevel(alert["level"]).label)
+            alert["state_label"] = str(AlertState(alert["state"]).label)
+        await self.send_json({"type": "alert.update", "alert": alert})
 
     async def pool_alert(self, event: dict) -> None:
         alert = {k: event[k] for k in ("type", "level", "utilisation", "reason_code")}

@@ -23,7 +23,7 @@ from rest_framework.fields import DateTimeField
 
 from . import engine
 from .choices import OPENABLE_STATES, TERMINAL_STATES
-from .models import Session
+from .models import Alert, Session
 from .models.policy import QuotaRequest
 from .presenters import render, stored
 
@@ -88,7 +88,30 @@ class QuotaUpdate(TypedDict):
     request: QuotaRequestPayload
 
 
-Payload = SessionUpdate | PoolAlert | QuotaUpdate
+class AlertPayload(TypedDict):
+    id: int
+    rule: int
+    rule_name: str
+    metric: str
+    scope: str
+    subject: str  # gpu:<uuid>, node:<host>, rack:<name>, pool
+    level: str  # warning | critical
+    state: str  # firing | acknowledged | resolved
+    value: float | None
+    raised_at: str
+    escalated_at: str | None
+    acknowledged_at: str | None
+    acknowledged_by: str | None
+    resolved_at: str | None
+    resolved_by: str | None  # None on a resolved alert: it recovered by itself
+
+
+class AlertUpdate(TypedDict):
+    type: Literal["alert.update"]
+    alert: AlertPayload
+
+
+Payload = SessionUpdate | PoolAlert | QuotaUpdate | AlertUpdate
 
 
 def user_group(user_id: int) -> str:
@@ -222,3 +245,39 @@ def _broadcast_quota_request(request_id: int) -> None:
         return
     payload = QuotaUpdate(type="quota.update", request=quota_request_payload(request))
     _send(user_group(request.student_id), payload)
+
+
+def alert_payload(alert: Alert) -> AlertPayload:
+    """An alert as the console and the API show it. Select ``rule`` and the two people."""
+    return AlertPayload(
+        id=alert.pk,
+        rule=alert.rule_id,
+        rule_name=alert.rule.name,
+        metric=alert.rule.metric,
+        scope=alert.rule.scope,
+        subject=alert.subject,
+        level=alert.level,
+        state=alert.state,
+        value=alert.value,
+        raised_at=_TIME.to_representation(alert.raised_at),
+        escalated_at=_time(alert.escalated_at),
+        acknowledged_at=_time(alert.acknowledged_at),
+        acknowledged_by=alert.acknowledged_by.get_username() if alert.acknowledged_by else None,
+        resolved_at=_time(alert.resolved_at),
+        resolved_by=alert.resolved_by.get_username() if alert.resolved_by else None,
+    )
+
+
+def broadcast_alert(alert_id: int) -> None:
+    """After commit, send an alert's state to every admin's open pages."""
+    transaction.on_commit(lambda: _broadcast_alert(alert_id))
+
+
+def _broadcast_alert(alert_id: int) -> None:
+    alert = (
+        Alert.objects.select_related("rule", "acknowledged_by", "resolved_by")
+        .filter(pk=alert_id)
+        .first()
+    )
+    if alert is not None:
+        _send(ADMIN_GROUP, AlertUpdate(type="alert.update", alert=alert_payload(alert)))

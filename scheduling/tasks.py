@@ -10,6 +10,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
+from .services.alerts import evaluate_alerts
 from .services.cycle import do_scheduling_cycle
 from .services.health import do_sweep_silent_nodes
 
@@ -52,3 +53,10 @@ def sweep_nodes() -> int:
     """Requeue the sessions of nodes that stopped answering; returns how many moved."""
     result = do_sweep_silent_nodes(timezone.now())
     return result.requeued + result.ended
+
+
+@shared_task(name="scheduling.tasks.run_alert_evaluation", ignore_result=True, expires=60)
+def run_alert_evaluation() -> int:
+    """Evaluate the alert rules once (docs/alerts.md); returns how many alerts changed."""
+    result = evaluate_alerts(timezone.now())
+    return len(result.raised) + len(result.escalated) + len(result.resolved)

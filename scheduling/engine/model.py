@@ -73,6 +73,7 @@ class Rack:
     name: str
     budget_w: float
     draw_w: float
+    stopped: bool = False  # at its power warning (an open alert): no new work until it drops
 
 
 @dataclass(frozen=True)

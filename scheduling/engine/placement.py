@@ -71,6 +71,8 @@ def evaluate(cycle: Cycle, shape: Shape, node_id: int) -> Candidate | None:
     cpu_left = cycle.cpus[node_id]
     if cpu_left < shape.cpus or cycle.memory[node_id] < shape.memory_mb:
         return None
+    if node.rack in cycle.stopped_racks:
+        return None  # a rack at its power warning takes no new work, CPU-only included
     model = cycle.node_model.get(node_id, "")
     lefts = cycle.lefts[node_id]
     state = tuple(sorted(lefts.values()))

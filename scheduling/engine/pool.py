@@ -132,6 +132,7 @@ class Cycle:
         self.memory = {n.node_id: n.memory_free_mb for n in snap.nodes}
         self.rack_headroom = {r.name: r.budget_w - r.draw_w for r in snap.racks}
         self.rack_budget = {r.name: r.budget_w for r in snap.racks}
+        self.stopped_racks = frozenset(r.name for r in snap.racks if r.stopped)
         limit = self.policy.temperature_limit_c
         usable: dict[int, list[FreeSlice]] = defaultdict(list)
         self.hot: list[FreeSlice] = []
@@ -144,7 +145,7 @@ class Cycle:
             models[s.node_id][s.gpu_model] += 1
             if s.temperature_c is not None and s.temperature_c >= limit:
                 self.hot.append(s)
-            else:
+            elif self.nodes[s.node_id].rack not in self.stopped_racks:
                 usable[s.node_id].append(s)
         for r in snap.running:
             for s in r.slices:
@@ -253,6 +254,8 @@ class Cycle:
 
     def power_ok(self, node: NodeState, slices: Sequence[FreeSlice]) -> bool:
         """The slices' added draw fits the rack's power headroom (racks without a budget: yes)."""
+        if node.rack in self.stopped_racks:
+            return False
         if node.rack not in self.rack_headroom:
             return True
         return sum(s.power_w for s in slices) <= self.rack_headroom[node.rack]

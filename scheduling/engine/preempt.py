@@ -37,6 +37,8 @@ def preempt(
     for v in cycle.snapshot.running:
         if v.session_id in taken or v.preempted_for is not None or v.node_id not in cycle.position:
             continue
+        if cycle.nodes[v.node_id].rack in cycle.stopped_racks:
+            continue  # its place would be new work on a rack at its power warning
         vt = victim_tiers[v.session_id]
         if vt <= tier or vt in (TIER_BOOKED, TIER_THESIS) or now - v.started_at < protected:
             continue

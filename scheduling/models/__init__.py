@@ -1,11 +1,16 @@
 """The resource side's records, one module per subject; import them from here."""
 
+from .alerts import Alert, AlertRule, AlertState, AlertTrack
 from .bookings import Booking, BookingQuerySet, BookingSeries, WarmDesktop, WarmState
 from .policy import PoolPolicy, Quota, QuotaScope
 from .pool import DesktopProfile, Gpu, JoinToken, Node, Slice, hash_token
 from .sessions import Allocation, AuditEvent, Session, SessionQuerySet
 
 __all__ = [
+    "Alert",
+    "AlertRule",
+    "AlertState",
+    "AlertTrack",
     "Allocation",
     "AuditEvent",
     "Booking",

@@ -19,6 +19,8 @@ from django.utils import timezone
 from .. import engine
 from ..choices import ON_NODE_STATES, WAITING_STATES
 from ..models import (
+    Alert,
+    AlertRule,
     Allocation,
     Booking,
     DesktopProfile,
@@ -68,7 +70,8 @@ def engine_policy(policy: PoolPolicy) -> engine.Policy:
     return engine.Policy(
         warn_utilisation=policy.warn_percent / 100,
         block_utilisation=policy.block_percent / 100,
-        temperature_limit_c=policy.temperature_limit_c,
+        # The GPU temperature alert rule's level, where there is one (docs/alerts.md).
+        temperature_limit_c=AlertRule.temperature_limit_c(policy.temperature_limit_c),
         protected_runtime_s=int(policy.protected_minutes * 60),
         grace_s=int(policy.grace_minutes * 60),
         aging_s_per_gpu_hour=policy.aging_minutes_per_gpu_hour * 60,
@@ -146,7 +149,10 @@ def _pool(
                 nvlink=frozenset(links[node.pk]),
             )
         )
-    racks = tuple(engine.Rack(r, b, rack_draw.get(r, 0.0)) for r, b in sorted(budgets.items()))
+    stopped = Alert.objects.stopped_racks()  # at their power warning: a hard stop
+    racks = tuple(
+        engine.Rack(r, b, rack_draw.get(r, 0.0), r in stopped) for r, b in sorted(budgets.items())
+    )
     gpu_by_id = {g.pk: g for g in gpus}
     slices = {
         s.pk: _engine_slice(s, gpu_by_id[s.gpu_id], by_id[gpu_by_id[s.gpu_id].node_id])
