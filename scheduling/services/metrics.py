@@ -30,7 +30,9 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from ..choices import WAITING_STATES, Purpose, SessionState, SliceKind
-from ..models import Gpu, Node, PoolPolicy, Session, Slice
+from ..models import Alert, Gpu, Node, PoolPolicy, Session, Slice
+from ..models.alerts import OPEN_ALERT_STATES, AlertLevel
+from ..models.alerts import Metric as AlertMetric
 from .pool import pool_utilisation
 
 log = logging.getLogger(__name__)
@@ -303,6 +305,27 @@ def _pool() -> Iterator[Metric]:
     yield from (level, state, thresholds)
 
 
+def _alerts() -> Iterator[Metric]:
+    counted = {
+        (row["rule__metric"], row["level"], row["state"]): row["n"]
+        for row in Alert.objects.open()
+        .order_by()
+        .values("rule__metric", "level", "state")
+        .annotate(n=Count("pk"))
+    }
+    family = _gauge(
+        "deskpool_alerts",
+        "Open alerts (firing or acknowledged) by the rule's metric, level and state.",
+        ["metric", "level", "state"],
+    )
+    for metric in AlertMetric:
+        for level in AlertLevel:
+            for state in OPEN_ALERT_STATES:
+                key = (metric.value, level.value, state.value)
+                family.add_metric(list(key), counted.get(key, 0))
+    yield family
+
+
 @dataclass(eq=False)
 class DeskpoolCollector(Collector):
     """Every Deskpool metric, read from the database (and Redis) when collected."""
@@ -318,6 +341,7 @@ class DeskpoolCollector(Collector):
         yield from _gpus()
         yield from _slices()
         yield from _pool()
+        yield from _alerts()
         cycle = _cycle_histogram()
         if cycle is not None:
             yield cycle

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from portal import settings as portal_settings
 from scheduling.choices import Purpose, SessionState
-from scheduling.models import Allocation, Gpu, Node, PoolPolicy, Session, Slice
+from scheduling.models import Alert, AlertRule, Allocation, Gpu, Node, PoolPolicy, Session, Slice
 from scheduling.services import metrics as metrics_service
 from scheduling.services.metrics import observe_cycle_duration, render_metrics
 
@@ -99,6 +99,14 @@ def known_state(pool, owner, stranger, profile, make_user):
     assert held is not None
     Allocation.objects.create(session=running, node=pool, slice=held)
     PoolPolicy.objects.create(alert_level="warn")
+    rule = AlertRule.objects.create(
+        name="metrics test: GPU temperature", metric="gpu_temperature", scope="gpu", warning=80
+    )
+    Alert.objects.create(rule=rule, subject="gpu:GPU-a", level="warning", value=81)
+    Alert.objects.create(
+        rule=rule, subject="gpu:GPU-b", level="critical", state="acknowledged", value=95
+    )
+    Alert.objects.create(rule=rule, subject="gpu:GPU-c", level="warning", state="resolved")
     return now, held
 
 
@@ -164,6 +172,12 @@ def test_metrics_read_back_the_database(known_state, cycle_key):
     assert sample(found, "deskpool_pool_alert_level") == 1
     assert sample(found, "deskpool_pool_alert", level="warn") == 1
     assert sample(found, "deskpool_pool_alert", level="ok") == 0
+    # Open alerts by the rule's metric, level and state (the resolved one is not counted).
+    alerts = {"metric": "gpu_temperature"}
+    assert sample(found, "deskpool_alerts", **alerts, level="warning", state="firing") == 1
+    assert sample(found, "deskpool_alerts", **alerts, level="critical", state="acknowledged") == 1
+    assert sample(found, "deskpool_alerts", **alerts, level="warning", state="acknowledged") == 0
+    assert sum(s.value for s in found["deskpool_alerts"].samples) == 2
     # Cycle durations, from the histogram every process adds to.
     cycle = "deskpool_scheduling_cycle_duration_seconds"
     assert found[cycle].type == "histogram"
@@ -225,11 +239,9 @@ def test_the_token_may_come_from_a_file(tmp_path, monkeypatch):
     assert portal_settings._secret("DESKPOOL_METRICS_TOKEN", "") == TOKEN
 
 
-def test_a_scrape_makes_a_handful_of_queries_whatever_the_pool(
-    known_state, django_assert_max_num_queries
-):
+def test_a_scrape_makes_ten_queries_whatever_the_pool(known_state, django_assert_max_num_queries):
     now, _held = known_state
-    with django_assert_max_num_queries(9):
+    with django_assert_max_num_queries(10):
         render_metrics(now)
 
 
