@@ -27,7 +27,17 @@ from django.utils import timezone, translation
 from ..alert_rules import CRITICAL, Event, Levels, Track, step
 from ..choices import WAITING_STATES, AuditKind
 from ..events import broadcast_alert
-from ..models import Alert, AlertRule, AlertState, AlertTrack, AuditEvent, Gpu, Node, Session
+from ..models import (
+    Alert,
+    AlertRule,
+    AlertState,
+    AlertTrack,
+    AuditEvent,
+    Gpu,
+    Node,
+    PoolPolicy,
+    Session,
+)
 from ..models.alerts import GPU_METRICS, OPEN_ALERT_STATES, Metric, Scope
 from .email_notices import notify
 from .pool import pool_utilisation
@@ -39,15 +49,18 @@ DEFAULT_RACK_POWER_W = 0.0  # a GPU that reports no draw adds nothing
 
 
 def default_rules() -> list[dict[str, Any]]:
-    """The rules a new pool starts with (docs/alerts.md)."""
+    """The rules a new pool starts with (docs/alerts.md). GPU temperature and pool usage start
+    at the pool policy's levels (its temperature limit; its warning and block levels)."""
     lost = float(settings.NODE_LOST_AFTER_S)
+    policy = PoolPolicy.current()
     return [
         dict(name="GPU memory", metric=Metric.GPU_MEMORY, scope=Scope.GPU,
              warning=75.0, critical=90.0, recovery=60.0),
         dict(name="GPU compute utilisation", metric=Metric.GPU_UTILISATION, scope=Scope.GPU,
              warning=95.0, critical=None, recovery=80.0, sustained_minutes=30),
         dict(name="GPU temperature", metric=Metric.GPU_TEMPERATURE, scope=Scope.GPU,
-             warning=85.0, critical=None, recovery=80.0),
+             warning=policy.temperature_limit_c, critical=None,
+             recovery=policy.temperature_limit_c - 5.0),
         dict(name="GPU XID errors", metric=Metric.GPU_XID_ERRORS, scope=Scope.GPU,
              warning=1.0, critical=None, recovery=None),
         dict(name="Node lost", metric=Metric.NODE_SILENCE, scope=Scope.NODE,
@@ -55,7 +68,8 @@ def default_rules() -> list[dict[str, Any]]:
         dict(name="Rack power", metric=Metric.RACK_POWER, scope=Scope.RACK,
              warning=90.0, critical=100.0, recovery=80.0),
         dict(name="Pool usage", metric=Metric.POOL_USAGE, scope=Scope.POOL,
-             warning=80.0, critical=90.0, recovery=70.0),
+             warning=float(policy.warn_percent), critical=float(policy.block_percent),
+             recovery=max(0.0, policy.warn_percent - 10.0)),
         dict(name="Queue length", metric=Metric.QUEUE_LENGTH, scope=Scope.POOL,
              warning=10.0, critical=20.0, recovery=5.0),
     ]  # fmt: skip
