@@ -19,7 +19,7 @@ from ..engine.reasons import Reason
 from ..events import broadcast_session
 from ..models import Allocation, AuditEvent, Session
 from ..presenters import stored
-from . import Conflict
+from . import Conflict, accounting
 from .kick import schedule_soon
 
 S = SessionState
@@ -98,6 +98,10 @@ def do_transition(
                 _("Session %(id)s is %(state)s; it cannot become %(target)s.")
                 % {"id": session_id, "state": current, "target": target}
             )
+        # A run's usage record opens at RUNNING and closes when the run ends, while its
+        # holds are still live (they tell the slices and the GPUs' utilisation).
+        run_ends_at = changes.get("ended_at") or now
+        accounting.on_transition(session_id, target, run_ends_at, changes.get("started_at"))
         if target in TERMINAL_STATES or target in WAITING_STATES:
             released = Allocation.objects.filter(session_id=session_id, released_at=None).update(
                 released_at=now

@@ -1,8 +1,12 @@
 """Usage accounting: GPU-hours in compute units, over a week and decayed for fair share.
 
-A session's usage is ``compute_units x hours`` from ``started_at`` to ``ended_at`` (or now),
-where ``compute_units`` is the sum over its slices of the GPU's CU times the slice's part of it
-(stored on the session when it is placed). CPU-only desktops use no GPU-hours.
+Usage is counted from the usage records (``services.accounting``), one per run of a session:
+``compute_units x hours`` from the run's start to its end (or now, while it runs), where
+``compute_units`` is the sum over its slices of the GPU's CU times the slice's part of it
+(stored on the session when it is placed). A preempted or requeued session keeps the usage
+of its earlier runs. A session with no record at all (one from before the records, or made
+by hand) is counted from its own ``started_at`` and ``compute_units``, as before. CPU-only
+desktops use no GPU-hours.
 """
 
 from __future__ import annotations
@@ -13,9 +17,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 
-from ..models import Session
+from ..models import Session, UsageRecord
 
 WEEK = timedelta(days=7)
 
@@ -54,24 +58,42 @@ def collect_usage(now: datetime, half_life_days: float, holding_states: Iterable
     horizon = now - max(WEEK, timedelta(days=4 * half_life_days))
     holding = set(holding_states)
     usage = Usage()
+    decay = math.log(2) / (half_life_days * 86400) if half_life_days > 0 else 0.0
+
+    def count(keys: list[tuple[str, str]], units: float, start: datetime, end: datetime) -> None:
+        week_hours = _overlap_hours(start, end, now - WEEK)
+        for key in keys:
+            usage.week[key] += units * week_hours
+        hours = _overlap_hours(start, end, horizon)
+        age_s = max(0.0, (now - end).total_seconds())
+        usage.decayed_by_user[keys[0][1]] += units * hours * math.exp(-decay * age_s)
+
+    recorded = UsageRecord.objects.filter(session_id=OuterRef("pk"))
     sessions = (
         Session.objects.filter(Q(ended_at__isnull=True) | Q(ended_at__gte=horizon))
         .filter(Q(started_at__isnull=False) | Q(state__in=holding))
+        .annotate(recorded=Exists(recorded))
         .select_related("user", "user__member", "course")
     )
-    decay = math.log(2) / (half_life_days * 86400) if half_life_days > 0 else 0.0
     for s in sessions:
         keys = list(scope_keys(s))
         if s.state in holding:
             for key in keys:
                 usage.holding[key] += 1
-        if not s.started_at or not s.compute_units:
-            continue
-        end = s.ended_at or now
-        week_hours = _overlap_hours(s.started_at, end, now - WEEK)
-        for key in keys:
-            usage.week[key] += s.compute_units * week_hours
-        hours = _overlap_hours(s.started_at, end, horizon)
-        age_s = max(0.0, (now - end).total_seconds())
-        usage.decayed_by_user[keys[0][1]] += s.compute_units * hours * math.exp(-decay * age_s)
+        if s.recorded or not s.started_at or not s.compute_units:
+            continue  # its runs are counted from its records below
+        count(keys, s.compute_units, s.started_at, s.ended_at or now)
+    runs = UsageRecord.objects.filter(Q(ended_at__isnull=True) | Q(ended_at__gte=horizon))
+    for run in runs.exclude(compute_units=0):
+        keys = list(record_keys(run))
+        count(keys, run.compute_units, run.started_at, run.ended_at or now)
     return usage
+
+
+def record_keys(record: UsageRecord) -> Iterable[tuple[str, str]]:
+    """The scopes a run counts in, as the record kept them at its start."""
+    yield ("user", record.username)
+    if record.course_code:
+        yield ("course", record.course_code)
+    if record.department:
+        yield ("department", record.department)

@@ -1,0 +1,235 @@
+"""API for accounting (admins only): usage records, the usage report (JSON or CSV) and the
+price list. Thin views over ``scheduling.services.accounting``."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from django.utils.translation import gettext_lazy as _
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import mixins, renderers, serializers, status, viewsets
+from rest_framework.permissions import IsAdminUser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.people import signed_in
+from scheduling.api_errors import as_api_error
+from scheduling.models import PriceRule, PriceUnit, UsageRecord
+from scheduling.services import ServiceError
+from scheduling.services.accounting import (
+    GROUPS,
+    PERIODS,
+    check_price,
+    check_report,
+    do_price,
+    records_matching,
+    report_csv,
+    row_fields,
+    usage_report,
+)
+
+
+def hours_field() -> serializers.DecimalField:
+    """Hours as exact decimal strings, to the microsecond's sixth place."""
+    return serializers.DecimalField(max_digits=20, decimal_places=6, read_only=True)
+
+
+class CsvRenderer(renderers.BaseRenderer):
+    """``?format=csv`` or ``Accept: text/csv``: the report's rows as CSV."""
+
+    media_type = "text/csv"
+    format = "csv"
+    charset = "utf-8"
+
+    def render(self, data: Any, accepted_media_type=None, renderer_context=None) -> str:
+        if isinstance(data, dict):  # an error: a line per field and message
+            out = io.StringIO()
+            writer = csv.writer(out)
+            writer.writerow(["field", "message"])
+            for name, messages in data.items():
+                for message in messages if isinstance(messages, list) else [messages]:
+                    writer.writerow([name, str(message)])
+            return out.getvalue()
+        return report_csv(data or [])
+
+
+class UsageRecordSerializer(serializers.ModelSerializer):
+    user = serializers.CharField(source="username", read_only=True)
+    gpu_hours = hours_field()
+    cu_hours = hours_field()
+    idle_gpu_hours = hours_field()
+
+    class Meta:
+        model = UsageRecord
+        fields = [
+            "id",
+            "session",
+            "run",
+            "user",
+            "course_code",
+            "department",
+            "purpose",
+            "profile_slug",
+            "booking_id",
+            "slice_kind",
+            "mig_profile",
+            "gpu_model",
+            "node_hostname",
+            "slices",
+            "gpu_share",
+            "compute_units",
+            "started_at",
+            "ended_at",
+            "end_state",
+            "gpu_hours",
+            "cu_hours",
+            "idle_gpu_hours",
+            "utilisation_pct",
+        ]
+        read_only_fields = fields
+
+
+class RecordFilterSerializer(serializers.Serializer):
+    user = serializers.CharField(required=False, help_text=_("A username."))
+    course = serializers.CharField(required=False, help_text=_("A course code."))
+    department = serializers.CharField(required=False)
+    purpose = serializers.CharField(required=False)
+    session = serializers.IntegerField(required=False, min_value=1)
+    open = serializers.BooleanField(required=False, allow_null=True, default=None)
+    booked = serializers.BooleanField(required=False, allow_null=True, default=None)
+    since = serializers.DateField(required=False, help_text=_("Runs started on or after."))
+    until = serializers.DateField(required=False, help_text=_("Runs started on or before."))
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Usage records, one per run of a session (admins)",
+        parameters=[RecordFilterSerializer],
+    )
+)
+class UsageRecordViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    serializer_class = UsageRecordSerializer
+    permission_classes = [IsAdminUser]
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return UsageRecord.objects.none()
+        filters = RecordFilterSerializer(data=self.request.query_params)
+        filters.is_valid(raise_exception=True)
+        return records_matching(filters.validated_data)
+
+
+class ReportQuerySerializer(serializers.Serializer):
+    group = serializers.ChoiceField(choices=GROUPS)
+    period = serializers.ChoiceField(choices=PERIODS)
+    start = serializers.DateField(help_text=_("First day (inclusive)."))
+    end = serializers.DateField(help_text=_("Last day (inclusive)."))
+
+
+class ReportRowSerializer(serializers.Serializer):
+    group = serializers.CharField()
+    key = serializers.CharField(help_text=_("The department, course code or username."))
+    period = serializers.CharField()
+    period_start = serializers.DateField()
+    runs = serializers.IntegerField()
+    gpu_hours = hours_field()
+    cu_hours = hours_field()
+    idle_gpu_hours = hours_field()
+    booked_gpu_hours = hours_field()
+    cost = serializers.DecimalField(max_digits=20, decimal_places=2, read_only=True)
+    currency = serializers.CharField()
+
+
+class UsageReportView(APIView):
+    permission_classes = [IsAdminUser]
+    renderer_classes = [renderers.JSONRenderer, renderers.BrowsableAPIRenderer, CsvRenderer]
+
+    @extend_schema(
+        summary="Use and cost per department, course or user, by week or month (admins)",
+        parameters=[
+            ReportQuerySerializer,
+            OpenApiParameter("format", OpenApiTypes.STR, enum=["json", "csv"], required=False),
+        ],
+        responses={200: ReportRowSerializer(many=True)},
+    )
+    def get(self, request: Request) -> Response:
+        query = ReportQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        data = query.validated_data
+        try:
+            checked = check_report(data["group"], data["period"], data["start"], data["end"])
+            rows = usage_report(checked.group, checked.period, checked.start, checked.end)
+        except ServiceError as error:
+            raise as_api_error(error) from error
+        response = Response([row_fields(row) for row in rows])
+        if request.accepted_renderer.format == "csv":
+            name = f"usage-{checked.group}-{checked.period}-{checked.start}-{checked.end}.csv"
+            response["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
+
+
+class PriceRuleSerializer(serializers.ModelSerializer):
+    profile: serializers.SlugRelatedField = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, allow_null=True
+    )
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+
+    class Meta:
+        model = PriceRule
+        fields = [
+            "id",
+            "slice_kind",
+            "profile",
+            "unit",
+            "price",
+            "currency",
+            "valid_from",
+            "valid_until",
+            "note",
+            "created_by",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class PriceRuleCreateSerializer(serializers.Serializer):
+    slice_kind = serializers.CharField(
+        required=False, allow_blank=True, default="", help_text=_("mig, share, whole; empty: any")
+    )
+    profile = serializers.CharField(
+        required=False, allow_blank=True, default="", help_text=_("A profile's slug; empty: any")
+    )
+    unit = serializers.ChoiceField(choices=PriceUnit.choices)
+    price = serializers.DecimalField(max_digits=12, decimal_places=4)
+    currency = serializers.CharField(max_length=3)
+    valid_from = serializers.DateField()
+    valid_until = serializers.DateField(required=False, allow_null=True, default=None)
+    note = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
+
+
+@extend_schema_view(list=extend_schema(summary="The internal price list (admins)"))
+class PriceRuleViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    serializer_class = PriceRuleSerializer
+    permission_classes = [IsAdminUser]
+
+    def get_queryset(self):
+        return PriceRule.objects.select_related("profile", "created_by")
+
+    @extend_schema(
+        summary="Add a line to the price list; a change of price is a new line (admins)",
+        request=PriceRuleCreateSerializer,
+        responses={201: PriceRuleSerializer},
+    )
+    def create(self, request: Request) -> Response:
+        form = PriceRuleCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        person = signed_in(request.user)
+        try:
+            rule = do_price(person, check_price(**form.validated_data))
+        except ServiceError as error:
+            raise as_api_error(error) from error
+        return Response(PriceRuleSerializer(rule).data, status=status.HTTP_201_CREATED)
