@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
+from portal.celery import app
 from portal.consumers import UpdatesConsumer
 from scheduling.alert_rules import (
     CRITICAL,
@@ -51,6 +52,7 @@ from scheduling.services.alerts import evaluate_alerts
 from scheduling.services.cycle import do_scheduling_cycle
 from scheduling.services.eligibility import Forbidden
 from scheduling.services.sessions import check_submit, do_submit
+from scheduling.tasks import run_alert_evaluation
 from tests.portal.test_email_smtp import Inbox
 
 T0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
@@ -213,6 +215,22 @@ def test_a_node_that_stopped_answering_raises_node_lost_and_its_return_resolves_
     evaluate_alerts(timezone.now() + timedelta(minutes=6))
     lost.refresh_from_db()
     assert lost.state == AlertState.RESOLVED
+
+
+def test_beat_evaluates_the_rules_under_a_named_entry_that_expires():
+    app.finalize()
+    entry = app.conf.beat_schedule["alert-evaluation"]
+    assert entry["task"] == run_alert_evaluation.name == "scheduling.tasks.run_alert_evaluation"
+    assert entry["options"]["expires"] == entry["schedule"] == 60.0
+
+
+@pytest.mark.django_db
+def test_the_task_makes_the_defaults_and_counts_what_changed(pool):
+    total = Gpu.objects.get(uuid="GPU-c").memory_mb
+    set_metrics("GPU-c", memory_used_mb=total)
+    assert run_alert_evaluation() == 1
+    assert run_alert_evaluation() == 0
+    assert AlertRule.objects.count() == 8
 
 
 # -- people: acknowledge, resolve, rules, API ----------------------------------------------------
