@@ -14,6 +14,7 @@ urlpatterns = [
     path("", include("portal.api.courses_urls")),
     path("", include("portal.api.bookings_urls")),
     path("", include("portal.api.grants_urls")),
+    path("", include("portal.api.usage_urls")),
     path("", include("portal.api.alerts_urls")),
     path("", include(router.urls)),
 ]

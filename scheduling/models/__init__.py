@@ -5,6 +5,7 @@ from .bookings import Booking, BookingQuerySet, BookingSeries, WarmDesktop, Warm
 from .policy import PoolPolicy, Quota, QuotaScope
 from .pool import DesktopProfile, Gpu, JoinToken, Node, Slice, hash_token
 from .sessions import Allocation, AuditEvent, Session, SessionQuerySet
+from .usage import PriceRule, PriceUnit, UsageRecord
 
 __all__ = [
     "Alert",
@@ -21,11 +22,14 @@ __all__ = [
     "JoinToken",
     "Node",
     "PoolPolicy",
+    "PriceRule",
+    "PriceUnit",
     "Quota",
     "QuotaScope",
     "Session",
     "SessionQuerySet",
     "Slice",
+    "UsageRecord",
     "WarmDesktop",
     "WarmState",
     "hash_token",
