@@ -34,3 +34,9 @@ def _beat_entries(sender: Celery, **_: object) -> None:
         sender.signature("scheduling.tasks.run_alert_evaluation", options={"expires": alerts}),
         name="alert-evaluation",
     )
+    retention = settings.AUDIT_RETENTION_TASK_SECONDS
+    sender.add_periodic_task(
+        retention,
+        sender.signature("scheduling.tasks.prune_audit", options={"expires": retention}),
+        name="audit-retention",
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(environ.Env().str("DESKPOOL_VAR_DIR", default=str(BASE_DIR / "var")))
@@ -62,6 +63,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # ...unless the signed-in person saved one; and their time zone (docs/i18n.md).
     "portal.middleware.PreferencesMiddleware",
+    # The client's address, for the audit events the request writes (docs/audit.md).
+    "portal.middleware.ClientAddressMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -187,6 +190,15 @@ WARM_LEAD_MINUTES = env.float("DESKPOOL_WARM_LEAD_MINUTES", default=10.0)
 _WARM_MAX = env.str("DESKPOOL_WARM_MAX_PER_BOOKING", default="").strip()
 WARM_MAX_PER_BOOKING: int | None = int(_WARM_MAX) if _WARM_MAX else None  # None: every seat
 WARM_RETRY_S = env.float("DESKPOOL_WARM_RETRY_S", default=60.0)
+
+# Audit trail (docs/audit.md): events are kept this many days, at least six months; the
+# retention task deletes older ones. Behind this many reverse proxies (nginx) the client's
+# address is read from X-Forwarded-For; 0: the connection's address, the header ignored.
+AUDIT_RETENTION_DAYS = env.int("DESKPOOL_AUDIT_RETENTION_DAYS", default=365)
+if AUDIT_RETENTION_DAYS < 183:
+    raise ImproperlyConfigured("DESKPOOL_AUDIT_RETENTION_DAYS must be 183 (six months) or more")
+AUDIT_RETENTION_TASK_SECONDS = env.float("DESKPOOL_AUDIT_RETENTION_TASK_SECONDS", default=86400.0)
+TRUSTED_PROXIES = env.int("DESKPOOL_TRUSTED_PROXIES", default=0)
 
 # /metrics (docs/metrics.md): Prometheus sends this bearer token; empty: admins' logins only.
 METRICS_TOKEN = _secret("DESKPOOL_METRICS_TOKEN", "")

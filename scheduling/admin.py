@@ -123,8 +123,32 @@ class WarmDesktopAdmin(admin.ModelAdmin):
 
 @admin.register(AuditEvent)
 class AuditEventAdmin(admin.ModelAdmin):
-    list_display = ["at", "kind", "actor", "session", "node"]
+    """The audit trail, to look at only: no add, change or delete here (the database refuses
+    them too, docs/audit.md). Sessions and nodes are shown by id: they may be gone."""
+
+    list_display = ["at", "kind", "actor", "session_ref", "node_ref", "address"]
     list_filter = ["kind"]
+    search_fields = ["actor", "kind"]
+    date_hierarchy = "at"
+    fields = ("at", "kind", "actor", "session_ref", "node_ref", "address", "data")
+    readonly_fields = fields
+
+    @admin.display(description=_("session"))
+    def session_ref(self, event: AuditEvent) -> str:
+        return str(event.session_id or "-")
+
+    @admin.display(description=_("node"))
+    def node_ref(self, event: AuditEvent) -> str:
+        return str(event.node_id or "-")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(JoinToken)

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from .services.alerts import evaluate_alerts
+from .services.audit import do_prune_audit
 from .services.cycle import do_scheduling_cycle
 from .services.health import do_sweep_silent_nodes
 
@@ -60,3 +61,10 @@ def run_alert_evaluation() -> int:
     """Evaluate the alert rules once (docs/alerts.md); returns how many alerts changed."""
     result = evaluate_alerts(timezone.now())
     return len(result.raised) + len(result.escalated) + len(result.resolved)
+
+
+@shared_task(name="scheduling.tasks.prune_audit", ignore_result=True)
+def prune_audit() -> int:
+    """The audit trail's retention: delete events older than the retention period (the only
+    deletion the database allows, docs/audit.md); returns how many."""
+    return do_prune_audit()

@@ -1,19 +1,22 @@
 """The resource side's records, one module per subject; import them from here."""
 
 from .alerts import Alert, AlertRule, AlertState, AlertTrack
+from .audit import MIN_RETENTION_DAYS, AuditEvent, AuditRetention
 from .bookings import Booking, BookingQuerySet, BookingSeries, WarmDesktop, WarmState
 from .policy import PoolPolicy, Quota, QuotaScope
 from .pool import DesktopProfile, Gpu, JoinToken, Node, Slice, hash_token
-from .sessions import Allocation, AuditEvent, Session, SessionQuerySet
+from .sessions import Allocation, Session, SessionQuerySet
 from .usage import PriceRule, PriceUnit, UsageRecord
 
 __all__ = [
+    "MIN_RETENTION_DAYS",
     "Alert",
     "AlertRule",
     "AlertState",
     "AlertTrack",
     "Allocation",
     "AuditEvent",
+    "AuditRetention",
     "Booking",
     "BookingQuerySet",
     "BookingSeries",

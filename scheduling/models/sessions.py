@@ -1,4 +1,5 @@
-"""Desktop sessions, the holds they (or warm desktops) have on slices, and the audit trail."""
+"""Desktop sessions and the holds they (or warm desktops) have on slices (the audit trail is
+in audit.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from ..choices import (
     ON_NODE_STATES,
     PURPOSE_TIER,
     TERMINAL_STATES,
-    AuditKind,
     Purpose,
     SessionState,
 )
@@ -156,22 +156,3 @@ class Allocation(models.Model):
     def __str__(self) -> str:
         holder = f"session {self.session_id}" if self.session_id else f"warm {self.warm_id}"
         return f"allocation of {self.slice or self.node} to {holder}"
-
-
-class AuditEvent(models.Model):
-    """Every decision and state change, with who or what made it."""
-
-    at = models.DateTimeField(default=timezone.now, db_index=True)
-    kind = models.CharField(max_length=40, choices=AuditKind.choices)
-    actor = models.CharField(max_length=200, help_text="user:<name>, node:<host>, scheduler")
-    session = models.ForeignKey(
-        Session, null=True, blank=True, related_name="audit", on_delete=models.CASCADE
-    )
-    node = models.ForeignKey("Node", null=True, blank=True, on_delete=models.SET_NULL)
-    data = models.JSONField(default=dict, blank=True)
-
-    class Meta:
-        ordering = ["at", "pk"]
-
-    def __str__(self) -> str:
-        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.kind} by {self.actor}"

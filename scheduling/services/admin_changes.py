@@ -8,7 +8,7 @@ from typing import Any
 from django.db import models, transaction
 
 from ..choices import AuditKind
-from ..models import AuditEvent
+from .audit import record
 from .kick import schedule_soon
 
 
@@ -16,9 +16,9 @@ def do_save_audited(obj: models.Model, changed: Mapping[str, Any], *, actor: str
     """Save a policy or quota row an admin edited, audit what changed, ask for a cycle."""
     with transaction.atomic():
         obj.save()
-        AuditEvent.objects.create(
-            kind=AuditKind.POLICY_CHANGED,
-            actor=actor,
+        record(
+            AuditKind.POLICY_CHANGED,
+            actor,
             data={
                 "model": obj._meta.model_name,
                 "object": str(obj),

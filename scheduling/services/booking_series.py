@@ -25,8 +25,9 @@ from portal.models import Course
 from .. import engine
 from ..choices import AuditKind
 from ..locks import lock_policy
-from ..models import AuditEvent, Booking, BookingSeries, DesktopProfile
+from ..models import Booking, BookingSeries, DesktopProfile
 from . import Conflict, ServiceError
+from .audit import record
 from .bookings import (
     alternative_words,
     can_book_for,
@@ -298,9 +299,9 @@ def do_create_series(user: User, plan: SeriesPlan) -> BookingSeries:
             )
             for d in now
         )
-        AuditEvent.objects.create(
-            kind=AuditKind.BOOKING_SERIES_CREATED,
-            actor=f"user:{user.get_username()}",
+        record(
+            AuditKind.BOOKING_SERIES_CREATED,
+            f"user:{user.get_username()}",
             data={
                 "series": series.pk,
                 "course": plan.course.code,
@@ -336,9 +337,9 @@ def do_cancel_series(user: User, series: BookingSeries) -> BookingSeries:
         Booking.objects.filter(pk__in=[b.pk for b in going]).update(cancelled_at=now)
         for booking in going:
             drop_warm(booking)
-        AuditEvent.objects.create(
-            kind=AuditKind.BOOKING_CANCELLED,
-            actor=f"user:{user.get_username()}",
+        record(
+            AuditKind.BOOKING_CANCELLED,
+            f"user:{user.get_username()}",
             data={
                 "series": series.pk,
                 "course": series.course.code,

@@ -26,8 +26,9 @@ from .. import engine
 from ..choices import AuditKind
 from ..engine import fit_codes
 from ..locks import lock_policy
-from ..models import AuditEvent, Booking, DesktopProfile, Node, Slice
+from ..models import Booking, DesktopProfile, Node, Slice
 from . import Conflict, ServiceError
+from .audit import record
 from .kick import schedule_soon
 from .warm import drop_warm
 
@@ -294,9 +295,9 @@ def do_create_booking(user: User, request: BookingRequest) -> Booking:
             ends_at=request.ends_at,
             created_by=user,
         )
-        AuditEvent.objects.create(
-            kind=AuditKind.BOOKING_CREATED,
-            actor=f"user:{user.get_username()}",
+        record(
+            AuditKind.BOOKING_CREATED,
+            f"user:{user.get_username()}",
             data={
                 "booking": booking.pk,
                 "course": request.course.code,
@@ -373,9 +374,9 @@ def do_change_booking(user: User, change: BookingChange) -> Booking:
             booking.ends_at,
         ):
             drop_warm(booking)  # started for the old profile or window
-        AuditEvent.objects.create(
-            kind=AuditKind.BOOKING_CHANGED,
-            actor=f"user:{user.get_username()}",
+        record(
+            AuditKind.BOOKING_CHANGED,
+            f"user:{user.get_username()}",
             data={
                 "booking": booking.pk,
                 "course": booking.course.code,
@@ -407,9 +408,9 @@ def do_cancel_booking(user: User, booking: Booking) -> Booking:
             raise Conflict(_("This booking is already cancelled."))
         # Its unclaimed warm desktops go now: agents stop them at their next poll.
         drop_warm(booking)
-        AuditEvent.objects.create(
-            kind=AuditKind.BOOKING_CANCELLED,
-            actor=f"user:{user.get_username()}",
+        record(
+            AuditKind.BOOKING_CANCELLED,
+            f"user:{user.get_username()}",
             data={"booking": booking.pk, "course": booking.course.code},
         )
         schedule_soon()

@@ -20,9 +20,10 @@ from ..choices import TERMINAL_STATES, WAITING_STATES, AuditKind, Purpose, Sessi
 from ..engine.reasons import Code, Reason
 from ..events import broadcast_session
 from ..locks import lock_person
-from ..models import AuditEvent, Booking, DesktopProfile, Session
+from ..models import Booking, DesktopProfile, Session
 from ..presenters import stored
 from . import Conflict, NotFound, ServiceError
+from .audit import record
 from .kick import schedule_soon
 from .lifecycle import do_transition
 from .sessions import BOOKING_EARLY_MINUTES, MAX_OPEN_SESSIONS_PER_USER
@@ -106,9 +107,9 @@ def do_start_all(actor: User, course: Course) -> StartAllResult:
                 state=SessionState.QUEUED,
                 **reason,
             )
-            AuditEvent.objects.create(
-                kind=AuditKind.SESSION_SUBMITTED,
-                actor=f"user:{actor.get_username()}",
+            record(
+                AuditKind.SESSION_SUBMITTED,
+                f"user:{actor.get_username()}",
                 session=session,
                 data={
                     "profile": profile.slug,
@@ -120,9 +121,9 @@ def do_start_all(actor: User, course: Course) -> StartAllResult:
             broadcast_session(session.pk)
             started.append(session.pk)
         result = StartAllResult(len(started), already, at_limit, started)
-        AuditEvent.objects.create(
-            kind=AuditKind.CLASS_STARTED,
-            actor=f"user:{actor.get_username()}",
+        record(
+            AuditKind.CLASS_STARTED,
+            f"user:{actor.get_username()}",
             data={
                 "course": course.code,
                 "profile": profile.slug,
@@ -172,9 +173,9 @@ def do_stop_all(actor: User, course: Course) -> int:
     with transaction.atomic():
         for session in list(class_sessions(course)):
             stopped += _stop(actor, session)
-        AuditEvent.objects.create(
-            kind=AuditKind.CLASS_STOPPED,
-            actor=f"user:{actor.get_username()}",
+        record(
+            AuditKind.CLASS_STOPPED,
+            f"user:{actor.get_username()}",
             data={"course": course.code, "stopped": stopped},
         )
     return stopped
@@ -187,9 +188,9 @@ def do_stop_class_session(actor: User, course: Course, session_id: int) -> Sessi
         raise NotFound(_("This desktop is not open in this course any more."))
     with transaction.atomic():
         if _stop(actor, session):
-            AuditEvent.objects.create(
-                kind=AuditKind.CLASS_STOPPED,
-                actor=f"user:{actor.get_username()}",
+            record(
+                AuditKind.CLASS_STOPPED,
+                f"user:{actor.get_username()}",
                 data={"course": course.code, "stopped": 1, "session": session.pk},
             )
     session.refresh_from_db()

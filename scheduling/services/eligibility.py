@@ -22,9 +22,10 @@ from portal.models import Course, Member, Role, ThesisGrant
 from ..choices import WAITING_STATES, AuditKind, Purpose
 from ..engine.reasons import Code, Reason
 from ..events import broadcast_session
-from ..models import AuditEvent, Session
+from ..models import Session
 from ..presenters import render_reason, stored
 from . import ServiceError
+from .audit import record
 from .email_notices import notify
 
 SCHEDULER = "scheduler"
@@ -79,10 +80,10 @@ def demote(session: Session, reason: Reason, actor: str, *, drop_course: bool = 
     ).update(**fields)
     if not changed:
         return False
-    AuditEvent.objects.create(
-        kind=AuditKind.SESSION_DEMOTED,
-        actor=actor,
-        session_id=session.pk,
+    record(
+        AuditKind.SESSION_DEMOTED,
+        actor,
+        session=session.pk,
         data={"from": session.purpose, "to": Purpose.HOBBY, "reason": str(reason.code)},
     )
     broadcast_session(session.pk)
@@ -117,9 +118,9 @@ def close_grant(grant: ThesisGrant, actor: str, now: datetime) -> int:
     if not ThesisGrant.objects.filter(pk=grant.pk, closed_at=None).update(closed_at=now):
         return 0
     demoted = demote_thesis_requests(grant.student, actor, timezone.localdate(now))
-    AuditEvent.objects.create(
-        kind=AuditKind.THESIS_ENDED,
-        actor=actor,
+    record(
+        AuditKind.THESIS_ENDED,
+        actor,
         data={
             "grant": grant.pk,
             "student": grant.student.get_username(),

@@ -15,8 +15,8 @@ from django.utils.translation import gettext as _
 from portal.models import ThesisGrant
 
 from ..choices import AuditKind
-from ..models import AuditEvent
 from . import Conflict, NotFound, ServiceError
+from .audit import record
 from .eligibility import Forbidden, close_grant, is_faculty
 
 
@@ -69,9 +69,9 @@ def do_grant(user: User, request: GrantRequest) -> ThesisGrant:
         grant = ThesisGrant.objects.create(
             student=request.student, granted_by=user, until=request.until, note=request.note
         )
-        AuditEvent.objects.create(
-            kind=AuditKind.THESIS_GRANTED,
-            actor=f"user:{user.get_username()}",
+        record(
+            AuditKind.THESIS_GRANTED,
+            f"user:{user.get_username()}",
             data={
                 "grant": grant.pk,
                 "student": request.student.get_username(),
@@ -105,9 +105,9 @@ def do_revoke(user: User, grant: ThesisGrant) -> ThesisGrant:
         )
         if not changed:
             raise Conflict(_("This grant was already revoked."))
-        AuditEvent.objects.create(
-            kind=AuditKind.THESIS_REVOKED,
-            actor=actor,
+        record(
+            AuditKind.THESIS_REVOKED,
+            actor,
             data={"grant": grant.pk, "student": grant.student.get_username()},
         )
         grant.refresh_from_db()

@@ -21,8 +21,9 @@ from django.utils import timezone
 from ..choices import NODE_BOUND_STATES, AuditKind, SessionState
 from ..engine.reasons import Code, Reason
 from ..locks import lock_node
-from ..models import AuditEvent, Node, Session
+from ..models import Node, Session
 from . import Conflict
+from .audit import record
 from .kick import schedule_soon
 from .lifecycle import do_transition
 
@@ -99,9 +100,9 @@ def _sweep_node(node_id: int, cutoff: datetime) -> tuple[str, int, int] | None:
                 requeued += 1
         if not requeued and not ended:
             return None
-        AuditEvent.objects.create(
-            kind=AuditKind.NODE_SILENT,
-            actor="health",
+        record(
+            AuditKind.NODE_SILENT,
+            "health",
             node=node,
             data={
                 "last_heartbeat": node.last_heartbeat.isoformat(),
@@ -134,9 +135,9 @@ def do_record_session_failed(node: Node) -> bool:
         )
         if cordoned:
             failures = Node.objects.filter(pk=node.pk).values_list("failures_in_a_row", flat=True)
-            AuditEvent.objects.create(
-                kind=AuditKind.NODE_CORDONED,
-                actor="health",
+            record(
+                AuditKind.NODE_CORDONED,
+                "health",
                 node=node,
                 data={"failures_in_a_row": failures.first()},
             )
@@ -155,9 +156,7 @@ def do_cordon(node: Node, actor: str) -> bool:
     with transaction.atomic():
         cordoned = Node.objects.filter(pk=node.pk, cordoned=False).update(cordoned=True) == 1
         if cordoned:
-            AuditEvent.objects.create(
-                kind=AuditKind.NODE_CORDONED, actor=actor, node=node, data={"by_hand": True}
-            )
+            record(AuditKind.NODE_CORDONED, actor, node=node, data={"by_hand": True})
     return cordoned
 
 
@@ -171,7 +170,7 @@ def do_clear_cordon(node: Node, actor: str) -> bool:
             == 1
         )
         if cleared:
-            AuditEvent.objects.create(kind=AuditKind.NODE_CORDON_CLEARED, actor=actor, node=node)
+            record(AuditKind.NODE_CORDON_CLEARED, actor, node=node)
             schedule_soon()
     return cleared
 

@@ -17,9 +17,10 @@ from django.utils.translation import gettext as _
 from ..choices import TERMINAL_STATES, WAITING_STATES, AuditKind, SessionState
 from ..engine.reasons import Reason
 from ..events import broadcast_session
-from ..models import Allocation, AuditEvent, Session
+from ..models import Allocation, Session
 from ..presenters import stored
 from . import Conflict, accounting
+from .audit import record
 from .kick import schedule_soon
 
 S = SessionState
@@ -108,11 +109,11 @@ def do_transition(
             )
         else:
             released = 0
-        AuditEvent.objects.create(
-            kind=AuditKind.SESSION_TRANSITION,
-            actor=actor,
-            session_id=session_id,
-            node_id=node_id,  # the node it was on, also when a requeue clears it
+        record(
+            AuditKind.SESSION_TRANSITION,
+            actor,
+            session=session_id,
+            node=node_id,  # the node it was on, also when a requeue clears it
             data={"from": current, "to": target, "released": released, **fields_of_reason},
         )
         _after_commit(session_id, capacity_released=released > 0 or target in WAITING_STATES)

@@ -15,8 +15,9 @@ from nodeagent.protocol import PROTOCOL_VERSION, GpuInventory, Heartbeat, Regist
 from ..choices import AuditKind, SliceKind
 from ..engine import gpu_compute_units, slice_milli
 from ..locks import lock_unused_join_token
-from ..models import AuditEvent, Gpu, JoinToken, Node, Slice, hash_token
+from ..models import Gpu, JoinToken, Node, Slice, hash_token
 from . import Conflict, ServiceError
+from .audit import record
 from .kick import schedule_soon
 
 
@@ -24,9 +25,7 @@ def do_create_join_token(hostname: str = "", *, actor: str) -> str:
     """Create a one-time join token; the plain token is returned once and stored hashed."""
     plain = JoinToken.new_plain_token()
     JoinToken.objects.create(token_hash=hash_token(plain), hostname=hostname)
-    AuditEvent.objects.create(
-        kind=AuditKind.JOIN_TOKEN_CREATED, actor=actor, data={"hostname": hostname}
-    )
+    record(AuditKind.JOIN_TOKEN_CREATED, actor, data={"hostname": hostname})
     return plain
 
 
@@ -91,9 +90,9 @@ def do_register(
         node.last_heartbeat = now
         node.save()
         _sync_inventory(node, payload.gpus)
-        AuditEvent.objects.create(
-            kind=AuditKind.NODE_REGISTERED,
-            actor=f"node:{node.hostname}",
+        record(
+            AuditKind.NODE_REGISTERED,
+            f"node:{node.hostname}",
             node=node,
             data={"gpus": len(payload.gpus), "runtime": payload.runtime},
         )

@@ -18,9 +18,10 @@ from ..choices import WAITING_STATES, AuditKind, SessionState
 from ..engine.reasons import Code, Reason
 from ..events import broadcast_pool_alert, broadcast_session
 from ..locks import lock_policy
-from ..models import Allocation, AuditEvent, Session
+from ..models import Allocation, Session
 from ..presenters import stored
 from . import Conflict
+from .audit import record
 from .lifecycle import do_transition
 
 log = logging.getLogger(__name__)
@@ -58,12 +59,8 @@ def place_session(
         compute_units=units,
         warm_key=warm_key,
     )
-    AuditEvent.objects.create(
-        kind=AuditKind.SESSION_PLACED,
-        actor="scheduler",
-        session_id=session_id,
-        node_id=node_id,
-        data=dict(audit),
+    record(
+        AuditKind.SESSION_PLACED, "scheduler", session=session_id, node=node_id, data=dict(audit)
     )
 
 
@@ -127,13 +124,23 @@ def apply_queue(entries: list[engine.QueueEntry]) -> None:
             _minute(entry.eta),
         )
         # The ETA moves a little every cycle: only a change a person would see is pushed.
-        if current.get(entry.session_id) == seen:
+        before = current.get(entry.session_id)
+        if before == seen:
             continue
         with transaction.atomic():
             changed = Session.objects.filter(pk=entry.session_id, state__in=WAITING_STATES).update(
                 queue_position=position, eta=entry.eta, blocked=entry.blocked, **fields
             )
             if changed:
+                # The decision is audited when its reason or blocked flag changes, not when
+                # only the position or the ETA moves: an unchanged reason is written once.
+                if before is None or before[1:4] != seen[1:4]:
+                    record(
+                        AuditKind.SESSION_BLOCKED,
+                        "scheduler",
+                        session=entry.session_id,
+                        data={"blocked": entry.blocked, "position": position, **fields},
+                    )
                 broadcast_session(entry.session_id)
 
 
@@ -154,10 +161,10 @@ def apply_preemption(p: engine.Preemption) -> bool:
                 preempt_deadline=p.deadline,
                 preempted_for_id=p.for_session_id,
             )
-            AuditEvent.objects.create(
-                kind=AuditKind.SESSION_PREEMPTED,
-                actor="scheduler",
-                session_id=p.victim_id,
+            record(
+                AuditKind.SESSION_PREEMPTED,
+                "scheduler",
+                session=p.victim_id,
                 data={"for": p.for_session_id, "deadline": p.deadline.isoformat()},
             )
         return True
@@ -177,9 +184,9 @@ def apply_alert(alert: engine.Alert | None) -> None:
         previous = policy.alert_level
         policy.alert_level = alert.level
         policy.save(update_fields=["alert_level"])
-        AuditEvent.objects.create(
-            kind=AuditKind.POOL_ALERT,
-            actor="scheduler",
+        record(
+            AuditKind.POOL_ALERT,
+            "scheduler",
             data={
                 "level": alert.level,
                 "previous": previous,

@@ -24,9 +24,9 @@ from portal.models import Course
 from ..choices import AuditKind
 from ..events import broadcast_quota_request
 from ..locks import lock_person
-from ..models import AuditEvent
 from ..models.policy import QuotaRequest, QuotaRequestState
 from . import Conflict, NotFound, ServiceError
+from .audit import record
 from .eligibility import Forbidden, eligible_courses
 from .email_notices import notify
 from .kick import schedule_soon
@@ -158,9 +158,9 @@ def do_ask(user: User, ask: AskRequest) -> QuotaRequest:
         request = QuotaRequest.objects.create(
             student=user, course=ask.course, hours=ask.hours, reason=ask.reason
         )
-        AuditEvent.objects.create(
-            kind=AuditKind.QUOTA_REQUESTED,
-            actor=f"user:{user.get_username()}",
+        record(
+            AuditKind.QUOTA_REQUESTED,
+            f"user:{user.get_username()}",
             data={"request": request.pk, "course": ask.course.code, "hours": ask.hours},
         )
         broadcast_quota_request(request.pk)
@@ -224,9 +224,9 @@ def do_answer(user: User, answer: AnswerRequest) -> QuotaRequest:
         ).update(**fields)
         if not changed:
             raise Conflict(_("This request was already answered."))
-        AuditEvent.objects.create(
-            kind=AuditKind.QUOTA_ANSWERED,
-            actor=f"user:{user.get_username()}",
+        record(
+            AuditKind.QUOTA_ANSWERED,
+            f"user:{user.get_username()}",
             data={
                 "request": request.pk,
                 "course": request.course.code,

@@ -25,9 +25,10 @@ from ..choices import (
 from ..engine.reasons import Code, Reason
 from ..events import broadcast_session
 from ..locks import lock_person
-from ..models import AuditEvent, Booking, DesktopProfile, PoolPolicy, Session
+from ..models import Booking, DesktopProfile, PoolPolicy, Session
 from ..presenters import refusal, stored
 from . import Conflict, ServiceError
+from .audit import record
 from .eligibility import active_thesis_grant
 from .kick import schedule_soon
 from .lifecycle import do_transition
@@ -178,9 +179,9 @@ def do_submit(user: User, request: SubmitRequest) -> Session:
             state=SessionState.QUEUED,
             **stored(Reason(Code.SUBMITTED)),
         )
-        AuditEvent.objects.create(
-            kind=AuditKind.SESSION_SUBMITTED,
-            actor=f"user:{user.get_username()}",
+        record(
+            AuditKind.SESSION_SUBMITTED,
+            f"user:{user.get_username()}",
             session=session,
             data={
                 "profile": request.profile.slug,
