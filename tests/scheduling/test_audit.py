@@ -19,10 +19,13 @@ from django.test import Client
 from django.utils import timezone
 
 from scheduling.choices import AuditKind
+from scheduling.engine import QueueEntry
+from scheduling.engine.reasons import Code, Reason
 from scheduling.models import AuditEvent, AuditRetention, Node, Quota, Session
 from scheduling.services import ServiceError
 from scheduling.services.audit import do_prune_audit, record, requests_from
 from scheduling.services.cycle import do_scheduling_cycle
+from scheduling.services.placement import apply_queue
 from scheduling.services.sessions import check_submit, do_submit
 
 pytestmark = pytest.mark.django_db
@@ -273,3 +276,28 @@ def test_a_blocked_requests_unchanged_reason_is_written_once_over_three_cycles(
     assert blocked.get().data["reason_code"] == second.reason_code
     # The first one was placed: no blocked decision for it.
     assert not AuditEvent.objects.filter(kind=AuditKind.SESSION_BLOCKED, session_id=first.pk)
+
+
+def test_a_queued_decision_is_written_when_its_reason_changes_not_its_position_or_eta(
+    owner, profile
+):
+    waiting = do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
+    decisions = AuditEvent.objects.filter(kind=AuditKind.SESSION_BLOCKED, session_id=waiting.pk)
+    soon = timezone.now() + timedelta(minutes=30)
+    behind_two = Reason(Code.WAITING, {"tier": "hobby", "ahead": 2})
+    apply_queue([QueueEntry(waiting.pk, 3, behind_two, eta=soon)])
+    assert decisions.count() == 1
+    # The position and the ETA move (the session is updated), the reason does not.
+    apply_queue([QueueEntry(waiting.pk, 2, behind_two, eta=soon + timedelta(minutes=7))])
+    waiting.refresh_from_db()
+    assert waiting.queue_position == 2 and decisions.count() == 1
+    # A new reason, then blocked by a quota: each one written.
+    apply_queue([QueueEntry(waiting.pk, 2, Reason(Code.WAITING, {"tier": "hobby", "ahead": 1}))])
+    blocked = Reason(Code.QUOTA_GPU_HOURS, {"limit": 5, "used": 6.0})
+    apply_queue([QueueEntry(waiting.pk, 0, blocked, blocked=True)])
+    apply_queue([QueueEntry(waiting.pk, 0, blocked, blocked=True)])
+    assert [(e.data["reason_code"], e.data["blocked"]) for e in decisions.order_by("pk")] == [
+        ("waiting", False),
+        ("waiting", False),
+        ("quota_gpu_hours", True),
+    ]
