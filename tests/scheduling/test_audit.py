@@ -17,6 +17,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test import Client
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from scheduling.choices import AuditKind
 from scheduling.engine import QueueEntry
@@ -251,6 +252,17 @@ def test_the_address_of_a_page_post_is_recorded(owner, profile, settings):
     assert AuditEvent.objects.filter(kind=AuditKind.SESSION_SUBMITTED).latest("pk").address == (
         "192.0.2.7"
     )
+
+
+def test_the_address_of_an_api_call_is_recorded(owner, profile):
+    client = APIClient(REMOTE_ADDR="2001:db8::42")
+    client.force_login(owner)
+    made = client.post("/api/v1/sessions/", {"profile": profile.pk, "purpose": "hobby"})
+    assert made.status_code == 201, made.content
+    assert client.post(f"/api/v1/sessions/{made.json()['id']}/stop/").status_code == 200
+    events = AuditEvent.objects.filter(session_id=made.json()["id"])
+    assert {e.kind for e in events} >= {AuditKind.SESSION_SUBMITTED, AuditKind.SESSION_TRANSITION}
+    assert {e.address for e in events} == {"2001:db8::42"}
 
 
 def test_events_outside_requests_have_no_address_and_requests_from_sets_one():
