@@ -27,7 +27,6 @@ from .. import pricing
 from ..choices import TERMINAL_STATES, WAITING_STATES, AuditKind, SessionState, SliceKind
 from ..models import (
     Allocation,
-    AuditEvent,
     Booking,
     DesktopProfile,
     PriceRule,
@@ -37,6 +36,7 @@ from ..models import (
     UsageRecord,
 )
 from . import ServiceError
+from .audit import record
 from .usage import department_of
 
 RUN_ENDS = TERMINAL_STATES | WAITING_STATES
@@ -267,9 +267,9 @@ def do_price(user: User, request: PriceRequest) -> PriceRule:
             note=request.note,
             created_by=user,
         )
-        AuditEvent.objects.create(
-            kind=AuditKind.USAGE_PRICES_CHANGED,
-            actor=f"user:{user.get_username()}",
+        record(
+            AuditKind.USAGE_PRICES_CHANGED,
+            f"user:{user.get_username()}",
             data={
                 "after": {
                     "id": rule.pk,
