@@ -19,11 +19,12 @@ from django.utils.translation import gettext as _
 from ..alert_rules import Track, resolved_by_hand
 from ..choices import AuditKind
 from ..events import broadcast_alert
-from ..models import Alert, AlertRule, AlertState, AlertTrack, AuditEvent
+from ..models import Alert, AlertRule, AlertState, AlertTrack
 from ..models.alerts import METRIC_SCOPES, OPEN_ALERT_STATES, PERCENT_METRICS, Metric, Scope
 from . import Conflict, NotFound
 from . import ServiceError as Invalid
 from .alerts import subject_node_id
+from .audit import record
 from .eligibility import Forbidden
 
 MAX_SUSTAINED_MINUTES = 7 * 24 * 60
@@ -117,10 +118,10 @@ def do_resolve(user: User, alert: Alert) -> Alert:
 
 
 def _audit(kind: str, alert: Alert, user: User, **extra: Any) -> None:
-    AuditEvent.objects.create(
-        kind=kind,
-        actor=_actor(user),
-        node_id=subject_node_id(alert.subject),
+    record(
+        kind,
+        _actor(user),
+        node=subject_node_id(alert.subject),
         data={
             "alert": alert.pk,
             "rule": alert.rule_id,
@@ -256,9 +257,9 @@ def do_save_rule(user: User, change: RuleChange) -> AlertRule:
         for name, value in change.fields.items():
             setattr(rule, name, value)
         rule.save()
-        AuditEvent.objects.create(
-            kind=AuditKind.ALERT_RULE_CHANGED,
-            actor=_actor(user),
+        record(
+            AuditKind.ALERT_RULE_CHANGED,
+            _actor(user),
             data={"rule": rule.pk, "before": before, "after": change.fields},
         )
     return rule

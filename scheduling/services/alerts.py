@@ -32,13 +32,13 @@ from ..models import (
     AlertRule,
     AlertState,
     AlertTrack,
-    AuditEvent,
     Gpu,
     Node,
     PoolPolicy,
     Session,
 )
 from ..models.alerts import GPU_METRICS, OPEN_ALERT_STATES, Metric, Scope
+from .audit import record
 from .email_notices import notify
 from .pool import pool_utilisation
 
@@ -269,10 +269,10 @@ def _remember(rule: AlertRule, subject: str, row: AlertTrack | None, track: Trac
 
 
 def _audit(kind: str, alert: Alert, actor: str, **extra: Any) -> None:
-    AuditEvent.objects.create(
-        kind=kind,
-        actor=actor,
-        node_id=subject_node_id(alert.subject),
+    record(
+        kind,
+        actor,
+        node=subject_node_id(alert.subject),
         data={
             "alert": alert.pk,
             "rule": alert.rule_id,
