@@ -1,14 +1,82 @@
-"""Accounting: one usage record per run of a session, and the internal price list."""
+"""Accounting: one usage record per run of a session, and the internal price list.
+
+Sessions that ran before this migration get one record each, for their last run (the only
+one a session remembered): open while the session is still on its node, closed otherwise.
+"""
+
+from datetime import timedelta
+from decimal import ROUND_HALF_UP, Decimal
 
 import django.db.models.deletion
 import django.utils.timezone
 from django.conf import settings
 from django.db import migrations, models
 
+ON_NODE = ("RUNNING", "PREEMPTING", "STOPPING")
+RAN_TO_AN_END = ("ENDED", "FAILED", "LOST", "EXPIRED")
+PLACES = Decimal("0.000001")
+
+
+def _held(part, start, end):
+    microseconds = max(0, (end - start) // timedelta(microseconds=1))
+    hours = Decimal(microseconds) / Decimal(3_600_000_000)
+    return (Decimal(str(part)) * hours).quantize(PLACES, rounding=ROUND_HALF_UP)
+
+
+def _joined(values):
+    return ",".join(sorted({v for v in values if v}))
+
+
+def backfill(apps, schema_editor):
+    Session = apps.get_model("scheduling", "Session")
+    Allocation = apps.get_model("scheduling", "Allocation")
+    UsageRecord = apps.get_model("scheduling", "UsageRecord")
+    Member = apps.get_model("portal", "Member")
+    ran = Session.objects.filter(started_at__isnull=False, state__in=ON_NODE + RAN_TO_AN_END)
+    for s in ran.select_related("user", "course", "profile", "node").iterator():
+        holds = [
+            a
+            for a in Allocation.objects.filter(session_id=s.pk).select_related("slice__gpu", "node")
+            if a.released_at is None or a.released_at >= s.started_at
+        ]
+        slices = [a.slice for a in holds if a.slice is not None]
+        member = Member.objects.filter(user_id=s.user_id).first()
+        department = (member.department if member else "") or (
+            s.course.department if s.course else ""
+        )
+        share = round(sum(x.milli for x in slices) / 1000, 4)
+        end = s.ended_at if s.state in RAN_TO_AN_END else None
+        gpu_hours = _held(share, s.started_at, end) if end else Decimal(0)
+        UsageRecord.objects.create(
+            session_id=s.pk,
+            run=1,
+            user_id=s.user_id,
+            username=s.user.username,
+            course_code=s.course.code if s.course else "",
+            department=department,
+            purpose=s.purpose,
+            profile_slug=s.profile.slug,
+            booking_id=s.booking_id,
+            slice_kind=_joined(x.kind for x in slices),
+            mig_profile=_joined(x.profile for x in slices),
+            gpu_model=_joined(x.gpu.model for x in slices),
+            node_hostname=_joined(a.node.hostname for a in holds)
+            or (s.node.hostname if s.node else ""),
+            slices=len(slices),
+            gpu_share=share,
+            compute_units=s.compute_units,
+            started_at=s.started_at,
+            ended_at=max(end, s.started_at) if end else None,
+            end_state=s.state if end else "",
+            gpu_hours=gpu_hours,
+            cu_hours=_held(s.compute_units, s.started_at, end) if end else Decimal(0),
+        )
+
 
 class Migration(migrations.Migration):
     dependencies = [
         ("scheduling", "0008_audit_append_only"),
+        ("portal", "0004_thesis_grants_roles_course_profile"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
@@ -172,4 +240,5 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
+        migrations.RunPython(backfill, migrations.RunPython.noop),
     ]
