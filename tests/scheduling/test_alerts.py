@@ -14,6 +14,7 @@ from aiosmtpd.controller import Controller
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 from hypothesis import given, settings
@@ -22,6 +23,7 @@ from rest_framework.test import APIClient
 
 from portal.celery import app
 from portal.consumers import UpdatesConsumer
+from scheduling import events
 from scheduling.alert_rules import (
     CRITICAL,
     WARNING,
@@ -434,6 +436,18 @@ def test_an_admins_open_page_receives_the_alert_over_the_updates_socket(pool, ad
         "warning",
         "Firing",
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_alert_update_leaves_only_after_the_commit(pool, monkeypatch):
+    sent = []
+    monkeypatch.setattr(events, "_send", lambda group, payload: sent.append((group, payload)))
+    with transaction.atomic():
+        alert = raise_memory_alert()
+        assert sent == []
+    assert [(g, p["type"], p["alert"]["id"]) for g, p in sent] == [
+        (events.ADMIN_GROUP, "alert.update", alert.pk)
+    ]
 
 
 # -- the effect on placement -----------------------------------------------------------------
