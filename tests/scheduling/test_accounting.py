@@ -135,6 +135,29 @@ def test_a_preempted_requeued_and_node_lost_session_has_a_record_per_run_that_re
     assert sum(row.runs for row in rows) == 3
 
 
+@pytest.mark.parametrize("end", [S.ENDED, S.FAILED, S.LOST, S.EXPIRED])
+def test_every_end_of_a_run_closes_its_record_and_stopping_or_preempting_keep_it_open(
+    owner, profile, pool, end
+):
+    session = submit(owner, profile)
+    do_scheduling_cycle()
+    report_running(session)
+    via = S.STOPPING if end == S.ENDED else S.PREEMPTING if end == S.LOST else None
+    if via is not None:
+        do_transition(session.pk, via, actor="test")
+        assert runs_of(session)[0].ended_at is None  # the desktop still runs
+    if end == S.FAILED:
+        do_report(Session.objects.get(pk=session.pk).node, session.pk, {"state": "FAILED"})
+    else:
+        do_transition(session.pk, end, actor="test")
+
+    finished = Session.objects.get(pk=session.pk)
+    [run] = runs_of(session)
+    assert (run.end_state, run.ended_at) == (end, finished.ended_at)
+    assert (run.gpu_hours, run.cu_hours) == exact(run)
+    assert UsageRecord.objects.filter(ended_at=None).count() == 0
+
+
 def test_quotas_and_fair_share_keep_the_hours_of_a_run_that_was_requeued(owner, profile, pool):
     session = submit(owner, profile)
     do_scheduling_cycle()
