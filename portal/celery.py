@@ -28,7 +28,7 @@ def _beat_entries(sender: Celery, **_: object) -> None:
         sender.signature("scheduling.tasks.sweep_nodes", options={"expires": sweep}),
         name="node-health-sweep",
     )
-    alerts = getattr(settings, "ALERT_EVALUATION_SECONDS", 60.0)
+    alerts = settings.ALERT_EVALUATION_SECONDS
     sender.add_periodic_task(
         alerts,
         sender.signature("scheduling.tasks.run_alert_evaluation", options={"expires": alerts}),

@@ -178,6 +178,8 @@ NODE_HEARTBEAT_TIMEOUT_S = env.float("DESKPOOL_NODE_HEARTBEAT_TIMEOUT_S", defaul
 # A longer silence: its sessions are requeued (their age kept), STOPPING ones ended.
 NODE_LOST_AFTER_S = env.float("DESKPOOL_NODE_LOST_AFTER_S", default=120.0)
 NODE_SWEEP_SECONDS = env.float("DESKPOOL_NODE_SWEEP_SECONDS", default=15.0)
+# Alert rules are evaluated this often (docs/alerts.md).
+ALERT_EVALUATION_SECONDS = env.float("DESKPOOL_ALERT_EVALUATION_SECONDS", default=60.0)
 # This many sessions FAILED in a row on one node cordon it until an admin clears it.
 CORDON_AFTER_FAILURES = env.int("DESKPOOL_CORDON_AFTER_FAILURES", default=3)
 AGENT_HEARTBEAT_INTERVAL_S = env.float("DESKPOOL_AGENT_HEARTBEAT_INTERVAL_S", default=5.0)

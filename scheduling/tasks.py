@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from functools import lru_cache
 
 import redis
@@ -14,6 +15,7 @@ from .services.alerts import evaluate_alerts
 from .services.audit import do_prune_audit
 from .services.cycle import do_scheduling_cycle
 from .services.health import do_sweep_silent_nodes
+from .services.metrics import observe_cycle_duration
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +42,9 @@ def run_scheduling_cycle() -> int:
             return cycles  # the holder sees the dirty flag and runs again
         try:
             while client.getdel(CYCLE_DIRTY):
+                started = time.monotonic()
                 result = do_scheduling_cycle()
+                observe_cycle_duration(time.monotonic() - started)  # /metrics
                 cycles += 1
                 if result.conflicts:
                     client.set(CYCLE_DIRTY, 1)

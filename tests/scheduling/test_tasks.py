@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from scheduling import tasks
 from scheduling.choices import SessionState
 from scheduling.models import Session
+from scheduling.services.metrics import render_metrics
 from scheduling.services.sessions import check_submit, do_submit
 
 pytestmark = pytest.mark.django_db
@@ -35,3 +37,14 @@ def test_a_cycle_asked_for_while_one_holds_the_lock_leaves_it_to_the_holder(
     assert tasks.run_scheduling_cycle() == 1
     assert Session.objects.get(pk=session.pk).state == SessionState.PLACED
     assert lock_client.get(tasks.CYCLE_DIRTY) is None
+
+
+def test_every_cycle_the_task_runs_is_counted_in_the_metrics_histogram(lock_client):
+    def cycles_counted() -> float:
+        families = text_string_to_metric_families(render_metrics().decode())
+        [cycle] = [f for f in families if f.name == "deskpool_scheduling_cycle_duration_seconds"]
+        return next(s.value for s in cycle.samples if s.name.endswith("_count"))
+
+    before = cycles_counted()
+    assert tasks.run_scheduling_cycle() == 1
+    assert cycles_counted() == before + 1
