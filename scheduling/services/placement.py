@@ -109,10 +109,12 @@ def _minute(moment: datetime | None) -> datetime | None:
 
 def apply_queue(entries: list[engine.QueueEntry]) -> None:
     """Store every waiting session's position, reason and estimated start; push the changes."""
+    rows = Session.objects.filter(pk__in=[e.session_id for e in entries])
     current = {
         s.pk: (s.queue_position, s.reason_code, _stable(s.reason_params), s.blocked, _minute(s.eta))
-        for s in Session.objects.filter(pk__in=[e.session_id for e in entries])
+        for s in rows
     }
+    decided = {s.pk: (s.reason_code, _decision(s.reason_params), s.blocked) for s in rows}
     for entry in entries:
         position = entry.position or None
         fields = stored(_queue_reason(entry))
@@ -133,8 +135,11 @@ def apply_queue(entries: list[engine.QueueEntry]) -> None:
             )
             if changed:
                 # The decision is audited when its reason or blocked flag changes, not when
-                # only the position or the ETA moves: an unchanged reason is written once.
-                if before is None or before[1:4] != seen[1:4]:
+                # only the position, the counts ahead or the ETA move: an unchanged reason
+                # is written once, however long the queue.
+                params = _decision(fields["reason_params"])
+                decision = (fields["reason_code"], params, entry.blocked)
+                if decided.get(entry.session_id) != decision:
                     record(
                         AuditKind.SESSION_BLOCKED,
                         "scheduler",
@@ -147,6 +152,15 @@ def apply_queue(entries: list[engine.QueueEntry]) -> None:
 def _stable(params: Mapping[str, Any]) -> tuple:
     """Parameters compared without the ETA (its minute is compared on its own)."""
     return tuple(sorted((k, repr(v)) for k, v in params.items() if k != "eta"))
+
+
+# What moves while a request waits for the same reason: not a new decision to audit.
+MOVING_PARAMS = frozenset({"eta", "ahead", "higher"})
+
+
+def _decision(params: Mapping[str, Any]) -> tuple:
+    """The parameters that make a decision: without the ETA and the counts ahead."""
+    return tuple(sorted((k, repr(v)) for k, v in params.items() if k not in MOVING_PARAMS))
 
 
 def apply_preemption(p: engine.Preemption) -> bool:

@@ -303,13 +303,17 @@ def test_a_queued_decision_is_written_when_its_reason_changes_not_its_position_o
     apply_queue([QueueEntry(waiting.pk, 2, behind_two, eta=soon + timedelta(minutes=7))])
     waiting.refresh_from_db()
     assert waiting.queue_position == 2 and decisions.count() == 1
+    # One fewer ahead: the same decision, not written again (however long the queue).
+    apply_queue([QueueEntry(waiting.pk, 1, Reason(Code.WAITING, {"tier": "hobby", "ahead": 1}))])
+    assert decisions.count() == 1
     # A new reason, then blocked by a quota: each one written.
-    apply_queue([QueueEntry(waiting.pk, 2, Reason(Code.WAITING, {"tier": "hobby", "ahead": 1}))])
+    held = Reason(Code.WAITING_HELD, {"tier": "hobby", "ahead": 1})
+    apply_queue([QueueEntry(waiting.pk, 1, held)])
     blocked = Reason(Code.QUOTA_GPU_HOURS, {"limit": 5, "used": 6.0})
     apply_queue([QueueEntry(waiting.pk, 0, blocked, blocked=True)])
     apply_queue([QueueEntry(waiting.pk, 0, blocked, blocked=True)])
     assert [(e.data["reason_code"], e.data["blocked"]) for e in decisions.order_by("pk")] == [
         ("waiting", False),
-        ("waiting", False),
+        ("waiting_held", False),
         ("quota_gpu_hours", True),
     ]
