@@ -1,5 +1,6 @@
-"""A person's past desktops and GPU-hours, counted as ``scheduling.services.usage`` counts them:
-``compute_units x hours`` from ``started_at`` to ``ended_at`` (or now)."""
+"""A person's past desktops and GPU-hours, counted as ``scheduling.services.usage`` counts them
+for the quota: ``compute_units x hours`` of every run (its usage records: a requeued session
+keeps the hours of its earlier runs), or of the session itself when it has no record."""
 
 from __future__ import annotations
 
@@ -32,13 +33,17 @@ def gpu_hours(
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> float:
-    """The session's GPU-hours (between ``since`` and ``until`` when given); CPU-only
-    desktops use none."""
-    if session.started_at is None or not session.compute_units:
-        return 0.0
-    start = max(session.started_at, since) if since else session.started_at
-    end = min(session.ended_at or now, until) if until else (session.ended_at or now)
-    return session.compute_units * max(0.0, (end - start).total_seconds() / 3600.0)
+    """The session's GPU-hours over all its runs (between ``since`` and ``until`` when
+    given); CPU-only desktops use none. Expects ``usage_records`` prefetched."""
+    runs = [(r.compute_units, r.started_at, r.ended_at) for r in session.usage_records.all()]
+    if not runs and session.started_at is not None:
+        runs = [(session.compute_units, session.started_at, session.ended_at)]
+    total = 0.0
+    for units, started, ended in runs:
+        start = max(started, since) if since else started
+        end = min(ended or now, until) if until else (ended or now)
+        total += units * max(0.0, (end - start).total_seconds() / 3600.0)
+    return total
 
 
 def past_sessions(user: User, now: datetime, limit: int = 50) -> list[PastSession]:
@@ -46,6 +51,7 @@ def past_sessions(user: User, now: datetime, limit: int = 50) -> list[PastSessio
     sessions = (
         Session.objects.filter(user=user, state__in=TERMINAL_STATES)
         .select_related("profile")
+        .prefetch_related("usage_records")
         .order_by("-created_at")[:limit]
     )
     return [PastSession(s, round(gpu_hours(s, now), 2)) for s in sessions]
@@ -59,8 +65,12 @@ def daily_gpu_hours(user: User, now: datetime, days: int = 14) -> list[DayUsage]
         timezone.make_aware(datetime.combine(first + timedelta(days=i), datetime.min.time()))
         for i in range(days + 1)
     ]
-    sessions = Session.objects.filter(user=user, started_at__isnull=False).filter(
-        Q(ended_at__isnull=True) | Q(ended_at__gte=starts[0])
+    sessions = (
+        Session.objects.filter(user=user)
+        .filter(Q(started_at__isnull=False) | Q(usage_records__isnull=False))
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gte=starts[0]))
+        .distinct()
+        .prefetch_related("usage_records")
     )
     hours = [0.0] * days
     for s in sessions:

@@ -15,7 +15,7 @@ from django.utils import timezone, translation
 
 from portal.consumers import UpdatesConsumer
 from portal.models import Course, Member, ThesisGrant
-from scheduling.models import Session
+from scheduling.models import Session, UsageRecord
 from scheduling.services.sessions import check_submit, do_submit
 
 pytestmark = pytest.mark.django_db
@@ -148,6 +148,39 @@ def test_history_shows_gpu_hours_of_past_sessions_and_the_week(owner, profile):
     assert '<svg viewBox="0 0 168 64" role="img"' in page
     assert "<td>1.00</td>" in page  # the chart's text alternative sums the day
     assert 'href="/quota-requests/"' in page
+
+
+def test_history_counts_every_run_of_a_requeued_session_as_the_quota_does(owner, profile):
+    """Preempted after an hour, run again for half an hour: 1.5 GPU-hours at 1 CU, read
+    from its usage records (the session itself remembers only its last run)."""
+    yesterday = timezone.localdate() - timedelta(days=1)
+    nine = timezone.make_aware(datetime.combine(yesterday, datetime.min.time())) + timedelta(
+        hours=9
+    )
+    session = Session.objects.create(
+        user=owner,
+        profile=profile,
+        purpose="hobby",
+        state="ENDED",
+        compute_units=1.0,
+        started_at=nine + timedelta(hours=2),
+        ended_at=nine + timedelta(hours=2, minutes=30),
+    )
+    for run, (start, end) in enumerate(((0, 60), (120, 150)), start=1):
+        UsageRecord.objects.create(
+            session=session,
+            run=run,
+            user=owner,
+            username=owner.username,
+            purpose="hobby",
+            profile_slug=profile.slug,
+            compute_units=1.0,
+            started_at=nine + timedelta(minutes=start),
+            ended_at=nine + timedelta(minutes=end),
+        )
+    page = signed_in(owner).get("/history/").content.decode()
+    assert '<td class="gpu-hours">1.50</td>' in page
+    assert "GPU-hours over the last 7 days: 1.50" in page
 
 
 def test_another_student_gets_404_on_my_session_pages(owner, stranger, profile):
