@@ -16,7 +16,9 @@ class Metric(models.TextChoices):
     GPU_TEMPERATURE = "gpu_temperature", _("GPU temperature (°C)")
     GPU_XID_ERRORS = "gpu_xid_errors", _("GPU XID errors (in the last report)")
     NODE_SILENCE = "node_silence", _("Seconds since the node's last heartbeat")
+    # xgettext:no-python-format
     RACK_POWER = "rack_power", _("Rack power draw (% of its budget)")
+    # xgettext:no-python-format
     POOL_USAGE = "pool_usage", _("Pool usage (% of GPU capacity)")
     QUEUE_LENGTH = "queue_length", _("Waiting requests")
 
