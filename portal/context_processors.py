@@ -5,12 +5,13 @@ from __future__ import annotations
 from django.http import HttpRequest
 from django.utils.functional import SimpleLazyObject
 
+from .console_access import CONSOLE_PAGES, is_admin
 from .teaching import teaching_courses
 
 
 def navigation(request: HttpRequest) -> dict[str, object]:
     """``teaches``: whether to show the Courses link (teachers, TAs and admins); computed
-    only when a template reads it."""
+    only when a template reads it. ``console_pages``: the console's navigation, for admins."""
     user = getattr(request, "user", None)
 
     def teaches() -> bool:
@@ -18,4 +19,7 @@ def navigation(request: HttpRequest) -> dict[str, object]:
             return False
         return bool(user.is_staff or teaching_courses(user).exists())
 
-    return {"teaches": SimpleLazyObject(teaches)}
+    return {
+        "teaches": SimpleLazyObject(teaches),
+        "console_pages": CONSOLE_PAGES if is_admin(user) else [],
+    }

@@ -20,6 +20,7 @@ urlpatterns = [
     path("history/", student_views.history, name="history"),
     path("account/", views.account, name="account"),
     path("courses/", include("portal.course_urls")),
+    path("console/", include("portal.console_urls")),
     path("courses/<slug:code>/", include("portal.booking_urls")),
     path("", include("portal.grant_urls")),
     path("i18n/", include("django.conf.urls.i18n")),

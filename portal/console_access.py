@@ -1,0 +1,33 @@
+"""Who may use the admin console (``/console/``): admins (staff) only. Everyone else, signed
+in or not, gets 404: the console is not advertised to people who cannot use it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+# The console's pages in its navigation, in order: (URL name, label). Each page adds its line.
+CONSOLE_PAGES: list[tuple[str, Any]] = [
+    ("console", gettext_lazy("Overview")),
+]
+
+
+def is_admin(user: Any) -> bool:
+    return bool(user is not None and user.is_authenticated and user.is_staff)
+
+
+def admin_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A console page: 404 for anyone but an admin."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not is_admin(request.user):
+            raise Http404(_("No such page."))
+        return view(request, *args, **kwargs)
+
+    return wrapped
