@@ -1,0 +1,9 @@
+"""Placeholder in the chain of migrations (filled by the change it is named after)."""
+
+from django.db import migrations
+
+
+class Migration(migrations.Migration):
+    dependencies = [("scheduling", "0011_console_pool")]
+
+    operations: list = []
