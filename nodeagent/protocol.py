@@ -220,6 +220,20 @@ class RegistrationAnswer(PortalMessage):
 # -- heartbeat -------------------------------------------------------------------------------
 
 
+class SliceMetrics(AgentMessage):
+    """One slice's live readings, where the driver reports them per slice; ``None`` where not.
+
+    A MIG instance: the memory its processes use (NVML's memory info of the MIG device);
+    its utilisation is ``None`` on the NVML probe (NVML does not report utilisation per MIG
+    instance; DCGM's profiling counters would). Time-sliced shares send no slice readings:
+    a share is not a device, and the agent does not map the GPU's processes to containers.
+    """
+
+    uuid: Uuid = Field(description="The slice's device UUID (a MIG instance's).")
+    memory_used_mb: int | None = Field(default=None, ge=0)
+    utilization_pct: float | None = Field(default=None, ge=0, le=100)
+
+
 class GpuMetrics(AgentMessage):
     """One GPU's live readings; ``None`` where the card or driver does not report a value."""
 
@@ -242,6 +256,12 @@ class GpuMetrics(AgentMessage):
         max_length=XID_ERRORS_MAX,
         description="XID codes since the previous heartbeat, oldest first; [] for none, "
         "None when the GPU is not watched.",
+    )
+    slices: list[SliceMetrics] | None = Field(
+        default=None,
+        max_length=64,
+        description="Per-slice readings of a GPU in MIG mode, one per instance; absent or None "
+        "for a GPU without MIG instances (and from an older agent).",
     )
 
 

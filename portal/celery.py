@@ -40,3 +40,9 @@ def _beat_entries(sender: Celery, **_: object) -> None:
         sender.signature("scheduling.tasks.prune_audit", options={"expires": retention}),
         name="audit-retention",
     )
+    rollups = settings.METRICS_ROLLUP_SECONDS
+    sender.add_periodic_task(
+        rollups,
+        sender.signature("scheduling.tasks.roll_up_metrics", options={"expires": rollups}),
+        name="metric-rollups",
+    )

@@ -202,6 +202,13 @@ if AUDIT_RETENTION_DAYS < 183:
 AUDIT_RETENTION_TASK_SECONDS = env.float("DESKPOOL_AUDIT_RETENTION_TASK_SECONDS", default=86400.0)
 TRUSTED_PROXIES = env.int("DESKPOOL_TRUSTED_PROXIES", default=0)
 
+# Metric history (docs/monitoring.md): full resolution this many hours, 5-minute rollups this
+# many days, hourly rollups this many days (13 months); the rollup task's period in seconds.
+METRICS_RAW_HOURS = env.float("DESKPOOL_METRICS_RAW_HOURS", default=48.0)
+METRICS_5MIN_DAYS = env.float("DESKPOOL_METRICS_5MIN_DAYS", default=30.0)
+METRICS_HOURLY_DAYS = env.float("DESKPOOL_METRICS_HOURLY_DAYS", default=396.0)
+METRICS_ROLLUP_SECONDS = env.float("DESKPOOL_METRICS_ROLLUP_SECONDS", default=300.0)
+
 # /metrics (docs/metrics.md): Prometheus sends this bearer token; empty: admins' logins only.
 METRICS_TOKEN = _secret("DESKPOOL_METRICS_TOKEN", "")
 

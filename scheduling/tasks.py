@@ -15,6 +15,7 @@ from .services.alerts import evaluate_alerts
 from .services.audit import do_prune_audit
 from .services.cycle import do_scheduling_cycle
 from .services.health import do_sweep_silent_nodes
+from .services.metric_history import do_metric_rollups
 from .services.metrics import observe_cycle_duration
 
 log = logging.getLogger(__name__)
@@ -72,3 +73,11 @@ def prune_audit() -> int:
     """The audit trail's retention: delete events older than the retention period (the only
     deletion the database allows, docs/audit.md); returns how many."""
     return do_prune_audit()
+
+
+@shared_task(name="scheduling.tasks.roll_up_metrics", ignore_result=True)
+def roll_up_metrics() -> int:
+    """Metric history (docs/monitoring.md): the pool's business sample, the 5-minute and
+    hourly rollups, and pruning past each window; returns how many rollup rows were written."""
+    result = do_metric_rollups(timezone.now())
+    return result.five_minute_rows + result.hourly_rows

@@ -5,8 +5,11 @@ with ``simulated: true`` on every GPU, and the metrics drift with the number of
 sessions running on each GPU so the portal's dashboards and alert rules have
 something plausible to show. The metrics carry every key the NVML probe sends: the
 power limit is the fleet file's ``power_limit_w``, the fan follows the temperature, PCIe
-traffic follows utilisation, ECC counts are 0 and no XID ever happens. (Real A100 SXM
-and T4 boards are passively cooled and report no fan at all: the simulated fan is made up.)
+traffic follows utilisation, ECC counts are 0 and no XID ever happens. A GPU in MIG mode
+sends SIMULATED per-instance readings (``slices``): a busy instance uses
+MEMORY_PER_SESSION_MB plus noise, capped at its size, and a made-up utilisation (which NVML
+itself does not give). (Real A100 SXM and T4 boards are passively cooled and report no fan
+at all: the simulated fan is made up.)
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import yaml
 from pydantic import ValidationError
 
 from nodeagent.probe.base import NodeFacts
-from nodeagent.protocol import GpuInventory, GpuMetrics
+from nodeagent.protocol import GpuInventory, GpuMetrics, SliceMetrics
 
 # Fixed namespace: the same node/GPU/slot always gives the same UUID.
 _UUID_NAMESPACE = uuid.UUID("6f1c9a52-3d0e-4b8e-9c4a-0de5c0a1f00d")
@@ -192,9 +195,30 @@ class SimulatedProbe:
         sessions_on = Counter(
             self._parent_of[device] for device in busy_devices if device in self._parent_of
         )
-        return [self._metrics_of(gpu, sessions_on[gpu.inventory.uuid]) for gpu in self._node.gpus]
+        busy = set(busy_devices)
+        return [
+            self._metrics_of(gpu, sessions_on[gpu.inventory.uuid], busy) for gpu in self._node.gpus
+        ]
 
-    def _metrics_of(self, gpu: SimulatedGpu, sessions: int) -> GpuMetrics:
+    def _slices_of(self, gpu: SimulatedGpu, busy: set[str]) -> list[SliceMetrics]:
+        readings = []
+        for instance in gpu.inventory.mig_instances:
+            used = instance.uuid in busy
+            memory = MEMORY_PER_SESSION_MB if used else 0
+            memory = min(instance.memory_mb, memory + int(self._random.uniform(0, 32)))
+            utilization = (
+                self._random.uniform(40.0, 90.0) if used else self._random.uniform(0.0, 2.0)
+            )
+            readings.append(
+                SliceMetrics(
+                    uuid=instance.uuid,
+                    memory_used_mb=memory,
+                    utilization_pct=round(utilization, 1),
+                )
+            )
+        return readings
+
+    def _metrics_of(self, gpu: SimulatedGpu, sessions: int, busy: set[str]) -> GpuMetrics:
         uuid_ = gpu.inventory.uuid
         noise = self._random.uniform(-3.0, 3.0)
         utilization = min(100.0, max(0.0, sessions * UTILIZATION_PER_SESSION_PCT + noise))
@@ -210,6 +234,9 @@ class SimulatedProbe:
         heat = (temperature - IDLE_TEMPERATURE_C) / (FAN_FULL_C - IDLE_TEMPERATURE_C)
         fan = FAN_IDLE_PCT + (100.0 - FAN_IDLE_PCT) * min(1.0, max(0.0, heat))
         load = utilization / 100.0
+        extra: dict[str, Any] = {}
+        if gpu.inventory.mig_mode:
+            extra["slices"] = self._slices_of(gpu, busy)
         return GpuMetrics(
             uuid=uuid_,
             utilization_pct=round(utilization, 1),
@@ -223,6 +250,7 @@ class SimulatedProbe:
             ecc_corrected_volatile=0,
             ecc_uncorrected_volatile=0,
             xid_errors=[],
+            **extra,
         )
 
     def close(self) -> None:

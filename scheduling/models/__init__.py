@@ -3,6 +3,7 @@
 from .alerts import Alert, AlertRule, AlertState, AlertTrack
 from .audit import MIN_RETENTION_DAYS, AuditEvent, AuditRetention
 from .bookings import Booking, BookingQuerySet, BookingSeries, WarmDesktop, WarmState
+from .metrics import MetricRollup, MetricSample, MetricSource
 from .policy import PoolPolicy, Quota, QuotaScope
 from .pool import DesktopProfile, Gpu, JoinToken, Node, Slice, hash_token
 from .sessions import Allocation, Session, SessionQuerySet
@@ -23,6 +24,9 @@ __all__ = [
     "DesktopProfile",
     "Gpu",
     "JoinToken",
+    "MetricRollup",
+    "MetricSample",
+    "MetricSource",
     "Node",
     "PoolPolicy",
     "PriceRule",

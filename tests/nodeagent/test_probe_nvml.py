@@ -50,7 +50,8 @@ def test_real_nvml_inventory_and_metrics_have_the_protocol_shape() -> None:
         assert gpu["simulated"] is False
         assert set(gpu["pcie_topology"]) == {g["uuid"] for g in gpus} - {gpu["uuid"]}
     for m in metrics:
-        assert set(m) == LIVE_KEYS  # every key present, None where the card says nothing
+        # every key present, None where the card says nothing; slices only in MIG mode
+        assert set(m) - {"slices"} == LIVE_KEYS
         assert m["xid_errors"] is None or all(isinstance(code, int) for code in m["xid_errors"])
 
 
@@ -132,7 +133,11 @@ def test_unsupported_fields_become_none_and_the_probe_carries_on(fake_nvml: dict
         {"uuid": "GPU-aaaa", "utilization_pct": 42.0, "memory_used_mb": 1024,
          "temperature_c": None, "power_w": None, "power_limit_w": None, "fan_pct": None,
          "pcie_tx_kbps": None, "pcie_rx_kbps": None, "ecc_corrected_volatile": None,
-         "ecc_uncorrected_volatile": None, "xid_errors": None},
+         "ecc_uncorrected_volatile": None, "xid_errors": None,
+         "slices": [  # per MIG instance: its memory in use; utilisation not per instance
+             {"uuid": "MIG-0000", "memory_used_mb": 1024, "utilization_pct": None},
+             {"uuid": "MIG-1111", "memory_used_mb": 1024, "utilization_pct": None},
+         ]},
     ]  # fmt: skip
     probe.close()
 

@@ -102,7 +102,7 @@ def test_metrics_follow_running_sessions() -> None:
     for _ in range(10):  # temperatures approach their target over several heartbeats
         metrics = {m.uuid: m for m in probe.metrics(busy)}
     hot, cold = metrics[busy_gpu.uuid], metrics[idle_gpu.uuid]
-    assert set(to_wire(hot)) == set(to_wire(cold)) == METRIC_KEYS
+    assert set(to_wire(hot)) == set(to_wire(cold)) == METRIC_KEYS | {"slices"}  # MIG GPUs
     assert hot.utilization_pct is not None and hot.utilization_pct > 80
     assert cold.utilization_pct is not None and cold.utilization_pct < 5
     assert (hot.memory_used_mb or 0) > (cold.memory_used_mb or 0) + 5000
@@ -159,3 +159,17 @@ def test_malformed_fleet_file_is_refused(tmp_path: Path) -> None:
     bad.write_text("just: a mapping\n")
     with pytest.raises(FleetError, match="nodes"):
         load_fleet(bad)
+
+
+def test_a_mig_gpu_sends_simulated_readings_per_instance() -> None:
+    probe = SimulatedProbe(load_fleet(DEMO_FLEET).node("gpu-a01"), seed=3)
+    gpu = probe.inventory()[0]
+    busy, idle = gpu.mig_instances[0], gpu.mig_instances[1]
+    [metrics] = [m for m in probe.metrics([busy.uuid]) if m.uuid == gpu.uuid]
+    slices = {s.uuid: s for s in metrics.slices or []}
+    assert set(slices) == {m.uuid for m in gpu.mig_instances}
+    assert (slices[busy.uuid].memory_used_mb or 0) >= 2048
+    assert (slices[idle.uuid].memory_used_mb or 0) < 64
+    assert (slices[busy.uuid].utilization_pct or 0) > (slices[idle.uuid].utilization_pct or 0)
+    assert all((s.memory_used_mb or 0) <= m.memory_mb for s, m in zip(
+        metrics.slices or [], gpu.mig_instances, strict=True))  # fmt: skip
