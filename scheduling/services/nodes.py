@@ -19,6 +19,7 @@ from ..models import Gpu, JoinToken, Node, Slice, hash_token
 from . import Conflict, ServiceError
 from .audit import record
 from .kick import schedule_soon
+from .metric_history import record_heartbeat_metrics
 
 
 def do_create_join_token(hostname: str = "", *, actor: str) -> str:
@@ -192,6 +193,7 @@ def do_heartbeat(node: Node, payload: Heartbeat | Mapping[str, Any]) -> None:
     for gpu in Gpu.objects.filter(node=node, uuid__in=by_uuid):
         gpu.metrics = to_wire(by_uuid[gpu.uuid])
         gpu.save(update_fields=["metrics"])
+    record_heartbeat_metrics(node, payload.gpus, now)  # history (docs/monitoring.md)
     if not was_healthy:
         _after_commit_schedule()
 
