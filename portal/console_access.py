@@ -14,6 +14,7 @@ from django.utils.translation import gettext_lazy
 # The console's pages in its navigation, in order: (URL name, label). Each page adds its line.
 CONSOLE_PAGES: list[tuple[str, Any]] = [
     ("console", gettext_lazy("Overview")),
+    ("console-pool", gettext_lazy("Pool")),
     ("console-alerts", gettext_lazy("Alerts")),
     ("console-reports", gettext_lazy("Reports")),
     ("console-audit", gettext_lazy("Audit")),

@@ -27,7 +27,7 @@ from .models import (
 from .services import ServiceError
 from .services.admin_changes import do_save_audited
 from .services.bookings import check_booking, do_cancel_booking, do_create_booking
-from .services.health import do_clear_cordon, do_cordon
+from .services.health import do_clear_cordon
 
 
 class AuditedAdmin(admin.ModelAdmin):
@@ -54,22 +54,23 @@ class NodeAdmin(AuditedAdmin):
     list_filter = ["cordoned"]
     exclude = ["token_hash"]
     # Changed only through the actions below, so that every change is audited.
-    readonly_fields = ["cordoned", "failures_in_a_row"]
-    actions = ["cordon", "clear_cordon"]
-
-    @admin.action(description=_("Cordon (place nothing new)"), permissions=["change"])
-    def cordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
-        actor = f"user:{request.user.get_username()}"
-        done = [node.hostname for node in queryset if do_cordon(node, actor)]
-        if done:
-            self.message_user(request, _("Cordoned: %(nodes)s.") % {"nodes": ", ".join(done)})
-        else:
-            self.message_user(request, _("These nodes were already cordoned."), messages.WARNING)
+    # Cordons and drains, with their reasons, are made in the console (/console/pool/).
+    readonly_fields = [
+        "cordoned",
+        "cordon_reason",
+        "failures_in_a_row",
+        "draining_since",
+        "drain_reason",
+        "drain_deadline",
+        "drained_at",
+    ]
+    actions = ["clear_cordon"]
 
     @admin.action(description=_("Clear cordon"), permissions=["change"])
     def clear_cordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
         actor = f"user:{request.user.get_username()}"
-        cleared = [node.hostname for node in queryset if do_clear_cordon(node, actor)]
+        why = str(_("cleared in the Django admin"))
+        cleared = [node.hostname for node in queryset if do_clear_cordon(node, actor, why)]
         if cleared:
             self.message_user(
                 request, _("Cordon cleared on %(nodes)s.") % {"nodes": ", ".join(cleared)}

@@ -227,6 +227,13 @@ SENTENCES: dict[Code, Callable[[Mapping[str, Any]], str]] = {
         _("node %(node)s stopped answering at %(since)s; your session was ended")
         % {"node": p.get("node", "?"), "since": _clock(p.get("since"))}
     ),
+    Code.NODE_DRAINED_REQUEUED: lambda p: (
+        _(
+            "node %(node)s is being emptied for maintenance; your session was requeued at "
+            "%(deadline)s and keeps its place by age"
+        )
+        % {"node": p.get("node", "?"), "deadline": _clock(p.get("deadline"))}
+    ),
     Code.AGENT: lambda p: str(p.get("detail", "")),
     Code.BOOKING_ENDED: lambda p: _("the class booking of this desktop ended"),
     Code.THESIS_GRANT_ENDED: lambda p: _(

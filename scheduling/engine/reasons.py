@@ -50,6 +50,7 @@ class Code(StrEnum):
     REQUEUED_PREEMPTED = "requeued_preempted"  # back in the queue with its place kept
     NODE_SILENT_REQUEUED = "node_silent_requeued"  # node, since
     NODE_SILENT_ENDED = "node_silent_ended"  # node, since
+    NODE_DRAINED_REQUEUED = "node_drained_requeued"  # node, deadline: its drain's deadline passed
     AGENT = "agent"  # detail: what the node's agent said (its own words, not translated)
     BOOKING_ENDED = "booking_ended"  # the class booking this desktop belonged to ended
     # -- the portal: who may ask for what (checked again at placement)

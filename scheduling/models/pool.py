@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
@@ -15,6 +16,14 @@ from ..choices import SliceKind
 def hash_token(token: str) -> str:
     """Tokens are stored as SHA-256 digests; the plain token is shown once."""
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+JOIN_TOKEN_LIFETIME = timedelta(hours=24)
+
+
+def join_token_expiry() -> datetime:
+    """A join token's default end: 24 hours after it is made."""
+    return timezone.now() + JOIN_TOKEN_LIFETIME
 
 
 class Node(models.Model):
@@ -31,6 +40,14 @@ class Node(models.Model):
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     registered_at = models.DateTimeField(null=True, blank=True)
     cordoned = models.BooleanField(default=False)
+    cordon_reason = models.CharField(max_length=500, blank=True)
+    # A drain: no new work; its sessions end, or are requeued at the deadline (none: wait).
+    draining_since = models.DateTimeField(null=True, blank=True)
+    drain_reason = models.CharField(max_length=500, blank=True)
+    drain_deadline = models.DateTimeField(null=True, blank=True)
+    drained_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the draining node was found empty."
+    )
     failures_in_a_row = models.PositiveIntegerField(
         default=0, help_text="Sessions reported FAILED since the last one reached RUNNING here."
     )
@@ -62,6 +79,12 @@ class JoinToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     used_at = models.DateTimeField(null=True, blank=True)
     used_by = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL)
+    expires_at = models.DateTimeField(default=join_token_expiry)
+    may_replace = models.BooleanField(
+        default=False, help_text="May take over a node already registered under its hostname."
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.CharField(max_length=200, blank=True)
 
     def __str__(self) -> str:
         return f"join token {self.pk} for {self.hostname or 'any node'}"

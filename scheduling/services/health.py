@@ -24,6 +24,7 @@ from ..locks import lock_node
 from ..models import Node, Session
 from . import Conflict
 from .audit import record
+from .drain import do_requeue_overdue_drains
 from .kick import schedule_soon
 from .lifecycle import do_transition
 
@@ -70,6 +71,8 @@ def do_sweep_silent_nodes(now: datetime | None = None) -> SweepResult:
         hostnames.append(hostname)
         requeued += node_requeued
         ended += node_ended
+    # Drains past their deadline move their sessions here too (services/drain.py).
+    do_requeue_overdue_drains(now)
     return SweepResult(nodes=tuple(hostnames), requeued=requeued, ended=ended)
 
 
@@ -151,26 +154,46 @@ def do_record_session_running(node: Node) -> None:
     Node.objects.filter(pk=node.pk, failures_in_a_row__gt=0).update(failures_in_a_row=0)
 
 
-def do_cordon(node: Node, actor: str) -> bool:
-    """An admin takes the node out of placement by hand; False if it was cordoned already."""
+def do_cordon(node: Node, actor: str, reason: str) -> bool:
+    """An admin takes the node out of placement by hand, saying why (``drain.check_node_reason``);
+    False if it was cordoned already."""
     with transaction.atomic():
-        cordoned = Node.objects.filter(pk=node.pk, cordoned=False).update(cordoned=True) == 1
+        cordoned = (
+            Node.objects.filter(pk=node.pk, cordoned=False).update(
+                cordoned=True, cordon_reason=reason
+            )
+            == 1
+        )
         if cordoned:
-            record(AuditKind.NODE_CORDONED, actor, node=node, data={"by_hand": True})
+            record(
+                AuditKind.NODE_CORDONED,
+                actor,
+                node=node,
+                data={
+                    "by_hand": True,
+                    "reason": reason,
+                    "before": {"cordoned": False, "cordon_reason": node.cordon_reason},
+                    "after": {"cordoned": True, "cordon_reason": reason},
+                },
+            )
     return cordoned
 
 
-def do_clear_cordon(node: Node, actor: str) -> bool:
-    """An admin puts the node back in service; False if it was not cordoned."""
+def do_clear_cordon(node: Node, actor: str, reason: str = "") -> bool:
+    """An admin puts the node back in service, saying why; False if it was not cordoned."""
     with transaction.atomic():
         cleared = (
             Node.objects.filter(pk=node.pk, cordoned=True).update(
-                cordoned=False, failures_in_a_row=0
+                cordoned=False, failures_in_a_row=0, cordon_reason=""
             )
             == 1
         )
         if cleared:
-            record(AuditKind.NODE_CORDON_CLEARED, actor, node=node)
+            data = {
+                "before": {"cordoned": True, "cordon_reason": node.cordon_reason},
+                "after": {"cordoned": False, "cordon_reason": ""},
+            }
+            record(AuditKind.NODE_CORDON_CLEARED, actor, node=node, data={"reason": reason, **data})
             schedule_soon()
     return cleared
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -16,18 +17,141 @@ from ..choices import AuditKind, SliceKind
 from ..engine import gpu_compute_units, slice_milli
 from ..locks import lock_unused_join_token
 from ..models import Gpu, JoinToken, Node, Slice, hash_token
+from ..models.pool import join_token_expiry
 from . import Conflict, ServiceError
 from .audit import record
 from .kick import schedule_soon
 from .metric_history import record_heartbeat_metrics
 
 
-def do_create_join_token(hostname: str = "", *, actor: str) -> str:
+def check_join_token(hostname: str, *, any_host: bool, hours: float, may_replace: bool) -> str:
+    """Validate a new join token's terms; the hostname it is bound to ('' for any host)."""
+    hostname = hostname.strip()
+    if not hostname and not any_host:
+        raise ServiceError(
+            _("Enter the node's hostname, or tick “any host” to let any node use this token."),
+            field="hostname",
+        )
+    if hostname and any_host:
+        raise ServiceError(
+            _("Either enter a hostname or tick “any host”, not both."), field="hostname"
+        )
+    if not 1 <= hours <= 24 * 30:
+        raise ServiceError(_("Enter a lifetime between 1 and 720 hours (30 days)."), field="hours")
+    if may_replace and not hostname:
+        raise ServiceError(
+            _("A token that may replace a node must name that node's hostname."),
+            field="may_replace",
+        )
+    if may_replace and not Node.objects.filter(hostname=hostname).exists():
+        raise ServiceError(
+            _("There is no node %(hostname)s to replace; untick “may replace”.")
+            % {"hostname": hostname},
+            field="may_replace",
+        )
+    return hostname
+
+
+def do_create_join_token(
+    hostname: str = "",
+    *,
+    actor: str,
+    expires_at: datetime | None = None,
+    may_replace: bool = False,
+) -> str:
     """Create a one-time join token; the plain token is returned once and stored hashed."""
     plain = JoinToken.new_plain_token()
-    JoinToken.objects.create(token_hash=hash_token(plain), hostname=hostname)
-    record(AuditKind.JOIN_TOKEN_CREATED, actor, data={"hostname": hostname})
+    with transaction.atomic():
+        token = JoinToken.objects.create(
+            token_hash=hash_token(plain),
+            hostname=hostname,
+            expires_at=expires_at or join_token_expiry(),
+            may_replace=may_replace,
+            created_by=actor,
+        )
+        record(
+            AuditKind.JOIN_TOKEN_CREATED,
+            actor,
+            data={
+                "token": token.pk,
+                "before": None,
+                "after": {
+                    "hostname": hostname,
+                    "expires_at": token.expires_at.isoformat(),
+                    "may_replace": may_replace,
+                },
+                "hostname": hostname,
+            },
+        )
     return plain
+
+
+def join_token_state(token: JoinToken, now: datetime | None = None) -> str:
+    """unused, used, revoked or expired."""
+    if token.used_at is not None:
+        return "used"
+    if token.revoked_at is not None:
+        return "revoked"
+    if token.expires_at <= (now or timezone.now()):
+        return "expired"
+    return "unused"
+
+
+def do_revoke_join_token(token: JoinToken, actor: str) -> bool:
+    """Revoke an unused token; False if it was used or revoked already."""
+    with transaction.atomic():
+        now = timezone.now()
+        revoked = (
+            JoinToken.objects.filter(pk=token.pk, used_at=None, revoked_at=None).update(
+                revoked_at=now
+            )
+            == 1
+        )
+        if revoked:
+            # No kind of its own yet: the creation kind, with what changed.
+            record(
+                AuditKind.JOIN_TOKEN_CREATED,
+                actor,
+                data={
+                    "token": token.pk,
+                    "action": "revoked",
+                    "before": {"revoked_at": None},
+                    "after": {"revoked_at": now.isoformat()},
+                    "hostname": token.hostname,
+                },
+            )
+    return revoked
+
+
+def _check_join(token: JoinToken | None, hostname: str, now: datetime) -> None:
+    """Refuse an unknown, used, revoked, expired or foreign token, and a takeover the token
+    was not made for (plain-words messages for the agent's log)."""
+    if token is None or token.revoked_at is not None:
+        raise ServiceError(
+            _("This join token is unknown, already used or revoked. Ask an admin for a new one."),
+            code="auth",
+        )
+    if token.expires_at <= now:
+        raise ServiceError(
+            _("This join token expired at %(at)s (UTC). Ask an admin for a new one.")
+            % {"at": token.expires_at.strftime("%Y-%m-%d %H:%M")},
+            code="auth",
+        )
+    if token.hostname and token.hostname != hostname:
+        raise ServiceError(
+            _("This join token is for the node %(bound)s, not %(hostname)s. Ask an admin for one.")
+            % {"bound": token.hostname, "hostname": hostname},
+            code="auth",
+        )
+    if not token.may_replace and Node.objects.filter(hostname=hostname).exists():
+        raise ServiceError(
+            _(
+                "A node named %(hostname)s is already registered and this join token may not "
+                "replace it. Ask an admin for a token that may replace %(hostname)s."
+            )
+            % {"hostname": hostname},
+            code="auth",
+        )
 
 
 def node_for_token(token: str) -> Node | None:
@@ -65,14 +189,8 @@ def do_register(
     with transaction.atomic():
         if node is None:
             token = lock_unused_join_token(hash_token(payload.join_token or ""))
-            if token is None or (token.hostname and token.hostname != payload.hostname):
-                raise ServiceError(
-                    _(
-                        "This join token is unknown, already used, or for another node. "
-                        "Ask an admin for a new one."
-                    ),
-                    code="auth",
-                )
+            _check_join(token, payload.hostname, timezone.now())
+            assert token is not None  # _check_join refuses a missing one
             plain_token = "dpn_" + secrets.token_urlsafe(32)
             node, _created = Node.objects.get_or_create(hostname=payload.hostname)
             node.token_hash = hash_token(plain_token)
@@ -199,7 +317,10 @@ def do_heartbeat(node: Node, payload: Heartbeat | Mapping[str, Any]) -> None:
 
 
 __all__ = [
+    "check_join_token",
     "do_create_join_token",
+    "do_revoke_join_token",
+    "join_token_state",
     "do_heartbeat",
     "do_register",
     "node_for_token",

@@ -139,7 +139,8 @@ def _pool(
             engine.NodeState(
                 node_id=node.pk,
                 hostname=node.hostname,
-                healthy=node.is_healthy(now),
+                # A draining node gets nothing new, as a cordoned one (services/drain.py).
+                healthy=node.is_healthy(now) and node.draining_since is None,
                 cpus_free=node.cpu_count - used[node.pk][0],
                 memory_free_mb=node.memory_mb - used[node.pk][1],
                 rack=rack,
