@@ -44,7 +44,7 @@ def tier_key(purpose: str) -> str:
 # -- writing -------------------------------------------------------------------------------
 
 
-def _sources(wanted: dict[str, dict[str, Any]]) -> dict[str, int]:
+def sources(wanted: dict[str, dict[str, Any]]) -> dict[str, int]:
     """Source ids by key, creating the missing ones (``wanted``: key -> kind, node, gpu)."""
     found = dict(MetricSource.objects.filter(key__in=wanted).values_list("key", "id"))
     missing = [
@@ -74,6 +74,18 @@ def _gpu_values(reading: GpuMetrics) -> dict[str, float | None]:
 
 def record_heartbeat_metrics(node: Node, readings: Sequence[GpuMetrics], now: datetime) -> int:
     """One sample per GPU and per reported slice of a heartbeat; returns how many."""
+    wanted, values = heartbeat_rows(node, readings)
+    if not wanted:
+        return 0
+    ids = sources(wanted)
+    return write_samples({ids[key]: row for key, row in values.items()}, now)
+
+
+def heartbeat_rows(
+    node: Node, readings: Sequence[GpuMetrics]
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, float | None]]]:
+    """The sources a heartbeat's readings belong to (key -> kind, node, gpu) and each one's
+    sample columns (key -> metric -> value)."""
     wanted: dict[str, dict[str, Any]] = {}
     values: dict[str, dict[str, float | None]] = {}
     for reading in readings:
@@ -86,10 +98,7 @@ def record_heartbeat_metrics(node: Node, readings: Sequence[GpuMetrics], now: da
                 "memory_used_mb": part.memory_used_mb,
                 "utilization_pct": part.utilization_pct,
             }
-    if not wanted:
-        return 0
-    ids = _sources(wanted)
-    return write_samples({ids[key]: row for key, row in values.items()}, now)
+    return wanted, values
 
 
 def write_samples(rows: dict[int, dict[str, float | None]], at: datetime) -> int:
@@ -106,7 +115,7 @@ def record_pool_metrics(now: datetime) -> int:
     abnormal interruptions (lost, failed, preempted)."""
     keys = {POOL_KEY: {"kind": MetricSource.Kind.POOL}}
     keys |= {tier_key(p.value): {"kind": MetricSource.Kind.POOL} for p in Purpose}
-    ids = _sources(keys)
+    ids = sources(keys)
     last = MetricSample.objects.filter(source_id=ids[POOL_KEY]).aggregate(t=Max("time"))["t"]
     since = last or now - timedelta(seconds=settings.METRICS_ROLLUP_SECONDS)
     if since >= now:
@@ -338,11 +347,14 @@ __all__ = [
     "POOL_KEY",
     "RollupResult",
     "do_metric_rollups",
+    "heartbeat_rows",
     "metric_series",
     "prune",
     "record_heartbeat_metrics",
     "record_pool_metrics",
     "resolution_for",
     "roll_up",
+    "sources",
     "tier_key",
+    "write_samples",
 ]

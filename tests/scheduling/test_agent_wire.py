@@ -33,6 +33,7 @@ from nodeagent.protocol import (
     MigInstance,
     Registration,
     SessionReport,
+    SliceMetrics,
     WarmReport,
     to_wire,
 )
@@ -180,6 +181,7 @@ def full_metrics(uuid: str, index: int) -> GpuMetrics:
         ecc_corrected_volatile=3,
         ecc_uncorrected_volatile=1,
         xid_errors=[79, 48],
+        slices=[SliceMetrics(uuid=f"MIG-{uuid}-0", memory_used_mb=1024, utilization_pct=7.5)],
     )
 
 
