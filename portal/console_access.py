@@ -15,6 +15,9 @@ from django.utils.translation import gettext_lazy
 CONSOLE_PAGES: list[tuple[str, Any]] = [
     ("console", gettext_lazy("Overview")),
     ("console-pool", gettext_lazy("Pool")),
+    ("console-queue", gettext_lazy("Queue")),
+    ("console-quotas", gettext_lazy("Quotas")),
+    ("console-profiles", gettext_lazy("Desktop profiles")),
     ("console-alerts", gettext_lazy("Alerts")),
     ("console-reports", gettext_lazy("Reports")),
     ("console-audit", gettext_lazy("Audit")),

@@ -27,6 +27,15 @@ from .models import (
 from .services import ServiceError
 from .services.admin_changes import do_save_audited
 from .services.bookings import check_booking, do_cancel_booking, do_create_booking
+from .services.catalogue_changes import (
+    PROFILE_FIELDS,
+    QUOTA_FIELDS,
+    check_profile,
+    check_quota,
+    do_delete_quota,
+    do_save_profile,
+    do_save_quota,
+)
 from .services.health import do_clear_cordon
 
 
@@ -91,9 +100,55 @@ class SliceAdmin(admin.ModelAdmin):
     list_filter = ["kind", "profile"]
 
 
+class CatalogueForm(forms.ModelForm):
+    """A profile or quota is checked by the service the console uses (``catalogue_changes``),
+    so both refuse the same things with the same words."""
+
+    change: Any = None
+
+    def check(self, data: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        try:
+            self.change = self.check(data)
+        except ServiceError as error:
+            field = error.field if error.field in self.fields else None
+            raise ValidationError({field: error.message} if field else error.message) from error
+        return data
+
+
+class DesktopProfileForm(CatalogueForm):
+    class Meta:
+        model = DesktopProfile
+        fields = list(PROFILE_FIELDS)
+
+    def check(self, data: dict[str, Any]) -> Any:
+        return check_profile(data, profile=self.instance)
+
+
+class QuotaForm(CatalogueForm):
+    class Meta:
+        model = Quota
+        fields = list(QUOTA_FIELDS)
+
+    def check(self, data: dict[str, Any]) -> Any:
+        return check_quota(data, quota=self.instance)
+
+
 @admin.register(DesktopProfile)
-class DesktopProfileAdmin(AuditedAdmin):
+class DesktopProfileAdmin(admin.ModelAdmin):
+    """Saved through ``do_save_profile`` (audited with before and after), as in the console.
+    A CPU-only profile (0 GPUs, no slice kinds) saves: ``allowed_kinds`` may be empty."""
+
+    form = DesktopProfileForm
     list_display = ["name", "image", "gpu_count", "gpu_memory_min_mb", "active"]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        do_save_profile(f"user:{request.user.get_username()}", form.change, obj)
 
 
 @admin.register(Session)
@@ -184,10 +239,24 @@ class PoolPolicyAdmin(AuditedAdmin):
 
 
 @admin.register(Quota)
-class QuotaAdmin(AuditedAdmin):
+class QuotaAdmin(admin.ModelAdmin):
+    """Saved and deleted through ``catalogue_changes`` (audited with before and after), as
+    in the console."""
+
+    form = QuotaForm
     list_display = ["scope", "key", "max_sessions", "max_gpu_hours_week", "max_slice_memory_mb"]
     list_filter = ["scope"]
     search_fields = ["key"]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        do_save_quota(f"user:{request.user.get_username()}", form.change, obj)
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        do_delete_quota(f"user:{request.user.get_username()}", obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Quota]) -> None:
+        for quota in queryset:
+            self.delete_model(request, quota)
 
 
 class BookingForm(forms.ModelForm):

@@ -95,3 +95,5 @@ class AuditKind(models.TextChoices):
     ALERT_ESCALATED = "alert.escalated"
     ALERT_ACKNOWLEDGED = "alert.acknowledged"
     ALERT_RESOLVED = "alert.resolved"
+    SESSION_BOOSTED = "session.boosted"  # an admin moved a request ahead within its tier
+    SESSION_CANCELLED = "session.cancelled"  # an admin cancelled a request, with a reason

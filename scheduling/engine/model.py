@@ -95,6 +95,8 @@ class QueuedRequest:
     compute_min: float = 0.0  # CU per GPU
     usage_gpu_hours: float = 0.0  # the user's recent usage, decayed (fair share)
     multi_node: bool = False  # may span nodes of one network plane
+    # An admin's boost: ahead of every unboosted request of its tier (earlier boosts first).
+    boosted_at: datetime | None = None
 
 
 @dataclass(frozen=True)

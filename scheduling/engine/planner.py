@@ -6,7 +6,8 @@ One cycle, in this order (each step's module says how):
    tier 0, then thesis (1), coursework (2), hobby (3). Within a tier, fair share plus aging:
    the key is ``usage_gpu_hours * aging_s_per_gpu_hour - waited_s`` (less recent usage and
    longer waits go first), then submission time and id, so the order is total and the plan
-   deterministic.
+   deterministic. A request an admin boosted (``boosted_at``) goes before every unboosted
+   request of its tier, earlier boosts first.
 2. **Holds** (:mod:`.holds`). Every booking that starts within the hold horizon and has not
    ended holds capacity for its seats not yet running; the held slices leave the general pool.
    A booked request takes its booking's hold first. Anyone else may *backfill* a hold only if
@@ -70,7 +71,9 @@ def effective_tier(request_tier: int, booking: Booking | None, now: datetime) ->
 def order_key(request: QueuedRequest, tier: int, now: datetime, policy: Policy) -> tuple:
     waited = (now - request.submitted_at).total_seconds()
     share = request.usage_gpu_hours * policy.aging_s_per_gpu_hour - waited
-    return (tier, share, request.submitted_at, request.session_id)
+    # A boosted request goes before the unboosted ones of its tier; boosts in their order.
+    boost = (0, request.boosted_at.timestamp()) if request.boosted_at else (1, 0.0)
+    return (tier, boost, share, request.submitted_at, request.session_id)
 
 
 def plan(snapshot: Snapshot, now: datetime) -> Plan:

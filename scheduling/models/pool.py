@@ -172,7 +172,10 @@ class DesktopProfile(models.Model):
     gpu_models = models.JSONField(
         default=list, blank=True, help_text="GPU model names allowed (substrings); empty = any."
     )
-    allowed_kinds = models.JSONField(default=list, help_text="Slice kinds: mig, share, whole")
+    # Empty for a CPU-only profile (gpu_count 0), hence blank.
+    allowed_kinds = models.JSONField(
+        default=list, blank=True, help_text="Slice kinds: mig, share, whole; none if CPU-only."
+    )
     max_duration_minutes = models.PositiveIntegerField(default=240)
     active = models.BooleanField(default=True)
 

@@ -87,6 +87,9 @@ class Session(models.Model):
     warm_key = models.CharField(
         max_length=40, blank=True, help_text="The warm desktop this placement claimed, if any."
     )
+    boosted_at = models.DateTimeField(
+        null=True, blank=True, help_text="An admin's boost: served before its tier's others."
+    )
 
     objects = SessionQuerySet.as_manager()
 

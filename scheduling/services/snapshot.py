@@ -201,6 +201,7 @@ def _request(s: Session, usage: Usage, pool_models: list[str]) -> engine.QueuedR
         department=department_of(s),
         booking_id=s.booking_id,
         usage_gpu_hours=usage.decayed_by_user.get(s.user.get_username(), 0.0),
+        boosted_at=s.boosted_at,
     )
 
 
