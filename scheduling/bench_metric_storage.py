@@ -124,7 +124,7 @@ def report(days: float, interval: float) -> None:
     print(
         f"bench_metric_storage: node {NODE}, {series} series (8 GPUs, 32 MIG instances, "
         f"pool and tiers), a heartbeat every {interval:g} s for {days:g} days on PostgreSQL "
-        f"{connection.pg_version // 10000}"
+        f"{getattr(connection, 'pg_version', 0) // 10000}"
     )
     print(f"{'resolution':<10} {'rows/day':>10} {'bytes/day':>12} {'kept (days)':>12} "
           f"{'steady rows':>12} {'steady MB':>10}")  # fmt: skip

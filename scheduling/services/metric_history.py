@@ -24,8 +24,17 @@ from django.utils.translation import gettext as _
 
 from nodeagent.protocol import GpuMetrics
 
-from ..choices import Purpose, SessionState
-from ..models import MetricRollup, MetricSample, MetricSource, Node, Session, UsageRecord
+from ..choices import Purpose, SessionState, SliceKind
+from ..models import (
+    Gpu,
+    MetricRollup,
+    MetricSample,
+    MetricSource,
+    Node,
+    Session,
+    Slice,
+    UsageRecord,
+)
 from ..models.metrics import AGGREGATES, FIVE_MINUTES, HOURLY, METRICS, RAW
 from . import ServiceError
 
@@ -73,12 +82,21 @@ def _gpu_values(reading: GpuMetrics) -> dict[str, float | None]:
 
 
 def record_heartbeat_metrics(node: Node, readings: Sequence[GpuMetrics], now: datetime) -> int:
-    """One sample per GPU and per reported slice of a heartbeat; returns how many."""
+    """One sample per GPU and per reported slice of a heartbeat; returns how many. Only this
+    node's GPUs and MIG instances (as registered) are kept: a node cannot write another's
+    series, nor make new ones with made-up UUIDs."""
+    known = set(Gpu.objects.filter(node=node).values_list("uuid", flat=True))
+    known |= set(
+        Slice.objects.filter(gpu__node=node, kind=SliceKind.MIG).values_list(
+            "device_uuid", flat=True
+        )
+    )
     wanted, values = heartbeat_rows(node, readings)
+    wanted = {key: fields for key, fields in wanted.items() if key in known}
     if not wanted:
         return 0
     ids = sources(wanted)
-    return write_samples({ids[key]: row for key, row in values.items()}, now)
+    return write_samples({ids[key]: values[key] for key in wanted}, now)
 
 
 def heartbeat_rows(

@@ -52,9 +52,11 @@ def test_a_heartbeat_stores_one_sample_per_gpu_and_per_mig_instance(pool):
     }  # fmt: skip
     old_agent = {"uuid": "GPU-c", "utilization_pct": 5.0, "memory_used_mb": 100,
                  "temperature_c": 40.0, "power_w": 30.0}  # fmt: skip
-    do_heartbeat(pool, {"gpus": [gpu, old_agent], "running_sessions": []})
+    stranger = {"uuid": "GPU-not-registered", "utilization_pct": 1.0, "memory_used_mb": 1,
+                "temperature_c": 1.0, "power_w": 1.0}  # fmt: skip
+    do_heartbeat(pool, {"gpus": [gpu, old_agent, stranger], "running_sessions": []})
     rows = {s.source.key: s for s in MetricSample.objects.select_related("source")}
-    assert set(rows) == {"GPU-a", "MIG-GPU-a-0", "GPU-c"}
+    assert set(rows) == {"GPU-a", "MIG-GPU-a-0", "GPU-c"}  # not a GPU the node did not register
     a = rows["GPU-a"]
     assert (a.utilization_pct, a.memory_used_mb, a.temperature_c) == (55.0, 4096, 61.5)
     assert (a.fan_pct, a.xid_errors, a.ecc_corrected, a.ecc_uncorrected) == (None, 2, 2, None)
