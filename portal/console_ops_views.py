@@ -40,9 +40,10 @@ from .people import signed_in
 UPDATES_PATH = "/ws/updates/"  # portal.routing
 RECENT_RESOLVED = 20
 CHART_WIDTH = 600  # the SVG's user units; it scales to the page
-CHART_LABEL = 200  # room for a row's label at the left of its bar
+CHART_TEXT = 16  # a row's label, above its bar
 CHART_BAR = 18
-CHART_GAP = 6
+CHART_GAP = 8
+CHART_ROW = CHART_TEXT + CHART_BAR + CHART_GAP
 
 
 # -- alerts ----------------------------------------------------------------------------------
@@ -132,33 +133,29 @@ def alert_rule(request: HttpRequest, rule_id: int | None = None) -> HttpResponse
 
 
 def _chart(rows: list[Row]) -> dict[str, Any]:
-    """Horizontal bars of each row's GPU-hours (used, then booked), scaled to the longest."""
+    """Horizontal bars of each row's GPU-hours (used, then booked), scaled to the longest,
+    each under its label, so that the bars keep the page's width on a phone."""
     longest = max((r.gpu_hours + r.booked_gpu_hours for r in rows), default=Decimal(0))
-    room = CHART_WIDTH - CHART_LABEL - 70
+    room = CHART_WIDTH - 90  # the total is written after the bar
     bars = []
     for i, row in enumerate(rows):
         used = float(row.gpu_hours / longest) * room if longest else 0.0
         booked = float(row.booked_gpu_hours / longest) * room if longest else 0.0
-        y = i * (CHART_BAR + CHART_GAP)
+        top = i * CHART_ROW
         bars.append(
             {
                 "row": row,
-                "y": y,
-                "text_y": y + CHART_BAR - 5,
+                "label_y": top + CHART_TEXT - 3,
+                "y": top + CHART_TEXT,
+                "text_y": top + CHART_TEXT + CHART_BAR - 4,
                 "used": round(used, 2),
                 "booked": round(booked, 2),
-                "booked_x": round(CHART_LABEL + used, 2),
-                "value_x": round(CHART_LABEL + used + booked + 4, 2),
+                "booked_x": round(used, 2),
+                "value_x": round(used + booked + 6, 2),
                 "total": row.gpu_hours + row.booked_gpu_hours,
             }
         )
-    return {
-        "bars": bars,
-        "width": CHART_WIDTH,
-        "height": max(len(rows) * (CHART_BAR + CHART_GAP), CHART_BAR),
-        "label_x": CHART_LABEL - 6,
-        "bar_x": CHART_LABEL,
-    }
+    return {"bars": bars, "width": CHART_WIDTH, "height": max(len(rows), 1) * CHART_ROW}
 
 
 @admin_only

@@ -24,7 +24,7 @@ from scheduling.services.alert_changes import check_rule, do_save_rule
 from scheduling.services.alerts import evaluate_alerts
 
 from .conftest import log_in
-from .test_journeys import LANGUAGES, Journey
+from .test_journeys import LANGUAGES, PHONE, Journey
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -49,6 +49,13 @@ def off_the_browsers_thread(work) -> None:
 
     with ThreadPoolExecutor(max_workers=1) as pool:
         pool.submit(run).result()
+
+
+def fits_a_phone(page) -> None:
+    """At 390 px the page does not scroll sideways (wide tables scroll inside their card)."""
+    page.set_viewport_size(PHONE)
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= PHONE["width"], f"{page.url} is {width} px wide on a phone"
 
 
 def some_usage(user) -> None:
@@ -138,6 +145,7 @@ def test_admin_edits_a_quota_acknowledges_an_alert_reads_the_report_and_searches
     alert.refresh_from_db()
     assert alert.state == "acknowledged" and alert.acknowledged_by == admin_user
     journey.step("alert-acknowledged", phone=True)
+    fits_a_phone(page)
 
     # The usage report: per course, by week, this week.
     page.goto("/console/reports/")
@@ -151,6 +159,7 @@ def test_admin_edits_a_quota_acknowledges_an_alert_reads_the_report_and_searches
     assert page.locator("#report svg rect.bar:not(.booked)").count() == 2
     assert "format=csv" in (page.get_attribute("#report-csv", "href") or "")
     journey.step("report", phone=True)
+    fits_a_phone(page)
 
     # The audit: who acknowledged the alert.
     page.goto("/console/audit/")
@@ -163,3 +172,4 @@ def test_admin_edits_a_quota_acknowledges_an_alert_reads_the_report_and_searches
     assert rows.count() == 1
     assert rows.first.get_attribute("data-event-id") == str(event.pk)
     journey.step("audit", phone=True)
+    fits_a_phone(page)
