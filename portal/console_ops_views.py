@@ -39,7 +39,7 @@ from .people import signed_in
 
 UPDATES_PATH = "/ws/updates/"  # portal.routing
 RECENT_RESOLVED = 20
-CHART_WIDTH = 600  # the SVG's user units; it scales to the page
+CHART_WIDTH = 400  # the SVG's user units; it scales to the page
 CHART_TEXT = 16  # a row's label, above its bar
 CHART_BAR = 18
 CHART_GAP = 8
@@ -136,7 +136,7 @@ def _chart(rows: list[Row]) -> dict[str, Any]:
     """Horizontal bars of each row's GPU-hours (used, then booked), scaled to the longest,
     each under its label, so that the bars keep the page's width on a phone."""
     longest = max((r.gpu_hours + r.booked_gpu_hours for r in rows), default=Decimal(0))
-    room = CHART_WIDTH - 90  # the total is written after the bar
+    room = CHART_WIDTH - 70  # the total is written after the bar
     bars = []
     for i, row in enumerate(rows):
         used = float(row.gpu_hours / longest) * room if longest else 0.0
