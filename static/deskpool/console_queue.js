@@ -1,4 +1,5 @@
-// The console's queue: on each session.update over /ws/updates/, fetch the queue section
+// The console's queue: on each session.update over /ws/updates/, and every 10 s (today
+// session.update reaches an admin only for their own sessions), fetch the queue section
 // again from its fragment URL (rendered by the same template as the page) and swap it in.
 (function () {
   "use strict";
@@ -43,4 +44,5 @@
     };
   }
   connect();
+  setInterval(() => { if (!document.hidden) refresh(); }, 10000);
 })();
