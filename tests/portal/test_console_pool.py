@@ -61,9 +61,12 @@ def test_the_page_and_its_fragment_draw_the_pool_for_admins(admin, pool, owner, 
 
 
 def test_students_and_strangers_get_404_everywhere(owner, pool):
+    do_create_join_token("gpu-q", actor="test")
+    token = JoinToken.objects.get(hostname="gpu-q")
     student = Client()
     student.force_login(owner)
     for client in (Client(), student):
+        assert client.post(f"/console/pool/tokens/{token.pk}/revoke/").status_code == 404
         assert client.get(POOL).status_code == 404
         assert client.get("/console/pool/fragment/").status_code == 404
         post = {"node": pool.pk, "action": "cordon", "reason": "x"}
@@ -71,6 +74,7 @@ def test_students_and_strangers_get_404_everywhere(owner, pool):
         assert client.post(TOKENS, {"hostname": "h", "hours": 24}).status_code == 404
     assert not Node.objects.get(pk=pool.pk).cordoned
     assert not JoinToken.objects.filter(hostname="h").exists()
+    assert JoinToken.objects.get(pk=token.pk).revoked_at is None
 
 
 def test_cordon_needs_a_reason_and_is_audited_with_before_and_after(admin, pool):
