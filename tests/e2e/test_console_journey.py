@@ -23,6 +23,7 @@ from scheduling.models import Alert, AuditEvent, Quota, UsageRecord
 from scheduling.services.alert_changes import check_rule, do_save_rule
 from scheduling.services.alerts import evaluate_alerts
 
+from ..conftest import gpu_inventory
 from .conftest import log_in
 from .test_journeys import LANGUAGES, PHONE, Journey
 
@@ -82,9 +83,10 @@ def some_usage(user) -> None:
 
 @pytest.mark.parametrize("language", LANGUAGES)
 def test_admin_edits_a_quota_acknowledges_an_alert_reads_the_report_and_searches_the_audit(
-    stack, admin_user, owner, new_page, language
+    stack, admin_user, owner, new_page, register_node, language
 ):
     some_usage(owner)
+    node, _token = register_node("gpu-a01", [gpu_inventory("GPU-a", 0, mig_slices=4)])
     page = new_page()
     log_in(page, "root", "pw-root")
     journey = Journey(page, "admin", language)
@@ -103,6 +105,17 @@ def test_admin_edits_a_quota_acknowledges_an_alert_reads_the_report_and_searches
         page.goto(pool)
         assert page.locator("main h1").count() >= 1
         journey.step("pool", phone=True)
+        # Drain the node, waiting for its sessions: nothing new goes there.
+        form = page.locator("form[action$='/pool/nodes/']")
+        form.locator("select[name=node]").select_option(str(node.pk))
+        form.locator("select[name=action]").select_option("drain")
+        form.locator("[name=reason]").fill("firmware update")
+        form.locator("select[name=deadline]").select_option("wait")
+        with page.expect_navigation():
+            form.locator("button[type=submit]").click()
+        node.refresh_from_db()
+        assert node.draining_since is not None and node.drain_reason == "firmware update"
+        journey.step("pool-drained", phone=True)
 
     quotas = console_page("console-quotas")
     if quotas is None:
