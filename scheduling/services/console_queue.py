@@ -14,7 +14,6 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 
 from ..choices import PURPOSE_TIER, WAITING_STATES, AuditKind, Purpose
 from ..events import broadcast_session
@@ -25,12 +24,6 @@ from .kick import schedule_soon
 from .sessions import do_stop
 
 MAX_REASON_LENGTH = 500
-
-TIER_LABELS = {
-    Purpose.THESIS: gettext_lazy("Thesis"),
-    Purpose.COURSEWORK: gettext_lazy("Coursework"),
-    Purpose.HOBBY: gettext_lazy("Hobby"),
-}
 
 
 @dataclass(frozen=True)
@@ -61,7 +54,7 @@ def queue_by_tier() -> list[TierQueue]:
     for session in rows:
         by_purpose.setdefault(session.purpose, []).append(session)
     return [
-        TierQueue(str(purpose), str(TIER_LABELS[Purpose(purpose)]), by_purpose[purpose])
+        TierQueue(str(purpose), str(Purpose(purpose).label), by_purpose[purpose])
         for purpose in sorted(PURPOSE_TIER, key=lambda p: PURPOSE_TIER[p])
     ]
 
