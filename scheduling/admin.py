@@ -32,6 +32,7 @@ from .services.catalogue_changes import (
     QUOTA_FIELDS,
     check_profile,
     check_quota,
+    do_delete_profile,
     do_delete_quota,
     do_save_profile,
     do_save_quota,
@@ -149,6 +150,13 @@ class DesktopProfileAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         do_save_profile(f"user:{request.user.get_username()}", form.change, obj)
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        do_delete_profile(f"user:{request.user.get_username()}", obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[DesktopProfile]) -> None:
+        for profile in queryset:
+            self.delete_model(request, profile)
 
 
 @admin.register(Session)

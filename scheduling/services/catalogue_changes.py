@@ -297,3 +297,11 @@ def do_deactivate_profile(actor: str, profile: DesktopProfile) -> DesktopProfile
             schedule_soon()
     profile.active = False
     return profile
+
+
+def do_delete_profile(actor: str, profile: DesktopProfile) -> None:
+    """Delete a profile nobody used (the Django admin's delete): audited. A profile with
+    sessions or bookings is protected by the database; stop offering it instead."""
+    with transaction.atomic():
+        _audit(actor, "desktopprofile", profile, _values(profile, PROFILE_FIELDS), None, "deleted")
+        profile.delete()  # ProtectedError (and no event) if it is in use

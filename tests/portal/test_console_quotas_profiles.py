@@ -255,3 +255,18 @@ def test_the_pages_render_in_chinese_at_the_viewers_request(admin_user):
         page = client.get(url, HTTP_ACCEPT_LANGUAGE="zh-hans")
         assert page.status_code == 200
         assert 'lang="zh-hans"' in page.content.decode()
+
+
+def test_the_django_admin_deletes_only_an_unused_profile_and_audits_it(admin_user, owner, profile):
+    unused = DesktopProfile.objects.create(slug="spare", name="Spare", image=TEST_IMAGE)
+    client = logged_in(admin_user)
+    url = "/admin/scheduling/desktopprofile/{}/delete/"
+    assert client.post(url.format(unused.pk), {"post": "yes"}).status_code == 302
+    assert not DesktopProfile.objects.filter(pk=unused.pk).exists()
+    (deleted,) = policy_events("desktopprofile")
+    assert deleted.data["action"] == "deleted" and deleted.data["before"]["slug"] == "spare"
+    do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
+    refused = client.post(url.format(profile.pk), {"post": "yes"})
+    assert refused.status_code == 200  # the admin lists what protects it
+    assert DesktopProfile.objects.filter(pk=profile.pk).exists()
+    assert len(policy_events("desktopprofile")) == 1
