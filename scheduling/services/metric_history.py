@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Avg, Count, DateTimeField, F, Max, Min, Q, QuerySet, Sum
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
@@ -179,11 +180,13 @@ def _floor(moment: datetime, seconds: int) -> datetime:
 
 
 def _bucket_sql(column: str, seconds: int) -> RawSQL:
-    return RawSQL(
-        f"to_timestamp(floor(extract(epoch from {column}) / %s) * %s)",
-        (seconds, seconds),
-        output_field=DateTimeField(),
-    )
+    """The start of the ``seconds``-long bucket a time falls in, in the database's own SQL
+    (PostgreSQL, or SQLite for the embedded default)."""
+    if connection.vendor == "sqlite":
+        sql = f"datetime((CAST(strftime('%%s', {column}) AS INTEGER) / %s) * %s, 'unixepoch')"
+    else:
+        sql = f"to_timestamp(floor(extract(epoch from {column}) / %s) * %s)"
+    return RawSQL(sql, (seconds, seconds), output_field=DateTimeField())
 
 
 def roll_up(resolution: int, now: datetime) -> int:

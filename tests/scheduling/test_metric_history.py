@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
 
 from portal.celery import app
 from scheduling.models import MetricRollup, MetricSample, MetricSource, Session, UsageRecord
@@ -196,3 +200,29 @@ def test_the_task_runs_under_a_named_beat_entry():
     src = _source()
     write_samples({src: {"power_w": 1.0}}, datetime.now(UTC) - timedelta(hours=1))
     assert roll_up_metrics() >= 1
+
+
+@pytest.mark.skipif(connection.vendor == "sqlite", reason="this is the SQLite run itself")
+def test_the_rollups_also_run_on_the_embedded_sqlite_default(tmp_path):
+    """``make demo`` without a DATABASE_URL runs on SQLite: the bucket SQL has a SQLite
+    form. This runs the rollup and series tests above against a SQLite database."""
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'embedded.sqlite3'}"}
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            __file__,
+            "-k",
+            "rollups or pruning or series",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout and "failed" not in run.stdout
