@@ -61,6 +61,12 @@ class UpdatesConsumer(AsyncJsonWebsocketConsumer):
             html = render_both(session) if "state" in session else {}
         await self.send_json({"type": "session.update", "session": session, **html})
 
+    async def admin_session(self, event: dict) -> None:
+        """Someone's session changed: the admins' console pages refresh what they show."""
+        await self.send_json(
+            {"type": "admin.session", "session": event["session"], "state": event["state"]}
+        )
+
     async def quota_update(self, event: dict) -> None:
         request = dict(event["request"])
         with translation.override(self.language):

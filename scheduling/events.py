@@ -61,6 +61,15 @@ class SessionUpdate(TypedDict):
     session: SessionPayload
 
 
+class AdminSession(TypedDict):
+    """To the admins' console pages: someone's session changed (no personal data: the
+    pages fetch what they show through their own, admin-only, fragment URLs)."""
+
+    type: Literal["admin.session"]
+    session: int
+    state: str
+
+
 class PoolAlert(TypedDict):
     type: Literal["pool.alert"]
     level: str  # ok | warn | block
@@ -111,7 +120,7 @@ class AlertUpdate(TypedDict):
     alert: AlertPayload
 
 
-Payload = SessionUpdate | PoolAlert | QuotaUpdate | AlertUpdate
+Payload = SessionUpdate | AdminSession | PoolAlert | QuotaUpdate | AlertUpdate
 
 
 def user_group(user_id: int) -> str:
@@ -200,6 +209,7 @@ def _broadcast_session(session_id: int) -> None:
     _send(user_group(session.user_id), payload)
     if session.course_id is not None:
         _send(course_group(session.course_id), payload)
+    _send(ADMIN_GROUP, AdminSession(type="admin.session", session=session.pk, state=session.state))
 
 
 def broadcast_pool_alert(alert: engine.Alert) -> None:

@@ -19,7 +19,7 @@
   if (!configNode || !section) return;
   const config = JSON.parse(configNode.textContent);
   const REFRESH_MS = 10000;
-  const EVENTS = new Set(["session.update", "pool.alert", "alert.update"]);
+  const EVENTS = new Set(["admin.session", "session.update", "pool.alert", "alert.update"]);
   let pending = false;
 
   async function refresh() {

@@ -1,6 +1,6 @@
-// The console's queue: on each session.update over /ws/updates/, and every 10 s (today
-// session.update reaches an admin only for their own sessions), fetch the queue section
-// again from its fragment URL (rendered by the same template as the page) and swap it in.
+// The console's queue: when a session changes (admin.session over /ws/updates/, a burst
+// reloads once), and every 10 s, fetch the queue section again from its fragment URL
+// (rendered by the same template as the page) and swap it in.
 (function () {
   "use strict";
   const data = document.getElementById("queue-live-data");
@@ -28,6 +28,12 @@
     }
   }
 
+  let timer = null;
+  function soon() {
+    if (timer) return;
+    timer = setTimeout(() => { timer = null; refresh(); }, 300);
+  }
+
   let delay = 500;
   function connect() {
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
@@ -35,7 +41,7 @@
     ws.onopen = () => { delay = 500; if (status) status.textContent = ""; refresh(); };
     ws.onmessage = (event) => {
       const msg = JSON.parse(event.data);
-      if (msg.type === "session.update") refresh();
+      if (msg.type === "admin.session" || msg.type === "session.update") soon();
     };
     ws.onclose = (event) => {
       if (event.code === 4403) return;  // not allowed: do not knock again

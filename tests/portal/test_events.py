@@ -34,8 +34,9 @@ def test_session_update_is_sent_after_commit_and_not_before(owner, profile, sent
     with transaction.atomic():
         session = do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
         assert sent == []
-    assert [(group, payload["session"]["id"], open_tx) for group, payload, open_tx in sent] == [
-        (events.user_group(owner.pk), session.pk, False)
+    assert [(group, payload["session"], open_tx) for group, payload, open_tx in sent] == [
+        (events.user_group(owner.pk), session_payload_of(session), False),
+        (events.ADMIN_GROUP, session.pk, False),  # admin.session: only the id and state
     ]
 
 
@@ -67,9 +68,39 @@ def test_the_live_update_carries_what_the_api_returns(owner, profile, sent):
     from rest_framework.test import APIClient
 
     session = do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
-    [(_, payload, _)] = sent
+    [payload] = [p for group, p, _ in sent if group == events.user_group(owner.pk)]
     client = APIClient()
     client.force_authenticate(owner)
     api = client.get(f"/api/v1/sessions/{session.pk}/").json()
     assert payload["session"] == api
     assert (api["reason_code"], api["reason"]) == ("submitted", "waiting for the scheduler")
+
+
+def session_payload_of(session):
+    session.refresh_from_db()
+    return events.session_payload(session)
+
+
+def test_an_admins_console_hears_of_someone_elses_session_without_their_details(
+    owner, profile, admin_user
+):
+    """Admins' console pages refresh on ``admin.session`` (id and state only); the owner's
+    full update stays in the owner's group."""
+    from channels.testing import WebsocketCommunicator
+
+    from portal.consumers import UpdatesConsumer
+
+    async def listen() -> dict:
+        communicator = WebsocketCommunicator(UpdatesConsumer.as_asgi(), "/ws/updates/")
+        communicator.scope["user"] = admin_user
+        connected, _code = await communicator.connect()
+        assert connected
+        session = await database_sync_to_async(
+            lambda: do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
+        )()
+        message = await asyncio.wait_for(communicator.receive_json_from(), timeout=5)
+        await communicator.disconnect()
+        return {"message": message, "id": session.pk}
+
+    got = async_to_sync(listen)()
+    assert got["message"] == {"type": "admin.session", "session": got["id"], "state": "QUEUED"}
