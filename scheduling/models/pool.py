@@ -63,6 +63,11 @@ class Node(models.Model):
     def __str__(self) -> str:
         return self.hostname
 
+    @property
+    def takes_new_work(self) -> bool:
+        """Neither cordoned nor draining: new desktops and bookings may count on it."""
+        return not self.cordoned and self.draining_since is None
+
     def is_healthy(self, now=None) -> bool:
         if self.cordoned or self.last_heartbeat is None:
             return False

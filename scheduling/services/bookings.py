@@ -123,7 +123,8 @@ def needs_of(profile: DesktopProfile) -> engine.Needs:
 
 
 def pool_records() -> engine.Pool:
-    """Every present slice and node of the pool, busy or not; cordoned ones unavailable."""
+    """Every present slice and node of the pool, busy or not; cordoned or draining ones
+    unavailable."""
     nodes = {n.pk: n for n in Node.objects.all()}
     slices = tuple(
         engine.PoolSlice(
@@ -133,12 +134,12 @@ def pool_records() -> engine.Pool:
             memory_mb=s.memory_mb,
             gpu_model=s.gpu.model,
             compute_units=round(s.gpu.compute_units * s.milli / 1000, 4),
-            available=s.gpu.present and not nodes[s.gpu.node_id].cordoned,
+            available=s.gpu.present and nodes[s.gpu.node_id].takes_new_work,
         )
         for s in Slice.objects.filter(present=True).select_related("gpu")
     )
     pool_nodes = tuple(
-        engine.PoolNode(n.pk, float(n.cpu_count), n.memory_mb, not n.cordoned)
+        engine.PoolNode(n.pk, float(n.cpu_count), n.memory_mb, n.takes_new_work)
         for n in nodes.values()
     )
     return engine.Pool(slices, pool_nodes)

@@ -30,7 +30,9 @@ class ProfileOffer:
 
 def profile_offers(now: datetime) -> list[ProfileOffer]:
     """Every active profile with what it gives and the wait it has now."""
-    healthy = [n.pk for n in Node.objects.filter(cordoned=False) if n.is_healthy(now)]
+    healthy = [
+        n.pk for n in Node.objects.filter(cordoned=False, draining_since=None) if n.is_healthy(now)
+    ]
     slices = list(
         Slice.objects.filter(present=True, gpu__present=True, gpu__node__in=healthy)
         .select_related("gpu")

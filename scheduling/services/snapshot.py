@@ -140,7 +140,7 @@ def _pool(
                 node_id=node.pk,
                 hostname=node.hostname,
                 # A draining node gets nothing new, as a cordoned one (services/drain.py).
-                healthy=node.is_healthy(now) and node.draining_since is None,
+                healthy=node.is_healthy(now) and node.takes_new_work,
                 cpus_free=node.cpu_count - used[node.pk][0],
                 memory_free_mb=node.memory_mb - used[node.pk][1],
                 rack=rack,

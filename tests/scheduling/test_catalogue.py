@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 
 from scheduling.models import Allocation, DesktopProfile, Session, Slice
+from scheduling.services.bookings import pool_records
 from scheduling.services.catalogue import profile_offers
 
 pytestmark = pytest.mark.django_db
@@ -74,3 +75,15 @@ def test_an_unhealthy_node_offers_nothing(pool, profile):
     later = timezone.now() + timedelta(hours=1)  # the pool's heartbeat is long stale by then
     offer = offer_of(profile, later)
     assert (offer.starts_now, offer.wait_minutes) == (False, None)
+
+
+def test_a_draining_node_offers_nothing_and_holds_no_booking(pool, profile):
+    """A draining node takes no new work: the request form offers none of its slices and a
+    booking's check does not count them."""
+    pool.draining_since = timezone.now()
+    pool.save()
+    offer = offer_of(profile, timezone.now())
+    assert (offer.starts_now, offer.wait_minutes) == (False, None)
+    records = pool_records()
+    assert records.slices and not [s for s in records.slices if s.available]
+    assert not [n for n in records.nodes if n.available]
