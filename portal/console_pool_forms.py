@@ -13,9 +13,10 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from scheduling.models import Node
-from scheduling.services import ServiceError
 from scheduling.services.drain import check_drain, check_node_reason
 from scheduling.services.nodes import check_join_token
+
+from .checked_forms import CheckedForm
 
 WAIT = "wait"
 DEADLINE_CHOICES = [
@@ -28,24 +29,6 @@ DEADLINE_CHOICES = [
 ]
 
 
-class _CheckedForm(forms.Form):
-    """``clean`` calls :meth:`check` with the typed fields; a ServiceError becomes a field
-    error (or a form error when it names no field of this form)."""
-
-    def check(self, data: dict[str, Any]) -> None:
-        raise NotImplementedError
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        if self.errors:
-            return data
-        try:
-            self.check(data)
-        except ServiceError as error:
-            self.add_error(error.field if error.field in self.fields else None, error.message)
-        return data
-
-
 CORDON, UNCORDON, DRAIN, UNDRAIN = "cordon", "uncordon", "drain", "undrain"
 ACTION_CHOICES = [
     (CORDON, _("Cordon: place nothing new on it")),
@@ -55,7 +38,7 @@ ACTION_CHOICES = [
 ]
 
 
-class NodeActionForm(_CheckedForm):
+class NodeActionForm(CheckedForm):
     """Cordon, uncordon, drain a node or stop its drain, each with a reason; a drain says
     what becomes of the node's sessions (wait, or requeue after a deadline)."""
 
@@ -98,7 +81,7 @@ class NodeActionForm(_CheckedForm):
             data["reason"] = check_node_reason(data["reason"])
 
 
-class JoinTokenForm(_CheckedForm):
+class JoinTokenForm(CheckedForm):
     """A new join token: the hostname it is for (or any host), its lifetime, and whether it
     may replace the node registered under that hostname."""
 

@@ -12,7 +12,6 @@ from django.utils.translation import gettext_lazy as _
 from scheduling.choices import SliceKind
 from scheduling.models import DesktopProfile, Quota, Session
 from scheduling.models.policy import QuotaScope
-from scheduling.services import ServiceError
 from scheduling.services.catalogue_changes import (
     ProfileChange,
     QuotaChange,
@@ -21,25 +20,10 @@ from scheduling.services.catalogue_changes import (
 )
 from scheduling.services.console_queue import MAX_REASON_LENGTH, check_queue_action
 
-
-class _Checked(forms.Form):
-    """``clean`` hands the typed fields to ``check``; a ServiceError lands on its field."""
-
-    def check(self, data: dict[str, Any]) -> None:
-        raise NotImplementedError
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        if self.errors:
-            return data
-        try:
-            self.check(data)
-        except ServiceError as error:
-            self.add_error(error.field if error.field in self.fields else None, error.message)
-        return data
+from .checked_forms import CheckedForm
 
 
-class QueueActionForm(_Checked):
+class QueueActionForm(CheckedForm):
     """Cancel or boost one waiting request: the reason goes to the audit trail."""
 
     reason = forms.CharField(
@@ -68,7 +52,7 @@ def _optional_number(field: type[forms.Field], label: Any, help_text: Any) -> An
     )
 
 
-class QuotaForm(_Checked):
+class QuotaForm(CheckedForm):
     """One quota row: a scope, a key (``*`` = the scope's default) and its limits."""
 
     scope = forms.ChoiceField(label=_("Applies to"), choices=QuotaScope.choices)
@@ -109,7 +93,7 @@ class QuotaForm(_Checked):
         self.change = check_quota(data, quota=self.quota)
 
 
-class ProfileForm(_Checked):
+class ProfileForm(CheckedForm):
     """One desktop profile of the catalogue."""
 
     slug = forms.SlugField(

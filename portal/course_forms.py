@@ -12,35 +12,21 @@ from django.utils.translation import gettext_lazy as _
 from scheduling.models import DesktopProfile
 from scheduling.services import ServiceError
 
+from .checked_forms import CheckedForm
 from .models import Course
 from .roster import MAX_BYTES, RosterErrors, RowError, check_add_student, check_roster
 from .teaching import TA_PERMISSIONS, check_course_settings, check_ta
 
 
-class _ServiceForm(forms.Form):
-    """A form whose ``check`` raises ServiceError; the error lands on its field."""
+class _ServiceForm(CheckedForm):
+    """A checked form of one course's page."""
 
-    checked: Any = None
     id_prefix = "course"  # one page holds several of these forms: ids must not clash
 
     def __init__(self, *args: Any, course: Course, **kwargs: Any) -> None:
         self.course = course
         kwargs.setdefault("auto_id", f"{self.id_prefix}-%s")
         super().__init__(*args, **kwargs)
-
-    def check(self, data: dict[str, Any]) -> Any:
-        raise NotImplementedError
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        if self.errors:
-            return data
-        try:
-            self.checked = self.check(data)
-        except ServiceError as error:
-            field = error.field if error.field in self.fields else None
-            self.add_error(field, error.message)
-        return data
 
 
 class RosterImportForm(_ServiceForm):

@@ -8,7 +8,6 @@ from django import forms
 from django.contrib.auth.models import User
 from django.utils.translation import gettext_lazy as _
 
-from scheduling.services import ServiceError
 from scheduling.services.eligibility import eligible_courses
 from scheduling.services.grants import GrantRequest, check_grant
 from scheduling.services.quota_requests import (
@@ -20,27 +19,15 @@ from scheduling.services.quota_requests import (
     check_ask,
 )
 
+from .checked_forms import CheckedForm
 
-class _ServiceCheckedForm(forms.Form):
-    """A form whose ``clean`` hands the typed fields to a service check; a refusal lands on
-    the field it names (or on the form)."""
+
+class _ServiceCheckedForm(CheckedForm):
+    """A checked form that knows who is asking."""
 
     def __init__(self, user: User, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.user = user
-
-    def check(self, data: dict[str, Any]) -> None:
-        raise NotImplementedError
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        if self.errors:
-            return data
-        try:
-            self.check(data)
-        except ServiceError as error:
-            self.add_error(error.field if error.field in self.fields else None, error.message)
-        return data
 
 
 class ThesisGrantForm(_ServiceCheckedForm):
