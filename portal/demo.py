@@ -248,7 +248,8 @@ def main() -> int:
             }
             if not (state_dir / f"node-{name}.json").exists():
                 token = subprocess.run(
-                    [python, "manage.py", "create_join_token", "--hostname", name],
+                    [python, "manage.py", "create_join_token", "--hostname", name]
+                    + ["--replace-if-registered"],  # its state file is gone: a rebuilt agent
                     cwd=BASE_DIR,
                     env=env,
                     check=True,
