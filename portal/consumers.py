@@ -67,6 +67,10 @@ class UpdatesConsumer(AsyncJsonWebsocketConsumer):
             {"type": "admin.session", "session": event["session"], "state": event["state"]}
         )
 
+    async def admin_audit(self, event: dict) -> None:
+        """An audit event was written: the admins' console pages refresh."""
+        await self.send_json({"type": "admin.audit", "kind": event["kind"]})
+
     async def quota_update(self, event: dict) -> None:
         request = dict(event["request"])
         with translation.override(self.language):

@@ -22,4 +22,6 @@ def navigation(request: HttpRequest) -> dict[str, object]:
     return {
         "teaches": SimpleLazyObject(teaches),
         "console_pages": CONSOLE_PAGES if is_admin(user) else [],
+        # What static/deskpool/console_live.js listens to (portal/routing.py).
+        "console_live": {"updates_url": "/ws/updates/"},
     }

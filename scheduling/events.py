@@ -61,6 +61,14 @@ class SessionUpdate(TypedDict):
     session: SessionPayload
 
 
+class AdminAudit(TypedDict):
+    """To the admins' console pages: an audit event was written (its kind only); pages
+    showing what changed fetch themselves again."""
+
+    type: Literal["admin.audit"]
+    kind: str
+
+
 class AdminSession(TypedDict):
     """To the admins' console pages: someone's session changed (no personal data: the
     pages fetch what they show through their own, admin-only, fragment URLs)."""
@@ -120,7 +128,7 @@ class AlertUpdate(TypedDict):
     alert: AlertPayload
 
 
-Payload = SessionUpdate | AdminSession | PoolAlert | QuotaUpdate | AlertUpdate
+Payload = SessionUpdate | AdminSession | AdminAudit | PoolAlert | QuotaUpdate | AlertUpdate
 
 
 def user_group(user_id: int) -> str:
@@ -210,6 +218,11 @@ def _broadcast_session(session_id: int) -> None:
     if session.course_id is not None:
         _send(course_group(session.course_id), payload)
     _send(ADMIN_GROUP, AdminSession(type="admin.session", session=session.pk, state=session.state))
+
+
+def broadcast_audit(kind: str) -> None:
+    """After commit, tell the admins' console pages that something was recorded."""
+    send_after_commit(ADMIN_GROUP, AdminAudit(type="admin.audit", kind=kind))
 
 
 def broadcast_pool_alert(alert: engine.Alert) -> None:

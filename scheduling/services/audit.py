@@ -20,6 +20,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from ..choices import AuditKind
+from ..events import broadcast_audit
 from ..models import MIN_RETENTION_DAYS, AuditEvent, AuditRetention
 from ..models.audit import client_address
 from . import ServiceError
@@ -57,7 +58,7 @@ def record(
     """Write one audit event: what (``kind``), who (``actor``: user:<name>, node:<host>,
     scheduler), about which session and node (objects or ids), the details (before/after
     in ``data``), when, and from which address (the current request's, if any)."""
-    return AuditEvent.objects.create(
+    event = AuditEvent.objects.create(
         kind=kind,
         actor=actor,
         session_id=_id(session),
@@ -65,6 +66,8 @@ def record(
         data=dict(data or {}),
         at=at or timezone.now(),
     )
+    broadcast_audit(kind)  # the console's pages refresh (after commit)
+    return event
 
 
 def check_retention_days(days: int) -> int:

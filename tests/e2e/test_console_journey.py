@@ -22,6 +22,7 @@ from scheduling.choices import AuditKind
 from scheduling.models import Alert, AuditEvent, Quota, UsageRecord
 from scheduling.services.alert_changes import check_rule, do_save_rule
 from scheduling.services.alerts import evaluate_alerts
+from scheduling.services.audit import record
 
 from ..conftest import gpu_inventory
 from .conftest import log_in
@@ -184,5 +185,12 @@ def test_admin_edits_a_quota_acknowledges_an_alert_reads_the_report_and_searches
     rows = page.locator("#audit-events tbody tr")
     assert rows.count() == 1
     assert rows.first.get_attribute("data-event-id") == str(event.pk)
+    # Live: an event recorded elsewhere appears in the open search, without a reload.
+    marker = page.evaluate("window.__consoleMarker = Math.random()")
+    off_the_browsers_thread(
+        lambda: record(AuditKind.ALERT_ACKNOWLEDGED, "user:root", data={"alert": 0})
+    )
+    page.wait_for_function("document.querySelectorAll('#audit-events tbody tr').length === 2")
+    assert page.evaluate("window.__consoleMarker") == marker, "the page was reloaded"
     journey.step("audit", phone=True)
     fits_a_phone(page)

@@ -34,10 +34,15 @@ def test_session_update_is_sent_after_commit_and_not_before(owner, profile, sent
     with transaction.atomic():
         session = do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
         assert sent == []
-    assert [(group, payload["session"], open_tx) for group, payload, open_tx in sent] == [
+    assert [
+        (group, payload.get("session"), open_tx)
+        for group, payload, open_tx in sent
+        if payload["type"] != "admin.audit"
+    ] == [
         (events.user_group(owner.pk), session_payload_of(session), False),
         (events.ADMIN_GROUP, session.pk, False),  # admin.session: only the id and state
     ]
+    assert ("admin.audit", False) in [(payload["type"], tx) for _, payload, tx in sent]
 
 
 def test_a_rolled_back_submission_sends_nothing(owner, profile, sent):
@@ -98,9 +103,23 @@ def test_an_admins_console_hears_of_someone_elses_session_without_their_details(
         session = await database_sync_to_async(
             lambda: do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
         )()
-        message = await asyncio.wait_for(communicator.receive_json_from(), timeout=5)
+        message = {"type": ""}
+        while message["type"] != "admin.session":  # admin.audit (the submission's) too
+            message = await asyncio.wait_for(communicator.receive_json_from(), timeout=5)
         await communicator.disconnect()
         return {"message": message, "id": session.pk}
 
     got = async_to_sync(listen)()
     assert got["message"] == {"type": "admin.session", "session": got["id"], "state": "QUEUED"}
+
+
+def test_an_audit_event_tells_the_admins_console_after_commit(sent):
+    from scheduling.choices import AuditKind
+    from scheduling.services.audit import record
+
+    with transaction.atomic():
+        record(AuditKind.POLICY_CHANGED, "user:root", data={"changed": ["warn_percent"]})
+        assert sent == []
+    assert [(group, payload) for group, payload, _ in sent] == [
+        (events.ADMIN_GROUP, {"type": "admin.audit", "kind": "policy.changed"})
+    ]

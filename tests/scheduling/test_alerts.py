@@ -423,7 +423,9 @@ def test_an_admins_open_page_receives_the_alert_over_the_updates_socket(pool, ad
         connected, _code = await communicator.connect()
         assert connected
         await database_sync_to_async(raise_memory_alert)()
-        message = await asyncio.wait_for(communicator.receive_json_from(), timeout=5)
+        message = {"type": "admin.audit"}
+        while message["type"] == "admin.audit":  # the raise is audited too
+            message = await asyncio.wait_for(communicator.receive_json_from(), timeout=5)
         await communicator.disconnect()
         return message
 
@@ -445,7 +447,7 @@ def test_the_alert_update_leaves_only_after_the_commit(pool, monkeypatch):
     with transaction.atomic():
         alert = raise_memory_alert()
         assert sent == []
-    assert [(g, p["type"], p["alert"]["id"]) for g, p in sent] == [
+    assert [(g, p["type"], p["alert"]["id"]) for g, p in sent if p["type"] != "admin.audit"] == [
         (events.ADMIN_GROUP, "alert.update", alert.pk)
     ]
 
