@@ -183,3 +183,41 @@ def _no_warm_home_mounts_left(tmp_path_factory):
     for point in sorted(points):
         if point.startswith(base):
             home_mounts.release(Path(point))
+
+
+@pytest.fixture
+def smtp_inbox():
+    """A real SMTP server (aiosmtpd) on 127.0.0.1 with Django's SMTP backend pointed at it;
+    yields the server's inbox: ``.messages`` holds every message it accepted."""
+    import socket
+
+    from aiosmtpd.controller import Controller
+    from aiosmtpd.handlers import Message
+    from django.test import override_settings
+
+    class Inbox(Message):
+        def __init__(self) -> None:
+            super().__init__()
+            self.messages: list = []
+
+        def handle_message(self, message) -> None:
+            self.messages.append(message)
+
+    inbox = Inbox()
+    with socket.socket() as probe:  # a free port for the server
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    controller = Controller(inbox, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        with override_settings(
+            EMAIL_BACKEND="django.core.mail.backends.smtp.EmailBackend",
+            EMAIL_HOST="127.0.0.1",
+            EMAIL_PORT=port,
+            EMAIL_USE_TLS=False,
+            EMAIL_HOST_USER="",
+            EMAIL_HOST_PASSWORD="",
+        ):
+            yield inbox
+    finally:
+        controller.stop()

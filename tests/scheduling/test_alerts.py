@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import email
-import socket
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from aiosmtpd.controller import Controller
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.db import transaction
-from django.test import override_settings
 from django.utils import timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -55,7 +52,6 @@ from scheduling.services.cycle import do_scheduling_cycle
 from scheduling.services.eligibility import Forbidden
 from scheduling.services.sessions import check_submit, do_submit
 from scheduling.tasks import run_alert_evaluation
-from tests.portal.test_email_smtp import Inbox
 
 T0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 MEMORY = Levels(warning=75.0, critical=90.0, recovery=60.0)
@@ -356,28 +352,6 @@ def test_rules_are_listed_created_and_changed_with_an_audit(admin_user):
 
 
 # -- e-mail through a real SMTP server, and the live update -------------------------------------
-
-
-@pytest.fixture
-def smtp_inbox():
-    inbox = Inbox()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    controller = Controller(inbox, hostname="127.0.0.1", port=port)
-    controller.start()
-    try:
-        with override_settings(
-            EMAIL_BACKEND="django.core.mail.backends.smtp.EmailBackend",
-            EMAIL_HOST="127.0.0.1",
-            EMAIL_PORT=port,
-            EMAIL_USE_TLS=False,
-            EMAIL_HOST_USER="",
-            EMAIL_HOST_PASSWORD="",
-        ):
-            yield inbox
-    finally:
-        controller.stop()
 
 
 def body_of(message: email.message.Message) -> str:
