@@ -18,6 +18,7 @@ from portal.bench_class import bench_profile, end_class, release_warm_homes, rep
 from scheduling.models import Session, WarmDesktop
 
 from ..conftest import TEST_IMAGE
+from .stack import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
@@ -67,7 +68,12 @@ def test_every_student_of_a_booked_class_runs_once_and_nothing_is_left(
         # The class ends: every container goes, none is left for the stack to remove.
         assert end_class(stack, run, docker_engine, timeout_s=60) == []
         assert not WarmDesktop.objects.exists()
-        assert set(sessions.values_list("state", flat=True)) == {"ENDED"}
+        # The agent reports each end (a report that fails is kept and sent again).
+        wait_for(
+            lambda: set(sessions.values_list("state", flat=True)) == {"ENDED"},
+            30,
+            "every session of the class to be reported ENDED",
+        )
     finally:
         stack.close(docker_engine)
         release_warm_homes(tmp_path)
