@@ -1,11 +1,14 @@
-"""The pool's utilisation, read with two aggregate queries (no engine snapshot)."""
+"""The pool's utilisation, read with two aggregate queries (no engine snapshot), and the
+console's overview of where the pool stands."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.db.models import Sum
 
-from ..choices import ON_NODE_STATES
-from ..models import Allocation, Slice
+from ..choices import ON_NODE_STATES, WAITING_STATES
+from ..models import Allocation, Node, PoolPolicy, Session, Slice
 
 
 def pool_utilisation() -> float:
@@ -23,3 +26,21 @@ def pool_utilisation() -> float:
     free = present.exclude(pk__in=live.values("slice_id")).aggregate(milli=Sum("milli"))["milli"]
     total = (held or 0) + (free or 0)
     return (held or 0) / total if total else 0.0
+
+
+@dataclass(frozen=True)
+class PoolOverview:
+    nodes: int
+    waiting: int
+    utilisation: float  # 0..1
+    alert_level: str
+
+
+def pool_overview() -> PoolOverview:
+    """What the console's front page shows."""
+    return PoolOverview(
+        nodes=Node.objects.count(),
+        waiting=Session.objects.filter(state__in=WAITING_STATES).count(),
+        utilisation=pool_utilisation(),
+        alert_level=PoolPolicy.current().alert_level,
+    )
