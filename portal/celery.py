@@ -14,35 +14,21 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
+# The beat entries: (name, task, the setting holding its period in seconds). Each expires
+# after one period, so a backlog never runs twice.
+BEAT_ENTRIES = [
+    ("scheduling-cycle", "scheduling.tasks.run_scheduling_cycle", "SCHEDULER_BEAT_SECONDS"),
+    ("node-health-sweep", "scheduling.tasks.sweep_nodes", "NODE_SWEEP_SECONDS"),
+    ("alert-evaluation", "scheduling.tasks.run_alert_evaluation", "ALERT_EVALUATION_SECONDS"),
+    ("audit-retention", "scheduling.tasks.prune_audit", "AUDIT_RETENTION_TASK_SECONDS"),
+    ("metric-rollups", "scheduling.tasks.roll_up_metrics", "METRICS_ROLLUP_SECONDS"),
+]
+
+
 @app.on_after_finalize.connect
 def _beat_entries(sender: Celery, **_: object) -> None:
-    every = settings.SCHEDULER_BEAT_SECONDS
-    sender.add_periodic_task(
-        every,
-        sender.signature("scheduling.tasks.run_scheduling_cycle", options={"expires": every}),
-        name="scheduling-cycle",
-    )
-    sweep = settings.NODE_SWEEP_SECONDS
-    sender.add_periodic_task(
-        sweep,
-        sender.signature("scheduling.tasks.sweep_nodes", options={"expires": sweep}),
-        name="node-health-sweep",
-    )
-    alerts = settings.ALERT_EVALUATION_SECONDS
-    sender.add_periodic_task(
-        alerts,
-        sender.signature("scheduling.tasks.run_alert_evaluation", options={"expires": alerts}),
-        name="alert-evaluation",
-    )
-    retention = settings.AUDIT_RETENTION_TASK_SECONDS
-    sender.add_periodic_task(
-        retention,
-        sender.signature("scheduling.tasks.prune_audit", options={"expires": retention}),
-        name="audit-retention",
-    )
-    rollups = settings.METRICS_ROLLUP_SECONDS
-    sender.add_periodic_task(
-        rollups,
-        sender.signature("scheduling.tasks.roll_up_metrics", options={"expires": rollups}),
-        name="metric-rollups",
-    )
+    for name, task, setting in BEAT_ENTRIES:
+        every = getattr(settings, setting)
+        sender.add_periodic_task(
+            every, sender.signature(task, options={"expires": every}), name=name
+        )
