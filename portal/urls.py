@@ -5,6 +5,9 @@ from drf_spectacular.views import SpectacularAPIView
 
 from . import metrics_view, student_views, views
 
+# Overload raised outside a view (the database pool exhausted) is a 503 too: portal.overload.
+handler500 = "portal.overload.server_error"
+
 urlpatterns = [
     path("", student_views.home, name="home"),
     path("sessions/new/", student_views.submit_session, name="session-submit"),
