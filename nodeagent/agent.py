@@ -1,4 +1,5 @@
-"""The agent's life: register, then poll, reconcile and heartbeat until told to stop."""
+"""The agent's life: register, then wait for the portal's word, reconcile and heartbeat
+until told to stop (docs/agent-protocol.md)."""
 
 from __future__ import annotations
 
@@ -28,9 +29,11 @@ from nodeagent.probe.host import host_labels, merged_labels
 from nodeagent.protocol import (
     AGENT_VERSION,
     PROTOCOL_VERSION,
+    DesiredState,
     Heartbeat,
     Registration,
     RegistrationAnswer,
+    WaitRequest,
 )
 from nodeagent.reconcile import Reconciler
 from nodeagent.runtime import DesktopRuntime
@@ -39,10 +42,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_POLL_INTERVAL_S = 1.0
 DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
-# Longest wait between retries while the portal is unreachable. The agent normally polls
-# every second, so one request per 10 s per node is no load for a portal coming back, and
-# desktop states catch up within seconds of it answering again (a 60 s cap meant up to a
-# minute more after a one-minute outage).
+# Longest wait between retries while the portal is unreachable: one request per 10 s per
+# node is no load for a portal coming back, and desktop states catch up within seconds of
+# it answering again (a 60 s cap meant up to a minute more after a one-minute outage).
 MAX_RETRY_S = 10.0
 
 
@@ -189,59 +191,150 @@ class Agent:
 
     # -- the loop ------------------------------------------------------------------------
 
-    def heartbeat(self) -> None:
+    def heartbeat_message(self) -> Heartbeat:
         running = [c.session_id for c in self.runtime.list_managed() if c.running]
         busy = self.reconciler.busy_devices(running)
-        self.client.heartbeat(Heartbeat(gpus=self.probe.metrics(busy), running_sessions=running))
+        return Heartbeat(gpus=self.probe.metrics(busy), running_sessions=running)
+
+    def heartbeat(self) -> None:
+        self.client.heartbeat(self.heartbeat_message())
 
     def run(self, *, once: bool = False) -> None:
-        """Run until :attr:`stopping` is set (or one round with ``once``). Desktops stay up."""
+        """Run until :attr:`stopping` is set (or one round with ``once``). Desktops stay up.
+
+        Two threads: :class:`PortalFollower` keeps the latest desired state, told by the
+        portal's ``wait/`` (and carries the heartbeats); this one reconciles Docker with it
+        when it changes, and every poll interval to notice desktops that died."""
         if once:
             try:
                 answer: RegistrationAnswer | None = self.register()
             except PortalUnavailable as error:
                 raise AgentExit(f"cannot register: {error}", exit_code=1) from None
-        else:
-            answer = self.register_until_answered()
+            self._one_round()
+            self._close()
+            return
+        answer = self.register_until_answered()
         if answer is None:
             return
-        poll_s = self.config.poll_interval_s or answer.poll_interval_s or DEFAULT_POLL_INTERVAL_S
-        heartbeat_s = answer.heartbeat_interval_s or DEFAULT_HEARTBEAT_INTERVAL_S
-        next_heartbeat = 0.0
+        local_s = self.config.poll_interval_s or answer.poll_interval_s or DEFAULT_POLL_INTERVAL_S
+        follower = PortalFollower(self, answer, poll_s=local_s)
+        follower.start()
+        step_backoff = Backoff(cap_s=MAX_RETRY_S)
         while not self.stopping.is_set():
-            wait_s = poll_s
+            follower.changed.wait(local_s)
+            follower.changed.clear()
+            desired = follower.latest
+            if desired is None:
+                continue
             try:
-                desired = self.client.desired()
                 summary = self.reconciler.step(desired.sessions, desired.warm)
                 if not summary.is_quiet():
                     logger.info("reconcile: %s", summary)
-                if time.monotonic() >= next_heartbeat:
-                    self.heartbeat()
-                    next_heartbeat = time.monotonic() + heartbeat_s * random.uniform(0.8, 1.2)
-                self.backoff.reset()
-            except PortalUnavailable as error:
-                wait_s = self.backoff.next_delay()
-                logger.warning(
-                    "portal unreachable (%s); desktops left alone, retry in %.1f s", error, wait_s
-                )
-            except Unauthorized as error:
-                logger.warning("portal refused our token (%s); registering again", error)
-                if self.register_until_answered() is None:
-                    break
-            except AgentExit:
-                raise
-            except PortalError as error:
-                # E.g. an answer this agent cannot read (BadAnswer): desktops left alone.
-                wait_s = self.backoff.next_delay()
-                logger.error("portal: %s; desktops left alone, retry in %.1f s", error, wait_s)
+                step_backoff.reset()
             except Exception:
                 # E.g. the Docker engine restarting: log, back off, try the whole step again.
-                wait_s = self.backoff.next_delay()
+                wait_s = step_backoff.next_delay()
                 logger.exception("reconcile step failed; retry in %.1f s", wait_s)
-            if once:
-                self.reconciler.wait_idle(self.config.ready_timeout_s + 30)
-                self.reconciler.flush_reports()
-                break
-            self.stopping.wait(wait_s)
+                self.stopping.wait(wait_s)
+        self._close()
+        if follower.exit is not None:
+            raise follower.exit
+
+    def _one_round(self) -> None:
+        """Ask, reconcile, heartbeat once; wait for the desktops' reports to go out."""
+        try:
+            desired = self.client.desired()
+            summary = self.reconciler.step(desired.sessions, desired.warm)
+            if not summary.is_quiet():
+                logger.info("reconcile: %s", summary)
+            self.heartbeat()
+        except AgentExit:
+            raise
+        except PortalError as error:
+            logger.error("portal: %s; desktops left alone", error)
+        except Exception:
+            logger.exception("reconcile step failed")
+        self.reconciler.wait_idle(self.config.ready_timeout_s + 30)
+        self.reconciler.flush_reports()
+
+    def _close(self) -> None:
         self.reconciler.close(wait_for_actions=False)
         logger.info("agent stopped; desktops keep running")
+
+
+class PortalFollower(threading.Thread):
+    """Keeps the node's latest desired state: one ``wait/`` after another, each answered
+    when the portal changes what this node should run (or at the end of the wait), each
+    carrying the heartbeat when one is due. Against an older portal without ``wait/`` it
+    polls ``desired/`` and sends heartbeats as before."""
+
+    def __init__(self, agent: Agent, answer: RegistrationAnswer, *, poll_s: float) -> None:
+        super().__init__(name="portal-follower", daemon=True)
+        self.agent = agent
+        self.poll_s = poll_s
+        self.heartbeat_s = answer.heartbeat_interval_s or DEFAULT_HEARTBEAT_INTERVAL_S
+        # Never longer than the heartbeat interval: an idle node still heartbeats in time.
+        self.wait_s = min(answer.wait_s, self.heartbeat_s)
+        self.latest: DesiredState | None = None
+        self.changed = threading.Event()
+        self.exit: AgentExit | None = None
+        self.next_heartbeat = 0.0
+
+    def run(self) -> None:
+        agent = self.agent
+        while not agent.stopping.is_set():
+            try:
+                self.latest = self._next(self.latest)
+                self.changed.set()
+                agent.backoff.reset()
+            except PortalUnavailable as error:
+                delay = agent.backoff.next_delay()
+                logger.warning(
+                    "portal unreachable (%s); desktops left alone, retry in %.1f s", error, delay
+                )
+                agent.stopping.wait(delay)
+            except Unauthorized as error:
+                logger.warning("portal refused our token (%s); registering again", error)
+                try:
+                    if agent.register_until_answered() is None:
+                        return
+                except AgentExit as exit_:
+                    self.exit = exit_
+                    agent.stopping.set()
+                    return
+                self.latest = None
+            except PortalError as error:
+                if error.status_code == 404 and self.wait_s:
+                    logger.warning("the portal has no wait/ (older portal): polling instead")
+                    self.wait_s = 0
+                    continue
+                # E.g. an answer this agent cannot read (BadAnswer): desktops left alone.
+                delay = agent.backoff.next_delay()
+                logger.error("portal: %s; desktops left alone, retry in %.1f s", error, delay)
+                agent.stopping.wait(delay)
+            except Exception:
+                delay = agent.backoff.next_delay()
+                logger.exception("asking the portal failed; retry in %.1f s", delay)
+                agent.stopping.wait(delay)
+
+    def _heartbeat_due(self) -> Heartbeat | None:
+        if time.monotonic() < self.next_heartbeat:
+            return None
+        self.next_heartbeat = time.monotonic() + self.heartbeat_s * random.uniform(0.8, 1.0)
+        return self.agent.heartbeat_message()
+
+    def _next(self, latest: DesiredState | None) -> DesiredState:
+        client = self.agent.client
+        if self.wait_s and latest is not None:
+            timeout_s = self.wait_s * random.uniform(0.9, 1.0)  # spread the fleet's waits
+            return client.wait(
+                WaitRequest(
+                    since=latest.version, timeout_s=timeout_s, heartbeat=self._heartbeat_due()
+                )
+            )
+        if latest is not None:  # polling: an older portal
+            self.agent.stopping.wait(self.poll_s)
+        desired = client.desired()
+        if (heartbeat := self._heartbeat_due()) is not None:
+            client.heartbeat(heartbeat)
+        return desired

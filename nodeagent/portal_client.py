@@ -21,6 +21,7 @@ from nodeagent.protocol import (
     RegistrationAnswer,
     ReportAnswer,
     SessionReport,
+    WaitRequest,
     WarmReport,
     to_wire,
 )
@@ -28,6 +29,7 @@ from nodeagent.protocol import (
 API_PREFIX = "/api/agent/v1/"
 A = TypeVar("A", bound=BaseModel)  # the answer's protocol model
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
+WAIT_GRACE_S = 15.0  # a wait's answer may come this much later than its timeout
 
 
 class PortalError(RuntimeError):
@@ -90,6 +92,11 @@ class PortalClient:
     def desired(self) -> DesiredState:
         return self._request("GET", "desired/", DesiredState)
 
+    def wait(self, request: WaitRequest) -> DesiredState:
+        """The desired state once it is newer than ``request.since`` (or after the timeout)."""
+        timeout = httpx.Timeout(request.timeout_s + WAIT_GRACE_S, connect=3.0)
+        return self._request("POST", "wait/", DesiredState, request, timeout=timeout)
+
     def report(self, session_id: int, report: SessionReport) -> str:
         """Report a session's state; returns the portal's state. Conflict: stop that session."""
         return self._request("POST", f"sessions/{session_id}/report/", ReportAnswer, report).state
@@ -98,11 +105,20 @@ class PortalClient:
         """Report a warm desktop's state. Conflict: the portal no longer wants it."""
         return self._request("POST", f"warm/{key}/report/", ReportAnswer, report).state
 
-    def _request(self, method: str, path: str, answer: type[A], body: BaseModel | None = None) -> A:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        answer: type[A],
+        body: BaseModel | None = None,
+        timeout: httpx.Timeout | None = None,
+    ) -> A:
         headers = {"Authorization": f"Node {self.node_token}"} if self.node_token else {}
         json = to_wire(body) if body is not None else None
         try:
-            response = self._http.request(method, path, json=json, headers=headers)
+            response = self._http.request(
+                method, path, json=json, headers=headers, timeout=timeout or self._http.timeout
+            )
         except httpx.TransportError as error:
             raise PortalUnavailable(
                 f"portal unreachable: {type(error).__name__}: {error}"

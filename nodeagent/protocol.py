@@ -214,7 +214,16 @@ class RegistrationAnswer(PortalMessage):
     node_id: int
     node_token: str | None = Field(default=None, description="Only on the first registration.")
     heartbeat_interval_s: float
-    poll_interval_s: float
+    poll_interval_s: float = Field(
+        description="How often the agent looks at its own desktops (no request to the portal)."
+    )
+    wait_s: float = Field(
+        default=0,
+        ge=0,
+        le=60,
+        description="How long the agent's wait/ may be held: the slow fallback poll. Absent "
+        "(0) from an older portal, which the agent then polls every poll_interval_s.",
+    )
 
 
 # -- heartbeat -------------------------------------------------------------------------------
@@ -328,6 +337,24 @@ class DesiredState(PortalMessage):
     warm: list[DesiredWarm] = Field(
         default_factory=list, description="Absent from an older portal."
     )
+    version: int = Field(
+        default=0,
+        ge=0,
+        description="The node's desired-state version, read before this state: send it back "
+        "as ``since`` in the next WaitRequest. Absent (0) from an older portal.",
+    )
+
+
+class WaitRequest(AgentMessage):
+    """``POST wait/``: answer my desired state as soon as it is newer than ``since``, or
+    after ``timeout_s`` at the latest. Carries the node's heartbeat when one is due, so an
+    idle node costs the portal one request per wait (docs/agent-protocol.md)."""
+
+    since: int = Field(ge=0, description="The version of the desired state the agent has.")
+    timeout_s: float = Field(
+        gt=0, le=60, description="The portal answers after this at the latest."
+    )
+    heartbeat: Heartbeat | None = Field(default=None, description="Absent when none is due.")
 
 
 # -- reports ---------------------------------------------------------------------------------

@@ -18,11 +18,22 @@ if settings.SERVE_STATIC:
 
     http_application = ASGIStaticFilesHandler(http_application)
 
+from scheduling import agent_wait  # noqa: E402
+
 from .routing import websocket_urlpatterns  # noqa: E402
+
+
+async def http(scope, receive, send) -> None:
+    """The agents' long-poll is answered beside Django, holding no thread while it waits."""
+    if scope["path"] == agent_wait.PATH:
+        await agent_wait.agent_wait(scope, receive, send)
+    else:
+        await http_application(scope, receive, send)
+
 
 application = ProtocolTypeRouter(
     {
-        "http": http_application,
+        "http": http,
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -54,6 +54,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: an overloaded database is answered 503 with Retry-After (portal.overload).
+    "portal.overload.OverloadMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     # The browser's language (Accept-Language, or the cookie set_language writes)...
@@ -99,7 +101,26 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {"timeout": 20, "transaction_mode": "IMMEDIATE"}
     )
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # One bounded pool of connections per process (psycopg's pool, through Django), instead
+    # of one connection per request thread: sizing in docs/deploy.md. A request that finds
+    # every connection busy waits up to the timeout, then gets 503 with Retry-After
+    # (portal.overload), never a 500. 0 turns the pool off (e.g. behind PgBouncer).
+    DB_POOL_MAX = env.int("DESKPOOL_DB_POOL_MAX", default=10)
+    if DB_POOL_MAX > 0:
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": min(env.int("DESKPOOL_DB_POOL_MIN", default=1), DB_POOL_MAX),
+            "max_size": DB_POOL_MAX,
+            "timeout": env.float("DESKPOOL_DB_POOL_TIMEOUT_S", default=10.0),
+        }
+        DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them; Django must not
+        # Each connection is checked as it leaves the pool (an empty query, well under a
+        # millisecond here), so one broken by a database restart is replaced, not used.
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# Overload (the database pool exhausted, the database refusing connections): 503 with this
+# Retry-After, in seconds (portal.overload).
+OVERLOAD_RETRY_AFTER_S = env.int("DESKPOOL_OVERLOAD_RETRY_AFTER_S", default=5)
 
 AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
@@ -174,7 +195,7 @@ SPECTACULAR_SETTINGS = {
 
 # --- Deskpool -----------------------------------------------------------------------------
 # Nodes: a heartbeat older than this marks a node unhealthy (nothing new is placed there).
-NODE_HEARTBEAT_TIMEOUT_S = env.float("DESKPOOL_NODE_HEARTBEAT_TIMEOUT_S", default=30.0)
+NODE_HEARTBEAT_TIMEOUT_S = env.float("DESKPOOL_NODE_HEARTBEAT_TIMEOUT_S", default=60.0)
 # A longer silence: its sessions are requeued (their age kept), STOPPING ones ended.
 NODE_LOST_AFTER_S = env.float("DESKPOOL_NODE_LOST_AFTER_S", default=120.0)
 NODE_SWEEP_SECONDS = env.float("DESKPOOL_NODE_SWEEP_SECONDS", default=15.0)
@@ -182,8 +203,21 @@ NODE_SWEEP_SECONDS = env.float("DESKPOOL_NODE_SWEEP_SECONDS", default=15.0)
 ALERT_EVALUATION_SECONDS = env.float("DESKPOOL_ALERT_EVALUATION_SECONDS", default=60.0)
 # This many sessions FAILED in a row on one node cordon it until an admin clears it.
 CORDON_AFTER_FAILURES = env.int("DESKPOOL_CORDON_AFTER_FAILURES", default=3)
-AGENT_HEARTBEAT_INTERVAL_S = env.float("DESKPOOL_AGENT_HEARTBEAT_INTERVAL_S", default=5.0)
+# Agents are told, not polling (docs/agent-protocol.md): an agent's wait/ is answered when
+# its node's desired state changes, or after AGENT_WAIT_S, carrying a heartbeat when one is
+# due; an idle node costs one request per AGENT_WAIT_S (1,000 nodes: 40 requests/s). The
+# heartbeat interval stays well under NODE_HEARTBEAT_TIMEOUT_S. The poll interval is how often
+# an agent looks at its own containers (no request to the portal).
+AGENT_WAIT_S = env.float("DESKPOOL_AGENT_WAIT_S", default=25.0)
+AGENT_HEARTBEAT_INTERVAL_S = env.float("DESKPOOL_AGENT_HEARTBEAT_INTERVAL_S", default=25.0)
 AGENT_POLL_INTERVAL_S = env.float("DESKPOOL_AGENT_POLL_INTERVAL_S", default=1.0)
+if not 0 < AGENT_WAIT_S <= 60:
+    raise ImproperlyConfigured("DESKPOOL_AGENT_WAIT_S must be more than 0 and at most 60")
+if AGENT_HEARTBEAT_INTERVAL_S * 2 > NODE_HEARTBEAT_TIMEOUT_S:
+    raise ImproperlyConfigured(
+        "DESKPOOL_AGENT_HEARTBEAT_INTERVAL_S must be at most half of "
+        "DESKPOOL_NODE_HEARTBEAT_TIMEOUT_S, or healthy nodes would look silent"
+    )
 # Warm pool: a class booking starting within this many minutes (or running) gets desktops
 # started ahead on the slices held for it, one for every seat not yet taken (a number caps
 # them per booking; 0 turns the warm pool off); a warm start that fails is tried again (new
@@ -229,6 +263,10 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"quiet_overload": {"()": "portal.overload.QuietOverload"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    "loggers": {"django.channels.server": {"level": "WARNING"}},
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        "django.request": {"filters": ["quiet_overload"]},
+    },
 }

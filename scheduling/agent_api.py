@@ -98,20 +98,24 @@ class InvalidMessage(exceptions.APIException):
     default_code = "invalid"
 
     def __init__(self, message: type[BaseModel], error: ValidationError) -> None:
-        errors = [
-            FieldError(
-                field=".".join(str(part) for part in problem["loc"]) or "(body)",
-                message=problem["msg"],
-                type=problem["type"],
-            )
-            for problem in error.errors(include_url=False, include_input=False)[:MAX_ERRORS]
-        ]
-        shown = "; ".join(f"{e.field}: {e.message}" for e in errors[:MAX_ERRORS_IN_DETAIL])
-        more = len(errors) - MAX_ERRORS_IN_DETAIL
-        summary = f"{shown}; and {more} more" if more > 0 else shown
-        answer = ErrorAnswer(detail=f"Invalid {message.__name__}: {summary}", errors=errors)
         # Set directly: APIException would turn every value into a string.
-        self.detail = to_wire(answer)  # type: ignore[assignment]
+        self.detail = to_wire(error_answer(message, error))  # type: ignore[assignment]
+
+
+def error_answer(message: type[BaseModel], error: ValidationError) -> ErrorAnswer:
+    """What is wrong with a body that is not a valid ``message``, field by field."""
+    errors = [
+        FieldError(
+            field=".".join(str(part) for part in problem["loc"]) or "(body)",
+            message=problem["msg"],
+            type=problem["type"],
+        )
+        for problem in error.errors(include_url=False, include_input=False)[:MAX_ERRORS]
+    ]
+    shown = "; ".join(f"{e.field}: {e.message}" for e in errors[:MAX_ERRORS_IN_DETAIL])
+    more = len(errors) - MAX_ERRORS_IN_DETAIL
+    summary = f"{shown}; and {more} more" if more > 0 else shown
+    return ErrorAnswer(detail=f"Invalid {message.__name__}: {summary}", errors=errors)
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -230,6 +234,7 @@ class RegisterView(AgentView):
             node_id=node.pk,
             heartbeat_interval_s=settings.AGENT_HEARTBEAT_INTERVAL_S,
             poll_interval_s=settings.AGENT_POLL_INTERVAL_S,
+            wait_s=settings.AGENT_WAIT_S,
             **({"node_token": plain_token} if plain_token else {}),
         )
         return answer(registered, status.HTTP_201_CREATED if plain_token else status.HTTP_200_OK)

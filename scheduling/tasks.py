@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import logging
 import time
-from functools import lru_cache
 
 import redis
 from celery import shared_task
-from django.conf import settings
 from django.utils import timezone
 
+from .redis_client import shared_redis
 from .services.alerts import evaluate_alerts
 from .services.audit import do_prune_audit
 from .services.cycle import do_scheduling_cycle
@@ -24,9 +23,8 @@ CYCLE_LOCK = "deskpool:cycle:lock"
 CYCLE_DIRTY = "deskpool:cycle:dirty"
 
 
-@lru_cache(maxsize=1)
 def lock_client() -> redis.Redis:
-    return redis.Redis.from_url(settings.LOCK_REDIS_URL)
+    return shared_redis()
 
 
 @shared_task(name="scheduling.tasks.run_scheduling_cycle", ignore_result=True, expires=60)

@@ -15,6 +15,7 @@ from ..engine.reasons import Code, Reason
 from ..locks import one_snapshot
 from ..models import Allocation, Node, Session
 from . import Conflict, NotFound
+from .agent_wake import desired_version
 from .health import do_record_session_failed, do_record_session_running
 from .lifecycle import do_transition
 from .warm import desired_warm
@@ -37,9 +38,15 @@ def placement_id(session: Session) -> str:
 def desired_state(node: Node) -> DesiredState:
     """What the node's agent should run: its sessions and its warm desktops, read from one
     snapshot. Read apart, a warm desktop claimed between the two reads would be in neither
-    list, and the agent would stop it and start the session cold."""
+    list, and the agent would stop it and start the session cold.
+
+    ``version`` is read first: a change committed after it is announced with a newer one, so
+    the agent's next wait answers at once (docs/agent-protocol.md)."""
+    version = desired_version(node.pk)
     with one_snapshot():
-        return DesiredState(sessions=desired_sessions(node), warm=desired_warm(node))
+        return DesiredState(
+            sessions=desired_sessions(node), warm=desired_warm(node), version=version
+        )
 
 
 def desired_sessions(node: Node) -> list[DesiredSession]:

@@ -20,6 +20,7 @@ from ..events import broadcast_session
 from ..models import Allocation, Session
 from ..presenters import stored
 from . import Conflict, accounting
+from .agent_wake import wake_nodes
 from .audit import record
 from .kick import schedule_soon
 
@@ -117,6 +118,8 @@ def do_transition(
             data={"from": current, "to": target, "released": released, **fields_of_reason},
         )
         _after_commit(session_id, capacity_released=released > 0 or target in WAITING_STATES)
+        # The node it was on, and the node it is placed on: what they should run changed.
+        wake_nodes([node_id, changes.get("node_id")])
     return Session.objects.select_related("profile", "node", "user").get(pk=session_id)
 
 

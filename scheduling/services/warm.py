@@ -45,6 +45,7 @@ from ..engine.reasons import Code, Reason
 from ..locks import lock_warm
 from ..models import Allocation, Booking, Node, Session, WarmDesktop, WarmState
 from . import Conflict
+from .agent_wake import wake_nodes
 from .kick import schedule_soon
 from .placement import place_session
 
@@ -153,20 +154,28 @@ def do_warm_report(node: Node, key: str, report: WarmReport) -> WarmDesktop:
 
 def drop_warm(booking: Booking) -> int:
     """Forget a booking's unclaimed warm desktops and their holds (agents stop them)."""
-    _, deleted = WarmDesktop.objects.filter(booking=booking).delete()
+    return _delete(WarmDesktop.objects.filter(booking=booking))
+
+
+def _delete(rows: QuerySet[WarmDesktop]) -> int:
+    """Delete warm desktops (their holds go with them) and wake their nodes' agents."""
+    nodes = set(rows.values_list("node_id", flat=True))
+    _, deleted = rows.delete()
+    wake_nodes(nodes)
     return deleted.get(WarmDesktop._meta.label, 0)
 
 
 def prune_warm(now: datetime) -> None:
     """Drop warm desktops no longer wanted; give failed ones whose time has come a new key."""
     wanted = warm_bookings(now)
-    WarmDesktop.objects.exclude(booking__in=wanted).delete()
+    _delete(WarmDesktop.objects.exclude(booking__in=wanted))
     unhealthy = [n.pk for n in Node.objects.all() if not n.is_healthy(now)]
-    WarmDesktop.objects.filter(node_id__in=unhealthy).delete()
+    _delete(WarmDesktop.objects.filter(node_id__in=unhealthy))
     for warm in WarmDesktop.objects.filter(state=WarmState.FAILED, retry_at__lte=now):
         WarmDesktop.objects.filter(pk=warm.pk, state=WarmState.FAILED).update(
             key=new_key(warm.booking_id), state=WarmState.STARTING, retry_at=None
         )
+        wake_nodes([warm.node_id])
 
 
 def claim_warm(snapshot: engine.Snapshot, now: datetime) -> set[int]:
@@ -232,7 +241,7 @@ def claim(session_id: int, warm: WarmDesktop) -> bool:
                     "booking": warm.booking_id,
                 },
             )
-            WarmDesktop.objects.filter(pk=warm.pk).delete()
+            _delete(WarmDesktop.objects.filter(pk=warm.pk))
         return True
     except (IntegrityError, Conflict) as error:
         log.info("claim of warm desktop %s by %s lost a race: %s", warm.key, session_id, error)
@@ -274,7 +283,7 @@ def top_up_warm(snapshot: engine.Snapshot, result: engine.Plan, now: datetime) -
         )
         extra = len(rows) - target
         if extra > 0:
-            WarmDesktop.objects.filter(pk__in=[w.pk for w in rows[:extra]]).delete()
+            _delete(WarmDesktop.objects.filter(pk__in=[w.pk for w in rows[:extra]]))
         elif extra < 0:
             needed[b.pk] = -extra
     added = 0
@@ -301,6 +310,7 @@ def _start_warm(hold: engine.BookingHold) -> bool:
                 node_id=hold.node_id,
                 slice_id=hold.slice_ids[0] if hold.slice_ids else None,
             )
+            wake_nodes([hold.node_id])
         return True
     except IntegrityError as error:
         log.info("warm desktop for booking %s lost a race: %s", hold.booking_id, error)
