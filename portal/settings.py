@@ -175,6 +175,11 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 SCHEDULER_BEAT_SECONDS = env.float("DESKPOOL_SCHEDULER_BEAT_SECONDS", default=10.0)
+# One beat sends, a second stands by (portal.beat): the lock's expiry, in seconds, is how
+# long a standby waits after the holder died.
+CELERY_BEAT_SCHEDULER = "portal.beat:LockedScheduler"
+CELERY_BEAT_MAX_LOOP_INTERVAL = 5
+BEAT_LOCK_S = env.float("DESKPOOL_BEAT_LOCK_S", default=30.0)
 
 # --- DRF ----------------------------------------------------------------------------------
 REST_FRAMEWORK = {

@@ -28,7 +28,8 @@ from typing import Any, TypeVar
 
 import redis
 import redis.asyncio as aioredis
-from channels.db import database_sync_to_async
+from asgiref.sync import sync_to_async
+from django import db
 from django.conf import settings
 from django.db import OperationalError
 from django.utils.translation import gettext as _
@@ -72,6 +73,8 @@ class WakeListener:
     async def wait(self, node_id: int, since: int, timeout_s: float) -> None:
         """Return when the node's version differs from ``since``, or after ``timeout_s``."""
         self.start()
+        with contextlib.suppress(TimeoutError):  # the first wait of a process subscribes
+            await asyncio.wait_for(self.subscribed.wait(), UNSUBSCRIBED_WAIT_S)
         event = asyncio.Event()
         self.waiters[node_id].add(event)  # before reading the version: no wake-up is missed
         try:
@@ -92,11 +95,6 @@ class WakeListener:
         for event in self.waiters.get(node_id, ()):
             event.set()
 
-    def _wake_all(self) -> None:
-        for events in self.waiters.values():
-            for event in events:
-                event.set()
-
     async def _listen(self) -> None:
         delay = 0.5
         while True:
@@ -105,9 +103,10 @@ class WakeListener:
                 await pubsub.subscribe(wake_channel())
                 async for message in pubsub.listen():
                     if message["type"] == "subscribe":
+                        # Waits begun while unsubscribed end within UNSUBSCRIBED_WAIT_S and
+                        # read the version again: no wake-up of that time is lost.
                         self.subscribed.set()
                         delay = 0.5
-                        self._wake_all()  # a wake-up may have come while unsubscribed
                     elif message["type"] == "message":
                         self._wake(int(message["data"]))
             except (redis.RedisError, OSError, ValueError) as error:
@@ -135,8 +134,16 @@ def listener() -> WakeListener:
 
 def _db(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     """A database call off the event loop, in the shared thread pool (not one thread per
-    wait), its connection given back to the pool after it."""
-    return database_sync_to_async(fn, thread_sensitive=False)
+    wait); its connection goes back to the pool when the call returns, from the context that
+    took it (asgiref runs the call in a copy of the caller's context)."""
+
+    def call(*args: Any) -> T:
+        try:
+            return fn(*args)
+        finally:
+            db.connection.close()
+
+    return sync_to_async(call, thread_sensitive=False)
 
 
 class Answer(Exception):
