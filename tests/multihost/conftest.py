@@ -50,6 +50,12 @@ def multihost_db(multihost_ready, django_db_blocker):
         test_settings = connection.settings_dict["TEST"]
         earlier = test_settings.get("NAME")
         test_settings["NAME"] = f"{original}_multihost"
+        # A connection pool made earlier in the session (pytest-django's database) still
+        # points at that database, and create_test_db would migrate through it: drop it
+        # first, so that the pool is made again for the new name.
+        if hasattr(connection, "close_pool"):
+            connection.close()
+            connection.close_pool()
         connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
         try:
             yield database_url_of(connection.settings_dict)
@@ -105,6 +111,12 @@ def multihost(multihost_db, orm_module, request):
         yield stack
     finally:
         stack.close()
+        # Leave Redis as the session found it: a worker killed by the storm may have left
+        # the scheduler's lock held, and beat's last tasks may be queued.
+        import redis
+
+        for url in (settings.CELERY_BROKER_URL, settings.LOCK_REDIS_URL):
+            redis.Redis.from_url(url).flushdb()
         if request.session.testsfailed:
             for log in sorted(stack.logs.glob("*.log")):
                 print(f"--- {log.name} ---\n{stack.log_tail(log.stem)}")
