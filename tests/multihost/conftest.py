@@ -86,6 +86,15 @@ def multihost(multihost_db, orm_module, request):
     from scheduling.models import Slice
     from scheduling.services.nodes import do_create_join_token
 
+    def flush_redis() -> None:
+        """Redis as a fresh session has it: no lock an earlier test (or a worker the storm
+        killed) left held, no queued task."""
+        import redis
+
+        for url in (settings.CELERY_BROKER_URL, settings.LOCK_REDIS_URL):
+            redis.Redis.from_url(url).flushdb()
+
+    flush_redis()
     workdir = Path(tempfile.mkdtemp(prefix="deskpool-multihost-"))
     workdir.chmod(0o755)  # nginx's workers (nobody) read the collected static files
     stack = MultiHost(workdir, multihost_db, settings.REDIS_URL)
@@ -111,12 +120,7 @@ def multihost(multihost_db, orm_module, request):
         yield stack
     finally:
         stack.close()
-        # Leave Redis as the session found it: a worker killed by the storm may have left
-        # the scheduler's lock held, and beat's last tasks may be queued.
-        import redis
-
-        for url in (settings.CELERY_BROKER_URL, settings.LOCK_REDIS_URL):
-            redis.Redis.from_url(url).flushdb()
+        flush_redis()
         if request.session.testsfailed:
             for log in sorted(stack.logs.glob("*.log")):
                 print(f"--- {log.name} ---\n{stack.log_tail(log.stem)}")

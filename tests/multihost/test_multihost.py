@@ -353,6 +353,30 @@ def wait_running(stack, asker: Asker, client: httpx.Client, ws, until: float):
     return ws
 
 
+def phases(askers: list[Asker], sessions: dict) -> list[str]:
+    """Where the time went, from each session's own timestamps (one clock: this machine's)."""
+    spans: dict[str, list[float]] = {
+        "POST -> session stored (the submit, retries included)": [],
+        "stored -> PLACED (scheduling cycles)": [],
+        "PLACED -> RUNNING stored (agent: wait, start, reports)": [],
+    }
+    names = list(spans)
+    for asker in askers:
+        row = sessions.get(asker.session_id)
+        if row is None or row.placed_at is None or row.started_at is None:
+            continue
+        created, placed = row.created_at.timestamp(), row.placed_at.timestamp()
+        spans[names[0]].append(created - asker.submitted_wall)
+        spans[names[1]].append(placed - created)
+        spans[names[2]].append(row.started_at.timestamp() - placed)
+    return [
+        f"      {name}: p50 {statistics.median(values):.2f} s, "
+        f"p95 {percentile(values, 0.95):.2f} s, max {max(values):.2f} s"
+        for name, values in spans.items()
+        if values
+    ]
+
+
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[max(0, int(-(-share * len(ordered) // 1)) - 1)]
@@ -432,6 +456,7 @@ def test_storm_of_60_through_nginx_survives_killing_a_worker_of_each_kind(multih
             f"    submit -> RUNNING (stored): p50 {statistics.median(waits):.2f} s, "
             f"p95 {percentile(waits, 0.95):.2f} s, max {max(waits):.2f} s"
         )
+    lines.extend(phases(askers, sessions))
     lines.append(
         f"    submits that got no answer from a worker and were retried once: {len(resent)}"
         + "".join(
