@@ -20,6 +20,8 @@ from nodeagent.protocol import (
     Registration,
     RegistrationAnswer,
     ReportAnswer,
+    ReportBatch,
+    ReportBatchAnswer,
     SessionReport,
     WaitRequest,
     WarmReport,
@@ -100,6 +102,10 @@ class PortalClient:
     def report(self, session_id: int, report: SessionReport) -> str:
         """Report a session's state; returns the portal's state. Conflict: stop that session."""
         return self._request("POST", f"sessions/{session_id}/report/", ReportAnswer, report).state
+
+    def report_batch(self, batch: ReportBatch) -> ReportBatchAnswer:
+        """Many session reports in one request, applied in order; one result each."""
+        return self._request("POST", "reports/", ReportBatchAnswer, batch)
 
     def report_warm(self, key: str, report: WarmReport) -> str:
         """Report a warm desktop's state. Conflict: the portal no longer wants it."""

@@ -375,6 +375,34 @@ class SessionReport(AgentMessage):
     )
 
 
+class BatchedReport(SessionReport):
+    session_id: int = Field(ge=1)
+
+
+MAX_BATCH = 500
+
+
+class ReportBatch(AgentMessage):
+    """``POST reports/``: session reports in the order they happened, applied in that order
+    (a STARTING before its RUNNING), as one request instead of one each."""
+
+    reports: list[BatchedReport] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class BatchResult(PortalMessage):
+    session_id: int
+    outcome: Literal["applied", "conflict", "refused"] = Field(
+        description="conflict: stop that desktop (as a 409); refused: not this node's session, "
+        "or a report the portal cannot apply (as a 400 or 404), logged and dropped."
+    )
+    state: str | None = Field(default=None, description="The portal's state of the session.")
+    detail: str = ""
+
+
+class ReportBatchAnswer(PortalMessage):
+    results: list[BatchResult] = Field(description="One per report, in the same order.")
+
+
 class WarmReport(AgentMessage):
     """READY once a warm desktop answers a VNC handshake; FAILED when it could not start or died."""
 

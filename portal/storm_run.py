@@ -46,7 +46,7 @@ class StormRun:
 
 def cycle_histogram() -> dict[str, float]:
     stored = shared_redis().hgetall(CYCLE_HISTOGRAM_KEY)
-    return {k.decode(): float(v) for k, v in stored.items()}
+    return {(k.decode() if isinstance(k, bytes) else k): float(v) for k, v in stored.items()}
 
 
 def run_storm(url: str, seats: int, spread_s: float, timeout_s: float, nodes: int) -> StormRun:

@@ -39,6 +39,8 @@ from nodeagent.protocol import (
     Registration,
     RegistrationAnswer,
     ReportAnswer,
+    ReportBatch,
+    ReportBatchAnswer,
     SessionReport,
     WarmReport,
     to_wire,
@@ -47,7 +49,7 @@ from nodeagent.protocol import (
 from .api_errors import as_api_error
 from .models import Node, Session
 from .services import ServiceError
-from .services.agent_sessions import desired_state, do_report
+from .services.agent_sessions import desired_state, do_report, do_report_batch
 from .services.nodes import do_heartbeat, do_register, node_for_token
 from .services.warm import do_warm_report
 
@@ -274,6 +276,13 @@ class ReportView(AgentView):
         return answer(ReportAnswer(state=session.state))
 
 
+class ReportBatchView(AgentView):
+    @extend_schema(request=ReportBatch, responses={200: ReportBatchAnswer, **ERRORS})
+    def post(self, request: Request) -> Response:
+        body = read_message(request, ReportBatch)
+        return answer(ReportBatchAnswer(results=do_report_batch(self.node, body.reports)))
+
+
 class WarmReportView(AgentView):
     @extend_schema(
         request=WarmReport,
@@ -297,6 +306,7 @@ urlpatterns = [
     path("heartbeat/", HeartbeatView.as_view(), name="agent-heartbeat"),
     path("desired/", DesiredView.as_view(), name="agent-desired"),
     path("sessions/<int:session_id>/report/", ReportView.as_view(), name="agent-report"),
+    path("reports/", ReportBatchView.as_view(), name="agent-reports"),
     re_path(
         WARM_KEY_PATTERN.replace("^", r"^warm/(?P<key>", 1).replace("$", r")/report/$"),
         WarmReportView.as_view(),

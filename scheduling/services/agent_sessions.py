@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from nodeagent.protocol import DesiredSession, DesiredState, SessionReport
+from nodeagent.protocol import (
+    BatchedReport,
+    BatchResult,
+    DesiredSession,
+    DesiredState,
+    SessionReport,
+)
 
 from ..choices import ON_NODE_STATES, TERMINAL_STATES, SessionState
 from ..engine.reasons import Code, Reason
 from ..locks import one_snapshot
 from ..models import Allocation, Node, Session
-from . import Conflict, NotFound
+from . import Conflict, NotFound, ServiceError
 from .agent_wake import desired_version
 from .health import do_record_session_failed, do_record_session_running
 from .lifecycle import do_transition
@@ -147,3 +154,40 @@ def do_report(node: Node, session_id: int, report: SessionReport | Mapping[str, 
     if target == S.FAILED:
         do_record_session_failed(node)
     return ended
+
+
+def do_report_batch(node: Node, reports: Sequence[BatchedReport]) -> list[BatchResult]:
+    """Apply an agent's reports in order, in one transaction (one commit, one broadcast of
+    every session they changed); each in a savepoint of its own, so one that conflicts
+    rolls back alone and is answered ``conflict`` (stop that desktop), as a 409 would be."""
+    results: list[BatchResult] = []
+    with transaction.atomic():
+        for report in reports:
+            try:
+                with transaction.atomic():
+                    session = do_report(node, report.session_id, report)
+            except Conflict as error:
+                current = Session.objects.filter(pk=report.session_id).values_list(
+                    "state", flat=True
+                )
+                results.append(
+                    BatchResult(
+                        session_id=report.session_id,
+                        outcome="conflict",
+                        state=current.first(),
+                        detail=error.message,
+                    )
+                )
+            except ServiceError as error:
+                results.append(
+                    BatchResult(
+                        session_id=report.session_id, outcome="refused", detail=error.message
+                    )
+                )
+            else:
+                results.append(
+                    BatchResult(
+                        session_id=report.session_id, outcome="applied", state=session.state
+                    )
+                )
+    return results

@@ -54,10 +54,26 @@ class TinyPortal:
             return httpx.Response(200, json={"sessions": self.desired})
         if path == "heartbeat/":
             return httpx.Response(200, json={"ok": True, "server_time": "2025-01-01T00:00:00Z"})
+        if path == "reports/":
+            results = [
+                {"session_id": r["session_id"], "outcome": "applied", "state": r["state"]}
+                for r in body["reports"]
+            ]
+            return httpx.Response(200, json={"results": results})
         return httpx.Response(200, json={"state": body["state"]})
 
     def bodies(self, path: str) -> list[Any]:
         return [body for _, p, _, body in self.requests if p == path]
+
+    def reported(self, session_id: int) -> list[str]:
+        """The states reported for a session, batched or one by one, in order."""
+        states = []
+        for _, path, _, body in self.requests:
+            if path == f"sessions/{session_id}/report/":
+                states.append(body["state"])
+            elif path == "reports/":
+                states += [r["state"] for r in body["reports"] if r["session_id"] == session_id]
+        return states
 
 
 def make_agent(portal: TinyPortal, tmp_path: Path, **config: Any) -> Agent:
@@ -118,7 +134,8 @@ def test_one_round_starts_desired_desktops_and_sends_a_heartbeat(tmp_path: Path)
     agent.run(once=True)
     agent.heartbeat()  # a second heartbeat sees the desktop started during the round
 
-    assert [b["state"] for b in portal.bodies("sessions/21/report/")] == ["STARTING", "RUNNING"]
+    assert portal.reported(21) == ["STARTING", "RUNNING"]
+    assert not portal.bodies("sessions/21/report/")  # batched: POST reports/
     heartbeat = portal.bodies("heartbeat/")[-1]
     assert heartbeat["running_sessions"] == [21]
     metrics = {m["uuid"]: m for m in heartbeat["gpus"]}
