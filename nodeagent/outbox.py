@@ -76,6 +76,12 @@ class ReportOutbox:
                 self._flush_sessions()
         return ticket.outcome or "queued"
 
+    def post(self, session_id: int, report: SessionReport) -> None:
+        """Queue a report without waiting: it goes out with the next batch, before any
+        report queued after it (the session's RUNNING, say)."""
+        with self._queue_lock:
+            self._pending.append(_Ticket(session_id, report))
+
     def send_warm(self, key: str, report: WarmReport) -> SendOutcome:
         """Report about a warm desktop; the latest one is kept while the portal is down."""
         with self._lock:
@@ -88,15 +94,23 @@ class ReportOutbox:
         # a flush that comes after finds nothing to send.
         self._warm_pending.pop(key, None)
 
-    def flush(self) -> None:
-        """Send reports held back while the portal was unreachable."""
-        with self._lock:
-            while self._pending:
-                if not self._flush_sessions():
-                    return  # still unreachable: don't wait for a timeout per report
-            for key in list(self._warm_pending):
-                if self._flush_warm(key) == "queued":
-                    return
+    def flush(self, *, wait: bool = True) -> None:
+        """Send reports held back while the portal was unreachable. ``wait=False``: not if
+        a send is in flight (that one's sender sends what is queued)."""
+        if not self._lock.acquire(blocking=wait):
+            return
+        try:
+            self._flush_all()
+        finally:
+            self._lock.release()
+
+    def _flush_all(self) -> None:
+        while self._pending:
+            if not self._flush_sessions():
+                return  # still unreachable: don't wait for a timeout per report
+        for key in list(self._warm_pending):
+            if self._flush_warm(key) == "queued":
+                return
 
     def _flush_sessions(self) -> bool:
         """Send what is queued (one batch); False when the portal is unreachable."""

@@ -101,7 +101,7 @@ class Reconciler:
         self, desired: Sequence[DesiredSession], warm: Sequence[DesiredWarm] = ()
     ) -> StepSummary:
         """Compare desired sessions (and warm desktops) with the containers found and act."""
-        self._outbox.flush()
+        self._outbox.flush(wait=False)  # held-back reports; not behind a send in flight
         summary = StepSummary()
         wanted = {session.session_id: session for session in desired}
         # In-flight first, then the listing: an action that ends in between is then
@@ -204,10 +204,9 @@ class Reconciler:
     def _start(self, session: DesiredSession, *, claim: str = "") -> None:
         session_id = session.session_id
         placement = session.placement
-        if self._send(session_id, report("STARTING", placement)) == "conflict":
-            logger.info("session %s: portal no longer wants it, not starting", session_id)
-            self._finish(session_id, placement, "ENDED")
-            return
+        # Not waited for: it goes out with the RUNNING (or FAILED) report, in one batch, and
+        # the portal's answer to that one says whether the desktop may stay.
+        self._outbox.post(session_id, report("STARTING", placement))
         try:
             container = self._claim_or_start(session, claim)
         except StartFailed as error:

@@ -98,6 +98,7 @@ class UpdatesConsumer(AsyncJsonWebsocketConsumer):
 def _desktop_endpoint(user, session_id: int) -> tuple[str, int] | None:
     session = (
         Session.objects.openable_by(user)
+        .select_related("node")
         .filter(
             pk=session_id,
             state__in=OPENABLE_STATES,
@@ -105,9 +106,10 @@ def _desktop_endpoint(user, session_id: int) -> tuple[str, int] | None:
         )
         .first()
     )
-    if session is None or session.desktop_port is None:
+    if session is None or session.desktop_port is None or session.node is None:
         return None
-    return session.desktop_host, session.desktop_port
+    # The node's registered management address (docs/deploy.md), not one an agent reported.
+    return session.node.address, session.desktop_port
 
 
 class DesktopProxyConsumer(AsyncWebsocketConsumer):

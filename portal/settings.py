@@ -240,6 +240,11 @@ if AUDIT_RETENTION_DAYS < 183:
     raise ImproperlyConfigured("DESKPOOL_AUDIT_RETENTION_DAYS must be 183 (six months) or more")
 AUDIT_RETENTION_TASK_SECONDS = env.float("DESKPOOL_AUDIT_RETENTION_TASK_SECONDS", default=86400.0)
 TRUSTED_PROXIES = env.int("DESKPOOL_TRUSTED_PROXIES", default=0)
+# Behind nginx terminating TLS (docs/deploy.md): requests it forwards with
+# X-Forwarded-Proto: https are secure (secure cookies, CSRF on https origins).
+if env.bool("DESKPOOL_BEHIND_TLS_PROXY", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
 
 # Metric history (docs/monitoring.md): full resolution this many hours, 5-minute rollups this
 # many days, hourly rollups this many days (13 months); the rollup task's period in seconds.

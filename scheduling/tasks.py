@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 
 import redis
 from celery import shared_task
 from django.utils import timezone
+from redis.exceptions import LockError
+from redis.lock import Lock
 
 from .redis_client import shared_redis
 from .services.alerts import evaluate_alerts
@@ -21,6 +26,30 @@ log = logging.getLogger(__name__)
 
 CYCLE_LOCK = "deskpool:cycle:lock"
 CYCLE_DIRTY = "deskpool:cycle:dirty"
+# The lock expires this long after its holder stops renewing it (renewed every third of it
+# while a cycle runs): a worker killed mid-cycle holds cycles up for at most this long.
+CYCLE_LOCK_S = 15.0
+
+
+@contextmanager
+def renewed(lock: Lock) -> Iterator[None]:
+    """Keep ``lock`` from expiring while the body runs."""
+    done = threading.Event()
+
+    def renew() -> None:
+        while not done.wait(CYCLE_LOCK_S / 3):
+            try:
+                lock.reacquire()
+            except (LockError, redis.RedisError) as error:
+                log.warning("cycle lock not renewed: %s", error)
+
+    renewer = threading.Thread(target=renew, name="cycle-lock", daemon=True)
+    renewer.start()
+    try:
+        yield
+    finally:
+        done.set()
+        renewer.join()
 
 
 def lock_client() -> redis.Redis:
@@ -36,19 +65,21 @@ def run_scheduling_cycle() -> int:
     client.set(CYCLE_DIRTY, 1)
     cycles = 0
     while client.get(CYCLE_DIRTY):
-        lock = client.lock(CYCLE_LOCK, timeout=120, blocking=False)
+        lock = client.lock(CYCLE_LOCK, timeout=CYCLE_LOCK_S, blocking=False, thread_local=False)
         if not lock.acquire():
             return cycles  # the holder sees the dirty flag and runs again
         try:
             while client.getdel(CYCLE_DIRTY):
                 started = time.monotonic()
-                result = do_scheduling_cycle()
+                with renewed(lock):
+                    result = do_scheduling_cycle()
                 observe_cycle_duration(time.monotonic() - started)  # /metrics
                 cycles += 1
                 if result.conflicts:
                     client.set(CYCLE_DIRTY, 1)
         finally:
-            lock.release()
+            with suppress(LockError):  # expired (a stalled worker): another may hold it now
+                lock.release()
     return cycles
 
 

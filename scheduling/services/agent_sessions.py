@@ -139,7 +139,9 @@ def do_report(node: Node, session_id: int, report: SessionReport | Mapping[str, 
             session_id,
             S.RUNNING,
             actor=actor,
-            desktop_host=report.host or node.address,
+            # The node's registered management address, never one the report names: the
+            # portal's relay connects there (an agent cannot point it at another host).
+            desktop_host=node.address,
             desktop_port=report.port,
             container_id=report.container_id,
             started_at=timezone.now(),

@@ -167,3 +167,41 @@ def test_a_session_placed_again_on_the_same_node_is_a_new_placement(owner, profi
     # A report without a placement (an older agent) is applied as before.
     running = agent(token).post(report, {"state": "RUNNING", "port": 32002}, format="json")
     assert running.json() == {"state": "RUNNING"}
+
+
+def test_batched_reports_apply_in_order_and_a_desktop_is_reached_on_the_registered_address(
+    owner, profile, register_node
+):
+    node, token = register_node("gpu-b", [gpu_inventory("GPU-b", 0, mig_slices=2)])
+    session = do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
+    do_scheduling_cycle()
+    batch = {
+        "reports": [
+            {"session_id": session.pk, "state": "STARTING"},
+            # An agent naming another host for its desktop: the relay must not go there.
+            {"session_id": session.pk, "state": "RUNNING", "host": "10.66.6.6", "port": 32001},
+            {"session_id": 999999, "state": "RUNNING", "port": 32002},  # not this node's
+        ]
+    }
+    answer = agent(token).post("/api/agent/v1/reports/", batch, format="json")
+    assert answer.status_code == 200, answer.content
+    assert [(r["outcome"], r.get("state")) for r in answer.json()["results"]] == [
+        ("applied", "STARTING"),
+        ("applied", "RUNNING"),
+        ("refused", None),
+    ]
+    session.refresh_from_db()
+    assert (session.state, session.desktop_host, session.desktop_port) == (
+        "RUNNING",
+        node.address,
+        32001,
+    )
+
+    do_stop(owner, session)
+    again = {"reports": [{"session_id": session.pk, "state": "RUNNING", "port": 32001}]}
+    late = agent(token).post("/api/agent/v1/reports/", again, format="json").json()
+    assert late["results"][0]["outcome"] == "conflict"  # stop that desktop
+    assert late["results"][0]["state"] == "STOPPING"
+
+    empty = agent(token).post("/api/agent/v1/reports/", {"reports": []}, format="json")
+    assert empty.status_code == 400

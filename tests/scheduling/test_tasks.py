@@ -48,3 +48,20 @@ def test_every_cycle_the_task_runs_is_counted_in_the_metrics_histogram(lock_clie
     before = cycles_counted()
     assert tasks.run_scheduling_cycle() == 1
     assert cycles_counted() == before + 1
+
+
+def test_the_cycle_lock_is_renewed_while_a_cycle_runs_and_expires_after_a_dead_holder(
+    lock_client, monkeypatch
+):
+    import time
+
+    monkeypatch.setattr(tasks, "CYCLE_LOCK_S", 0.6)
+    lock = lock_client.lock(tasks.CYCLE_LOCK, timeout=0.6, blocking=False, thread_local=False)
+    assert lock.acquire()
+    with tasks.renewed(lock):
+        time.sleep(1.5)  # longer than the lock lives without renewal
+        assert lock.owned()  # a long cycle keeps it
+    # Its holder gone (killed: nobody renews, nobody releases), the lock frees itself.
+    time.sleep(0.8)
+    assert not lock.owned()
+    assert lock_client.lock(tasks.CYCLE_LOCK, timeout=1, blocking=False).acquire()
