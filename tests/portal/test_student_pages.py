@@ -236,3 +236,20 @@ def test_the_live_update_carries_the_one_rendering_in_the_listeners_language(own
     page = client.get(f"/sessions/{session.pk}/").content.decode()
     token = page.split('name="csrfmiddlewaretoken" value="')[1].split('"')[0]
     assert message["html"].strip().replace('value=""', f'value="{token}"') in page
+
+
+def test_the_session_page_says_plainly_that_the_home_is_per_node(owner, profile, register_node):
+    node, _ = register_node("gpu-home", [])
+    running = Session.objects.create(
+        user=owner,
+        profile=profile,
+        purpose="hobby",
+        state="RUNNING",
+        node=node,
+        started_at=timezone.now(),
+    )
+    page = signed_in(owner).get(f"/sessions/{running.pk}/").content.decode()
+    assert 'id="home-note"' in page
+    assert "Your home folder is kept on gpu-home" in page
+    waiting = queued(owner, profile)  # not on a node yet: nothing to say
+    assert 'id="home-note"' not in signed_in(owner).get(f"/sessions/{waiting.pk}/").content.decode()
