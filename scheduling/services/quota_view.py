@@ -39,7 +39,7 @@ def quota_left(user: User) -> QuotaLeft:
     engine's snapshot (``snapshot.quota_row`` / ``snapshot.engine_quota``)."""
     now = timezone.now()
     username = user.get_username()
-    usage = collect_usage(now, 7.0, ON_NODE_STATES)
+    usage = collect_usage(now, 7.0, ON_NODE_STATES, scopes=[("user", username)])
     extra = extra_gpu_hours(now)
     row = quota_row("user", username)
     quota = engine_quota(row, "user", username, usage, extra) if row is not None else None

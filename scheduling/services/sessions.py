@@ -124,28 +124,27 @@ def _check_admission(
         course=course.code if course else "",
         department=department_of(probe),
     )
-    usage = collect_usage(timezone.now(), 7.0, ON_NODE_STATES)
-    quotas = {(q.scope, q.key): q for q in _submit_quotas(request, usage)}
+    rows = {
+        (scope, key): row
+        for scope, key in (
+            ("user", request.user),
+            ("course", request.course),
+            ("department", request.department),
+        )
+        if key and (row := quota_row(scope, key)) is not None
+    }
+    if not rows:
+        return  # no quota covers this request: no usage to read
+    now = timezone.now()
+    usage = collect_usage(now, 7.0, ON_NODE_STATES, scopes=rows)
+    extra = extra_gpu_hours(now)
+    quotas = {
+        (scope, key): engine_quota(row, scope, key, usage, extra)
+        for (scope, key), row in rows.items()
+    }
     blocked = engine.quota_block(request, quotas, starting=False)
     if blocked:
         raise ServiceError(refusal(blocked))
-
-
-def _submit_quotas(request: engine.QueuedRequest, usage) -> list[engine.Quota]:
-    out = []
-    extra = extra_gpu_hours(timezone.now())
-    for scope, key in (
-        ("user", request.user),
-        ("course", request.course),
-        ("department", request.department),
-    ):
-        if not key:
-            continue
-        row = quota_row(scope, key)
-        if row is None:
-            continue
-        out.append(engine_quota(row, scope, key, usage, extra))
-    return out
 
 
 def check_open_sessions(user: User) -> None:

@@ -53,8 +53,15 @@ def department_of(session: Session) -> str:
     return session.course.department if session.course_id and session.course else ""
 
 
-def collect_usage(now: datetime, half_life_days: float, holding_states: Iterable[str]) -> Usage:
-    """Read the sessions of the last four half-lives (at least a week) once."""
+def collect_usage(
+    now: datetime,
+    half_life_days: float,
+    holding_states: Iterable[str],
+    scopes: Iterable[tuple[str, str]] | None = None,
+) -> Usage:
+    """Read the sessions of the last four half-lives (at least a week) once; with
+    ``scopes``, only those that count in one of them (a submit checks its own quotas, not
+    the whole pool's)."""
     horizon = now - max(WEEK, timedelta(days=4 * half_life_days))
     holding = set(holding_states)
     usage = Usage()
@@ -75,6 +82,10 @@ def collect_usage(now: datetime, half_life_days: float, holding_states: Iterable
         .annotate(recorded=Exists(recorded))
         .select_related("user", "user__member", "course")
     )
+    runs = UsageRecord.objects.filter(Q(ended_at__isnull=True) | Q(ended_at__gte=horizon))
+    if scopes is not None:
+        only_sessions, only_runs = _in_scopes(list(scopes))
+        sessions, runs = sessions.filter(only_sessions), runs.filter(only_runs)
     for s in sessions:
         keys = list(scope_keys(s))
         if s.state in holding:
@@ -83,11 +94,27 @@ def collect_usage(now: datetime, half_life_days: float, holding_states: Iterable
         if s.recorded or not s.started_at or not s.compute_units:
             continue  # its runs are counted from its records below
         count(keys, s.compute_units, s.started_at, s.ended_at or now)
-    runs = UsageRecord.objects.filter(Q(ended_at__isnull=True) | Q(ended_at__gte=horizon))
     for run in runs.exclude(compute_units=0):
         keys = list(record_keys(run))
         count(keys, run.compute_units, run.started_at, run.ended_at or now)
     return usage
+
+
+def _in_scopes(scopes: list[tuple[str, str]]) -> tuple[Q, Q]:
+    """Filters of sessions and of usage records that count in any of ``scopes`` (a
+    superset for departments: :func:`scope_keys` then counts each where it belongs)."""
+    sessions, runs = Q(pk__in=[]), Q(pk__in=[])
+    for scope, key in scopes:
+        if scope == "user":
+            sessions |= Q(user__username=key)
+            runs |= Q(username=key)
+        elif scope == "course":
+            sessions |= Q(course__code=key)
+            runs |= Q(course_code=key)
+        elif scope == "department":
+            sessions |= Q(user__member__department=key) | Q(course__department=key)
+            runs |= Q(department=key)
+    return sessions, runs
 
 
 def record_keys(record: UsageRecord) -> Iterable[tuple[str, str]]:
