@@ -111,7 +111,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": min(env.int("DESKPOOL_DB_POOL_MIN", default=1), DB_POOL_MAX),
             "max_size": DB_POOL_MAX,
-            "timeout": env.float("DESKPOOL_DB_POOL_TIMEOUT_S", default=10.0),
+            # A class start queues here for seconds rather than failing: waiting is the
+            # answer to a burst, 503 only to a database that stays unreachable.
+            "timeout": env.float("DESKPOOL_DB_POOL_TIMEOUT_S", default=30.0),
         }
         DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them; Django must not
         # Each connection is checked as it leaves the pool (an empty query, well under a
@@ -163,7 +165,11 @@ CHANNEL_LAYERS = {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
             # channels-redis blocks 5 s on each receive: the socket must wait longer than that.
-            "hosts": [{"address": _redis_url_for(1), "socket_timeout": 15}],
+            # redis-py caps a pool at 100 connections and fails at once past that; a class
+            # of 200 opening their pages at once needs more (each a few KB in Redis).
+            "hosts": [
+                {"address": _redis_url_for(1), "socket_timeout": 15, "max_connections": 2000}
+            ],
             "prefix": "deskpool",
         },
     }

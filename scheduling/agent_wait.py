@@ -59,7 +59,9 @@ class WakeListener:
     def __init__(self) -> None:
         self.waiters: dict[int, set[asyncio.Event]] = defaultdict(set)
         self.subscribed = asyncio.Event()
-        self.client = aioredis.Redis.from_url(settings.LOCK_REDIS_URL, socket_timeout=5)
+        self.client = aioredis.Redis.from_url(
+            settings.LOCK_REDIS_URL, socket_timeout=5, max_connections=1000
+        )
         self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:

@@ -11,7 +11,8 @@ from django.conf import settings
 @lru_cache(maxsize=1)
 def shared_redis() -> redis.Redis:
     """One client (with its own connection pool) per process; thread-safe."""
-    return redis.Redis.from_url(settings.LOCK_REDIS_URL, socket_timeout=5)
+    # redis-py caps a pool at 100 connections and fails past that; one per thread is fine.
+    return redis.Redis.from_url(settings.LOCK_REDIS_URL, socket_timeout=5, max_connections=1000)
 
 
 def wake_channel() -> str:
