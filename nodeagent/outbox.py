@@ -28,6 +28,9 @@ from nodeagent.protocol import (
 from nodeagent.runtime.base import ManagedContainer, WarmContainer
 
 logger = logging.getLogger(__name__)
+# Reports per request: each batch is one transaction on the portal, kept well inside the
+# client's timeout on a busy portal (the protocol allows up to MAX_BATCH).
+BATCH_SIZE = min(50, MAX_BATCH)
 
 SendOutcome = Literal["sent", "conflict", "queued"]
 
@@ -115,7 +118,7 @@ class ReportOutbox:
     def _flush_sessions(self) -> bool:
         """Send what is queued (one batch); False when the portal is unreachable."""
         with self._queue_lock:
-            batch = self._pending[:MAX_BATCH]
+            batch = self._pending[:BATCH_SIZE]
         if not batch:
             return True
         try:

@@ -31,6 +31,8 @@ from scheduling.redis_client import shared_redis  # noqa: E402
 from scheduling.services.metrics import CYCLE_HISTOGRAM_KEY  # noqa: E402
 from tests.integration.stack import wait_for  # noqa: E402
 
+CONNECT_SPREAD_S = 20.0
+
 
 @dataclass
 class StormRun:
@@ -65,13 +67,16 @@ def run_storm(url: str, seats: int, spread_s: float, timeout_s: float, nodes: in
     body = {"profile": profile.pk, "purpose": "coursework", "course": course.code}
     stack = SimpleNamespace(url=url)
     connected = threading.Event()
-    opens = time.monotonic() + 10.0  # every student's socket is open well before this
+    # The students open their home pages over the minutes before class (here over
+    # CONNECT_SPREAD_S), then all ask within ``spread_s`` of the start.
+    opens = time.monotonic() + CONNECT_SPREAD_S + 5.0
+
+    def student(n: int, s: Student) -> None:
+        time.sleep(CONNECT_SPREAD_S * n / seats)
+        ask(stack, s, body, connected, opens + spread_s * n / seats, timeout_s)
+
     threads = [
-        threading.Thread(
-            target=ask,
-            args=(stack, s, body, connected, opens + spread_s * n / seats, timeout_s),
-            name=f"student-{n}",
-        )
+        threading.Thread(target=student, args=(n, s), name=f"student-{n}")
         for n, s in enumerate(students)
     ]
     before = cycle_histogram()
