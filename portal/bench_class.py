@@ -207,15 +207,16 @@ def book(teacher: User, course: Course, profile: DesktopProfile, seats: int, ope
     return do_create_booking(teacher, request)
 
 
-def ask(stack: Stack, student: Student, body: dict, connected, at: float, timeout_s: float):
-    """One student: open the live updates, ask at ``at`` (monotonic), wait for RUNNING."""
-    ws_url = stack.url.replace("http://", "ws://", 1) + "/ws/updates/"
+def ask(url: str, student: Student, body: dict, connected, at: float, timeout_s: float):
+    """One student of the portal at ``url``: open the live updates, ask at ``at``
+    (monotonic), wait for RUNNING."""
+    ws_url = url.replace("http://", "ws://", 1) + "/ws/updates/"
     cookie = {"Cookie": f"{settings.SESSION_COOKIE_NAME}={student.cookie}"}
     headers = {"Authorization": f"Token {student.token}"}
     try:
         with (
-            ws_connect(ws_url, origin=Origin(stack.url), additional_headers=cookie) as ws,
-            httpx.Client(base_url=stack.url, headers=headers, timeout=30) as api,
+            ws_connect(ws_url, origin=Origin(url), additional_headers=cookie) as ws,
+            httpx.Client(base_url=url, headers=headers, timeout=30) as api,
         ):
             connected.wait(timeout=120)
             time.sleep(max(0.0, at - time.monotonic()))
@@ -279,7 +280,7 @@ def run_class(
     threads = [
         threading.Thread(
             target=ask,
-            args=(stack, s, body, connected, opens + spread_s * n / seats, timeout_s),
+            args=(stack.url, s, body, connected, opens + spread_s * n / seats, timeout_s),
             name=f"student-{n}",
         )
         for n, s in enumerate(students)
@@ -355,6 +356,16 @@ def release_warm_homes(workdir: Path) -> None:
             home_mounts.release(Path(point))
 
 
+def phase_lines(phases: dict[str, list[float]], what: dict[str, str]) -> list[str]:
+    """One line per phase with values: p50, p95 and max, named by ``what``."""
+    return [
+        f"  {what[name]}: p50 {statistics.median(values):.2f} s, "
+        f"p95 {percentile(values, 0.95):.2f} s, max {values[-1]:.2f} s"
+        for name, values in phases.items()
+        if values
+    ]
+
+
 def report(run: ClassRun, spread_s: float) -> list[str]:
     """The figures, one line each."""
     times = run.times()
@@ -388,12 +399,7 @@ def report(run: ClassRun, spread_s: float) -> list[str]:
         "desktop": "placed -> RUNNING stored (agent poll, claim, report)",
         "push": "RUNNING stored -> seen by the student (live update)",
     }
-    for name, values in run.phases.items():
-        if values:
-            lines.append(
-                f"  {what[name]}: p50 {statistics.median(values):.2f} s, "
-                f"p95 {percentile(values, 0.95):.2f} s, max {values[-1]:.2f} s"
-            )
+    lines += phase_lines(run.phases, what)
     failed = [s for s in run.students if s.elapsed is None]
     if failed:
         lines.append(f"NOT RUNNING: {len(failed)} of {seats}")

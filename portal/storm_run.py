@@ -11,7 +11,6 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import django
 
@@ -24,6 +23,7 @@ from portal.bench_class import (  # noqa: E402
     bench_profile,
     make_class,
     percentile,
+    phase_lines,
     phases,
 )
 from scheduling.models import Slice  # noqa: E402
@@ -65,7 +65,6 @@ def run_storm(url: str, seats: int, spread_s: float, timeout_s: float, nodes: in
     course, _, students = make_class("storm", seats)
     profile = bench_profile()
     body = {"profile": profile.pk, "purpose": "coursework", "course": course.code}
-    stack = SimpleNamespace(url=url)
     connected = threading.Event()
     # The students open their home pages over the minutes before class (here over
     # CONNECT_SPREAD_S), then all ask within ``spread_s`` of the start.
@@ -73,7 +72,7 @@ def run_storm(url: str, seats: int, spread_s: float, timeout_s: float, nodes: in
 
     def student(n: int, s: Student) -> None:
         time.sleep(CONNECT_SPREAD_S * n / seats)
-        ask(stack, s, body, connected, opens + spread_s * n / seats, timeout_s)
+        ask(url, s, body, connected, opens + spread_s * n / seats, timeout_s)
 
     threads = [
         threading.Thread(target=student, args=(n, s), name=f"student-{n}")
@@ -126,12 +125,7 @@ def report(run: StormRun) -> list[str]:
         "desktop": "placed -> RUNNING stored (agent told, simulated start, report)",
         "push": "RUNNING stored -> seen by the student's page",
     }
-    for name, values in run.phases.items():
-        if values:
-            lines.append(
-                f"  {what[name]}: p50 {statistics.median(values):.2f} s, "
-                f"p95 {percentile(values, 0.95):.2f} s, max {values[-1]:.2f} s"
-            )
+    lines += phase_lines(run.phases, what)
     if run.cycles:
         cumulative = sorted(
             ((float(k[3:]), v) for k, v in run.cycle_buckets.items()), key=lambda kv: kv[0]
