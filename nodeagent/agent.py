@@ -317,21 +317,25 @@ class PortalFollower(threading.Thread):
                 logger.exception("asking the portal failed; retry in %.1f s", delay)
                 agent.stopping.wait(delay)
 
-    def _heartbeat_due(self) -> Heartbeat | None:
-        if time.monotonic() < self.next_heartbeat:
+    def _heartbeat_due(self, within_s: float = 0.0) -> Heartbeat | None:
+        """The heartbeat, if one falls due within ``within_s`` (a wait's length: a heartbeat
+        that fell due during a wait would otherwise wait for the next one, up to twice the
+        interval apart)."""
+        now = time.monotonic()
+        if now + within_s < self.next_heartbeat:
             return None
-        self.next_heartbeat = time.monotonic() + self.heartbeat_s * random.uniform(0.8, 1.0)
+        self.next_heartbeat = now + self.heartbeat_s * random.uniform(0.8, 1.0)
         return self.agent.heartbeat_message()
 
     def _next(self, latest: DesiredState | None) -> DesiredState:
         client = self.agent.client
         if self.wait_s and latest is not None:
             timeout_s = self.wait_s * random.uniform(0.9, 1.0)  # spread the fleet's waits
-            return client.wait(
-                WaitRequest(
-                    since=latest.version, timeout_s=timeout_s, heartbeat=self._heartbeat_due()
-                )
+            heartbeat = self._heartbeat_due(within_s=timeout_s)
+            request = WaitRequest(
+                since=latest.version, timeout_s=timeout_s, heartbeat=heartbeat, unchanged_ok=True
             )
+            return client.wait(request) or latest  # None: unchanged (204)
         if latest is not None:  # polling: an older portal
             self.agent.stopping.wait(self.poll_s)
         desired = client.desired()

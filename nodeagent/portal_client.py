@@ -94,10 +94,19 @@ class PortalClient:
     def desired(self) -> DesiredState:
         return self._request("GET", "desired/", DesiredState)
 
-    def wait(self, request: WaitRequest) -> DesiredState:
-        """The desired state once it is newer than ``request.since`` (or after the timeout)."""
+    def wait(self, request: WaitRequest) -> DesiredState | None:
+        """The desired state once it is newer than ``request.since`` (or after the timeout);
+        None when the portal answers that it did not change (204, for ``unchanged_ok``)."""
         timeout = httpx.Timeout(request.timeout_s + WAIT_GRACE_S, connect=3.0)
-        return self._request("POST", "wait/", DesiredState, request, timeout=timeout)
+        try:
+            response = self._send("POST", "wait/", request, timeout)
+        except httpx.TransportError as error:
+            raise PortalUnavailable(
+                f"portal unreachable: {type(error).__name__}: {error}"
+            ) from error
+        if response.status_code == 204 and request.unchanged_ok:
+            return None
+        return _answer_of(response, DesiredState)
 
     def report(self, session_id: int, report: SessionReport) -> str:
         """Report a session's state; returns the portal's state. Conflict: stop that session."""
@@ -119,17 +128,24 @@ class PortalClient:
         body: BaseModel | None = None,
         timeout: httpx.Timeout | None = None,
     ) -> A:
+        try:
+            response = self._send(method, path, body, timeout)
+        except httpx.TransportError as error:
+            raise _unreachable(error) from error
+        return _answer_of(response, answer)
+
+    def _send(
+        self, method: str, path: str, body: BaseModel | None, timeout: httpx.Timeout | None
+    ) -> httpx.Response:
         headers = {"Authorization": f"Node {self.node_token}"} if self.node_token else {}
         json = to_wire(body) if body is not None else None
-        try:
-            response = self._http.request(
-                method, path, json=json, headers=headers, timeout=timeout or self._http.timeout
-            )
-        except httpx.TransportError as error:
-            raise PortalUnavailable(
-                f"portal unreachable: {type(error).__name__}: {error}"
-            ) from error
-        return _answer_of(response, answer)
+        return self._http.request(
+            method, path, json=json, headers=headers, timeout=timeout or self._http.timeout
+        )
+
+
+def _unreachable(error: httpx.TransportError) -> PortalUnavailable:
+    return PortalUnavailable(f"portal unreachable: {type(error).__name__}: {error}")
 
 
 def _answer_of(response: httpx.Response, answer: type[A]) -> A:

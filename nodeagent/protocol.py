@@ -355,6 +355,11 @@ class WaitRequest(AgentMessage):
         gt=0, le=60, description="The portal answers after this at the latest."
     )
     heartbeat: Heartbeat | None = Field(default=None, description="Absent when none is due.")
+    unchanged_ok: bool = Field(
+        default=False,
+        description="At the timeout with nothing changed, answer 204 with no body instead of "
+        "the whole desired state (the agent keeps the one it has).",
+    )
 
 
 # -- reports ---------------------------------------------------------------------------------

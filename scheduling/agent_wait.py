@@ -31,7 +31,7 @@ import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django import db
 from django.conf import settings
-from django.db import OperationalError
+from django.db import OperationalError, transaction
 from django.utils.translation import gettext as _
 from pydantic import BaseModel, ValidationError
 
@@ -72,8 +72,9 @@ class WakeListener:
         value = await self.client.get(version_key(node_id))
         return int(value) if value else 0
 
-    async def wait(self, node_id: int, since: int, timeout_s: float) -> None:
-        """Return when the node's version differs from ``since``, or after ``timeout_s``."""
+    async def wait(self, node_id: int, since: int, timeout_s: float) -> bool:
+        """True as soon as the node's version differs from ``since``; False after
+        ``timeout_s`` with the version unchanged."""
         self.start()
         with contextlib.suppress(TimeoutError):  # the first wait of a process subscribes
             await asyncio.wait_for(self.subscribed.wait(), UNSUBSCRIBED_WAIT_S)
@@ -81,11 +82,12 @@ class WakeListener:
         self.waiters[node_id].add(event)  # before reading the version: no wake-up is missed
         try:
             if await self.version(node_id) != since:
-                return
+                return True
             if not self.subscribed.is_set():
                 timeout_s = min(timeout_s, UNSUBSCRIBED_WAIT_S)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), timeout_s)
+            return await self.version(node_id) != since
         finally:
             waiting = self.waiters.get(node_id)
             if waiting is not None:
@@ -195,14 +197,18 @@ async def _serve(scope: dict[str, Any], receive: Callable, send: Callable) -> No
             task.cancel()
     if gone.done() and not gone.cancelled():
         return  # the agent went away; it will ask again
-    wait.result()  # a Redis error while waiting: 503
+    changed = wait.result()  # a Redis error while waiting: 503
+    if not changed and request.unchanged_ok:
+        await _send(send, 204, None)  # nothing to read: the agent keeps what it has
+        return
     state: DesiredState = await _db(desired_state)(node)
     await _send(send, 200, to_wire(state))
 
 
 def _heartbeat(node: Node, heartbeat: Heartbeat) -> None:
     try:
-        do_heartbeat(node, heartbeat)
+        with transaction.atomic():  # one commit for the node, its GPUs and their history
+            do_heartbeat(node, heartbeat)
     except ServiceError as error:
         raise Answer(400, DetailAnswer(detail=error.message)) from None
 
@@ -247,7 +253,7 @@ async def _disconnected(receive: Callable) -> None:
 
 
 async def _send(send: Callable, status: int, body: Any, headers: dict[str, str] | None = None):
-    payload = json.dumps(body).encode()
+    payload = b"" if body is None else json.dumps(body).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
     raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})

@@ -206,3 +206,17 @@ def test_cli_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("DESKPOOL_FLEET_FILE", "env.yaml")
     config = config_from(parse_args(["--fleet", "cli.yaml", "--node", "gpu-t01", "--once"]))
     assert (config.node_name, config.fleet_file) == ("gpu-t01", Path("cli.yaml"))
+
+
+def test_a_heartbeat_falling_due_during_a_wait_goes_with_that_wait(tmp_path: Path) -> None:
+    from nodeagent.agent import PortalFollower
+    from nodeagent.protocol import RegistrationAnswer
+
+    agent = make_agent(TinyPortal(), tmp_path)
+    answer = RegistrationAnswer(node_id=7, heartbeat_interval_s=25, poll_interval_s=1, wait_s=25)
+    follower = PortalFollower(agent, answer, poll_s=1)
+    assert follower._heartbeat_due(within_s=24) is not None  # the first one: at once
+    # Next due in 20-25 s: a 25 s wait starting now carries it rather than the next wait...
+    assert follower._heartbeat_due(within_s=25) is not None
+    # ...but one just sent is not due again within a short wait.
+    assert follower._heartbeat_due(within_s=1) is None

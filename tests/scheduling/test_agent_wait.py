@@ -136,3 +136,19 @@ def test_bad_waits_get_the_agent_api_errors(register_node, token, body, method, 
     assert detail in answered["detail"]
     if status == 401:
         assert headers["www-authenticate"] == "Node"
+
+
+def test_an_agent_that_accepts_it_gets_204_when_nothing_changed_and_the_state_when_it_did(
+    register_node,
+):
+    node, token = register_node("wait-5", [])
+    version = desired_version(node.pk)
+
+    async def run(since: int):
+        body = {"since": since, "timeout_s": 0.3, "unchanged_ok": True}
+        response = await wait_request(token, body).get_response(timeout=10)
+        return response["status"], response["body"]
+
+    assert async_to_sync(run)(version) == (204, b"")  # unchanged: nothing to read
+    status, body = async_to_sync(run)(version + 1)  # the agent's version is not the node's
+    assert status == 200 and json.loads(body)["version"] == version
