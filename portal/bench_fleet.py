@@ -52,6 +52,7 @@ from tests.conftest import give_thesis_grant, gpu_inventory, registration  # noq
 from tests.integration.stack import ROOT, Stack, database_url_of  # noqa: E402
 
 API = "/api/agent/v1/"
+UNCHANGED: dict[str, Any] = {}  # a 204 answer: the desired state did not change
 PREFIX = "bench-fleet-"
 MIG_SLICES = 7
 REGISTER_AT_ONCE = 16  # registrations in flight at once (the real fleet's come one by one)
@@ -126,6 +127,8 @@ class Fleet:
         except httpx.TransportError as error:
             self.count("errors", f"{path} {type(error).__name__}")
             return None
+        if answer.status_code == 204:
+            return UNCHANGED
         if answer.status_code not in (200, 201):
             self.count("errors", f"{path} {answer.status_code}")
             return None
@@ -169,6 +172,8 @@ class Fleet:
             while True:
                 timeout_s = wait_s * random.uniform(0.9, 1.0)
                 body = {"since": state["version"], "timeout_s": timeout_s}
+                if self.ahead:  # as the agent does now: 204 when nothing changed
+                    body["unchanged_ok"] = True
                 if time.monotonic() + (timeout_s if self.ahead else 0.0) >= next_beat:
                     body["heartbeat"] = heartbeat(uuid)
                     self.beat_gaps.append(time.monotonic() - beaten)
@@ -183,6 +188,9 @@ class Fleet:
                     delay = min(delay * 2, 10.0)
                     continue
                 delay = 1.0
+                if answer is UNCHANGED:
+                    self.count("answered", "unchanged (204)")
+                    continue
                 self.count("answered", "woken" * (answer["version"] != state["version"]))
                 state = answer
                 for session in answer["sessions"]:
@@ -343,8 +351,12 @@ def main() -> int:
     parser.add_argument("--placements", type=int, default=20)
     parser.add_argument("--ramp", type=float, default=25.0, help="seconds registrations span")
     parser.add_argument("--no-silence", dest="silence", action="store_false")
-    ahead = "a heartbeat falling due during a wait goes with it (the agent: due at its start)"
-    parser.add_argument("--beat-ahead", action="store_true", help=ahead)
+    before = (
+        "agents as before 176812d: a heartbeat only if due when a wait starts, and the whole "
+        "desired state at every wait's end (today's agent: the heartbeat that falls due "
+        "during a wait goes with it, and 204 when nothing changed)"
+    )
+    parser.add_argument("--as-before", dest="beat_ahead", action="store_false", help=before)
     args = parser.parse_args()
     logging.getLogger("httpx").setLevel(logging.WARNING)
     if connection.vendor != "postgresql" or settings.EMBEDDED:
@@ -360,7 +372,8 @@ def main() -> int:
     connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
     load = ", ".join(f"{n:.1f}" for n in os.getloadavg())
     print(
-        f"bench_fleet: {args.agents} agents{' (--beat-ahead)' * args.beat_ahead}, AGENT_WAIT_S "
+        f"bench_fleet: {args.agents} agents"
+        f"{' (--as-before)' * (not args.beat_ahead)}, AGENT_WAIT_S "
         f"{settings.AGENT_WAIT_S:g}, AGENT_HEARTBEAT_INTERVAL_S "
         f"{settings.AGENT_HEARTBEAT_INTERVAL_S:g}, open files {limit}; {os.cpu_count()} CPUs, "
         f"load average {load}",
