@@ -1,12 +1,13 @@
-"""The storm of ``python -m portal.bench_storm``, run with the demo stack's settings.
-
-Imported only once the stack is up and the environment names its database and Redis.
-"""
+"""The storm of ``python -m portal.bench_storm``, run with the demo stack's settings:
+``python -m portal.storm_run URL STUDENTS SPREAD_S TIMEOUT_S``, started by the benchmark once
+the stack is up and the environment names its database and Redis; prints the figures, exits
+1 when a student did not get a desktop."""
 
 from __future__ import annotations
 
 import os
 import statistics
+import sys
 import threading
 import time
 from collections import Counter
@@ -51,7 +52,7 @@ def cycle_histogram() -> dict[str, float]:
     return {(k.decode() if isinstance(k, bytes) else k): float(v) for k, v in stored.items()}
 
 
-def run_storm(url: str, seats: int, spread_s: float, timeout_s: float, nodes: int) -> StormRun:
+def run_storm(url: str, seats: int, spread_s: float, timeout_s: float) -> StormRun:
     wait_for(
         lambda: (
             Slice.objects.filter(
@@ -136,3 +137,14 @@ def report(run: StormRun) -> list[str]:
             f"mean {run.cycle_seconds / run.cycles:.3f} s, p95 <= {p95:g} s (histogram bucket)"
         )
     return lines
+
+
+def main() -> int:
+    url, seats, spread_s, timeout_s = sys.argv[1:5]
+    run = run_storm(url, int(seats), float(spread_s), float(timeout_s))
+    print(*report(run), sep="\n", flush=True)
+    return 1 if run.errors > 0 or len(run.times) < int(seats) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

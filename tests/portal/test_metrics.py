@@ -45,11 +45,12 @@ def cycle_key(monkeypatch):
 
 @pytest.fixture
 def known_state(pool, owner, stranger, profile, make_user):
-    """node-1 heard from 12 s ago, a cordoned node silent for 60 s, sessions in known states."""
+    """node-1 heard from 12 s ago, a cordoned node silent for 90 s (over the 60 s heartbeat
+    timeout, under the 120 s after which it is lost), sessions in known states."""
     now = timezone.now()
     Node.objects.filter(pk=pool.pk).update(last_heartbeat=now - timedelta(seconds=12))
     Node.objects.create(
-        hostname="node-2", cordoned=True, last_heartbeat=now - timedelta(seconds=60)
+        hostname="node-2", cordoned=True, last_heartbeat=now - timedelta(seconds=90)
     )
     Gpu.objects.filter(uuid="GPU-a").update(
         metrics={
@@ -139,7 +140,7 @@ def test_metrics_read_back_the_database(known_state, cycle_key):
     assert sample(found, f"{ttd}_gcount") == 2
     # Nodes: heartbeat age per node, health counted.
     assert sample(found, "deskpool_node_heartbeat_age_seconds", node="node-1") == 12
-    assert sample(found, "deskpool_node_heartbeat_age_seconds", node="node-2") == 60
+    assert sample(found, "deskpool_node_heartbeat_age_seconds", node="node-2") == 90
     assert sample(found, "deskpool_node_cordoned", node="node-2") == 1
     assert sample(found, "deskpool_nodes", health="healthy") == 1
     assert sample(found, "deskpool_nodes", health="late") == 1

@@ -10,7 +10,7 @@ from guardian.shortcuts import assign_perm
 
 from portal.models import Course
 from scheduling.choices import Purpose, SessionState
-from scheduling.models import Session
+from scheduling.models import Node, Session
 from scheduling.services.sessions import check_submit, do_submit
 
 from .test_api import client_for
@@ -19,10 +19,12 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def running_session(owner, profile):
+def running_session(owner, profile, register_node):
+    node, _ = register_node("perm-node", [])  # registered at 127.0.0.1: the relay goes there
+    Node.objects.filter(pk=node.pk).update(runtime="docker")  # a real desktop to show
     session = do_submit(owner, check_submit(owner, profile.pk, Purpose.HOBBY, None))
     Session.objects.filter(pk=session.pk).update(
-        state=SessionState.RUNNING, desktop_host="127.0.0.1", desktop_port=9
+        state=SessionState.RUNNING, node=node, desktop_host="127.0.0.1", desktop_port=9
     )
     return session
 
