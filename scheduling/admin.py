@@ -11,6 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponseRedirect
 from django.utils.translation import gettext_lazy as _
 
+from .form_checks import ServiceChecked
 from .models import (
     AuditEvent,
     Booking,
@@ -101,25 +102,9 @@ class SliceAdmin(admin.ModelAdmin):
     list_filter = ["kind", "profile"]
 
 
-class CatalogueForm(forms.ModelForm):
+class CatalogueForm(ServiceChecked, forms.ModelForm):
     """A profile or quota is checked by the service the console uses (``catalogue_changes``),
-    so both refuse the same things with the same words."""
-
-    change: Any = None
-
-    def check(self, data: dict[str, Any]) -> Any:
-        raise NotImplementedError
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        if self.errors:
-            return data
-        try:
-            self.change = self.check(data)
-        except ServiceError as error:
-            field = error.field if error.field in self.fields else None
-            raise ValidationError({field: error.message} if field else error.message) from error
-        return data
+    so both refuse the same things with the same words; the change is kept as ``checked``."""
 
 
 class DesktopProfileForm(CatalogueForm):
@@ -149,7 +134,7 @@ class DesktopProfileAdmin(admin.ModelAdmin):
     list_display = ["name", "image", "gpu_count", "gpu_memory_min_mb", "active"]
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        do_save_profile(f"user:{request.user.get_username()}", form.change, obj)
+        do_save_profile(f"user:{request.user.get_username()}", form.checked, obj)
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         do_delete_profile(f"user:{request.user.get_username()}", obj)
@@ -257,7 +242,7 @@ class QuotaAdmin(admin.ModelAdmin):
     search_fields = ["key"]
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        do_save_quota(f"user:{request.user.get_username()}", form.change, obj)
+        do_save_quota(f"user:{request.user.get_username()}", form.checked, obj)
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         do_delete_quota(f"user:{request.user.get_username()}", obj)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import transaction
 from django.urls import path, re_path
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -246,8 +245,7 @@ class RegisterView(AgentView):
 class HeartbeatView(AgentView):
     @extend_schema(request=Heartbeat, responses={200: HeartbeatAnswer, **ERRORS})
     def post(self, request: Request) -> Response:
-        with transaction.atomic():  # one commit for the node, its GPUs and their history
-            do_heartbeat(self.node, read_message(request, Heartbeat))
+        do_heartbeat(self.node, read_message(request, Heartbeat))
         return answer(HeartbeatAnswer(ok=True, server_time=timezone.now()))
 
 

@@ -31,7 +31,7 @@ import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django import db
 from django.conf import settings
-from django.db import OperationalError, transaction
+from django.db import OperationalError
 from django.utils.translation import gettext as _
 from pydantic import BaseModel, ValidationError
 
@@ -207,8 +207,7 @@ async def _serve(scope: dict[str, Any], receive: Callable, send: Callable) -> No
 
 def _heartbeat(node: Node, heartbeat: Heartbeat) -> None:
     try:
-        with transaction.atomic():  # one commit for the node, its GPUs and their history
-            do_heartbeat(node, heartbeat)
+        do_heartbeat(node, heartbeat)
     except ServiceError as error:
         raise Answer(400, DetailAnswer(detail=error.message)) from None
 

@@ -304,16 +304,17 @@ def do_heartbeat(node: Node, payload: Heartbeat | Mapping[str, Any]) -> None:
     payload = Heartbeat.model_validate(payload)
     was_healthy = node.is_healthy()
     now = timezone.now()
-    Node.objects.filter(pk=node.pk).update(
-        last_heartbeat=now, running_sessions=payload.running_sessions
-    )
-    by_uuid = {m.uuid: m for m in payload.gpus}
-    for gpu in Gpu.objects.filter(node=node, uuid__in=by_uuid):
-        gpu.metrics = to_wire(by_uuid[gpu.uuid])
-        gpu.save(update_fields=["metrics"])
-    record_heartbeat_metrics(node, payload.gpus, now)  # history (docs/monitoring.md)
-    if not was_healthy:
-        _after_commit_schedule()
+    with transaction.atomic():  # one commit for the node, its GPUs and their history
+        Node.objects.filter(pk=node.pk).update(
+            last_heartbeat=now, running_sessions=payload.running_sessions
+        )
+        by_uuid = {m.uuid: m for m in payload.gpus}
+        for gpu in Gpu.objects.filter(node=node, uuid__in=by_uuid):
+            gpu.metrics = to_wire(by_uuid[gpu.uuid])
+            gpu.save(update_fields=["metrics"])
+        record_heartbeat_metrics(node, payload.gpus, now)  # history (docs/monitoring.md)
+        if not was_healthy:
+            _after_commit_schedule()
 
 
 __all__ = [

@@ -1,0 +1,35 @@
+"""A form whose ``clean`` hands its typed fields to a service's ``check_*``: the pages'
+forms (``portal.checked_forms``) and the Django admin's (``scheduling.admin``) share it, so
+both refuse the same things with the same words."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .services import ServiceError
+
+
+class ServiceChecked:
+    """Mixed into a ``forms.Form`` or ``forms.ModelForm``: ``clean`` calls :meth:`check`
+    with the typed fields once they are valid; what it returns (if anything) is kept as
+    ``checked``, and a ServiceError lands on the field it names (or on the form, when it
+    names none of this form's fields)."""
+
+    checked: Any = None
+
+    def check(self, data: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}  # type: ignore[misc]
+        if self.errors:  # type: ignore[attr-defined]
+            return data
+        try:
+            result = self.check(data)
+        except ServiceError as error:
+            fields = self.fields  # type: ignore[attr-defined]
+            self.add_error(error.field if error.field in fields else None, error.message)  # type: ignore[attr-defined]
+        else:
+            if result is not None:
+                self.checked = result
+        return data
