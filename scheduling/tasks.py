@@ -52,16 +52,12 @@ def renewed(lock: Lock) -> Iterator[None]:
         renewer.join()
 
 
-def lock_client() -> redis.Redis:
-    return shared_redis()
-
-
 @shared_task(name="scheduling.tasks.run_scheduling_cycle", ignore_result=True, expires=60)
 def run_scheduling_cycle() -> int:
     """Single-flight per pool: a cycle asked for while one runs makes that one go again.
 
     Services ask for it by name (``services.kick.schedule_soon``)."""
-    client = lock_client()
+    client = shared_redis()
     client.set(CYCLE_DIRTY, 1)
     cycles = 0
     while client.get(CYCLE_DIRTY):

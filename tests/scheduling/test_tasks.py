@@ -8,6 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from scheduling import tasks
 from scheduling.choices import SessionState
 from scheduling.models import Session
+from scheduling.redis_client import shared_redis
 from scheduling.services.metrics import render_metrics
 from scheduling.services.sessions import check_submit, do_submit
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def lock_client():
-    client = tasks.lock_client()
+    client = shared_redis()
     client.delete(tasks.CYCLE_LOCK, tasks.CYCLE_DIRTY)
     yield client
     client.delete(tasks.CYCLE_LOCK, tasks.CYCLE_DIRTY)
