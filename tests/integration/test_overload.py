@@ -31,6 +31,15 @@ def stack_options():
     }
 
 
+@pytest.fixture(autouse=True)
+def _fresh_pool_after():
+    """This process's own pooled connections were cut too, and its pool backs off while
+    reconnecting: start the next test with a new pool."""
+    yield
+    connection.close()
+    connection.close_pool()
+
+
 def _database_takes_connections(name: str, allowed: bool) -> None:
     """From the maintenance database (a database cannot refuse its own connections)."""
     s = connection.settings_dict
