@@ -12,6 +12,8 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from portal.signin import config as signin_config
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(environ.Env().str("DESKPOOL_VAR_DIR", default=str(BASE_DIR / "var")))
 
@@ -49,6 +51,9 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "guardian",
     "channels",
+    # Campus sign-in (docs/signin.md): installed always, each backend enabled by environment.
+    "mozilla_django_oidc",
+    "django_cas_ng",
     "portal",
     "scheduling",
 ]
@@ -124,7 +129,13 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Retry-After, in seconds (portal.overload).
 OVERLOAD_RETRY_AFTER_S = env.int("DESKPOOL_OVERLOAD_RETRY_AFTER_S", default=5)
 
+# Campus sign-in (docs/signin.md): OIDC, CAS and LDAP, each enabled by its variables; IdP
+# groups map to roles through DESKPOOL_SIGNIN_ADMIN_GROUPS and _FACULTY_GROUPS. Local accounts
+# (the demo, break-glass admins) always remain.
+SIGNIN = signin_config.read(env, _secret)
+globals().update(SIGNIN.settings())
 AUTHENTICATION_BACKENDS = [
+    *SIGNIN.backends,
     "django.contrib.auth.backends.ModelBackend",
     "guardian.backends.ObjectPermissionBackend",
 ]

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
@@ -27,8 +28,13 @@ urlpatterns = [
     path("courses/<slug:code>/", include("portal.booking_urls")),
     path("", include("portal.grant_urls")),
     path("i18n/", include("django.conf.urls.i18n")),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(extra_context={"signin_backends": settings.SIGNIN_BACKENDS}),
+        name="login",
+    ),
+    # logout/ (ending the identity provider's session too) and the campus backends' URLs
+    path("", include("portal.signin.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include("portal.api.urls")),
     path("api/agent/v1/", include("scheduling.agent_api")),

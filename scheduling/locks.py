@@ -44,6 +44,11 @@ def lock_person(user_id: int) -> User | None:
     return User.objects.select_for_update().filter(pk=user_id).first()
 
 
+def lock_account(username: str) -> User | None:
+    """An account by name, while a campus sign-in creates or updates it (portal.signin)."""
+    return User.objects.select_for_update().filter(username=username).first()
+
+
 @contextmanager
 def one_snapshot() -> Iterator[None]:
     """Reads inside see one snapshot of the database, not one per query: a transaction at
