@@ -63,6 +63,8 @@ class AuditKind(models.TextChoices):
     SESSION_TRANSITION = "session.transition"
     SESSION_PLACED = "session.placed"
     NODE_REGISTERED = "node.registered"
+    # a registration listed a GPU or MIG device another node holds: refused (and alerted)
+    NODE_CLAIM_REFUSED = "node.claim_refused"
     NODE_SILENT = "node.silent"
     NODE_CORDONED = "node.cordoned"
     NODE_CORDON_CLEARED = "node.cordon_cleared"

@@ -21,6 +21,7 @@ class Metric(models.TextChoices):
     # xgettext:no-python-format
     POOL_USAGE = "pool_usage", _("Pool usage (% of GPU capacity)")
     QUEUE_LENGTH = "queue_length", _("Waiting requests")
+    GPU_CLAIMS = "gpu_claims", _("Registrations refused for listing this node's GPUs (last hour)")
 
 
 class Scope(models.TextChoices):
@@ -40,6 +41,7 @@ METRIC_SCOPES: dict[str, frozenset[str]] = {
     Metric.RACK_POWER: frozenset({Scope.RACK}),
     Metric.POOL_USAGE: frozenset({Scope.POOL}),
     Metric.QUEUE_LENGTH: frozenset({Scope.POOL}),
+    Metric.GPU_CLAIMS: frozenset({Scope.NODE}),
 }
 PERCENT_METRICS = frozenset(
     {Metric.GPU_MEMORY, Metric.GPU_UTILISATION, Metric.RACK_POWER, Metric.POOL_USAGE}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -32,6 +32,7 @@ from ..models import (
     AlertRule,
     AlertState,
     AlertTrack,
+    AuditEvent,
     Gpu,
     Node,
     PoolPolicy,
@@ -72,7 +73,17 @@ def default_rules() -> list[dict[str, Any]]:
              recovery=max(0.0, policy.warn_percent - 10.0)),
         dict(name="Queue length", metric=Metric.QUEUE_LENGTH, scope=Scope.POOL,
              warning=10.0, critical=20.0, recovery=5.0),
+        GPU_CLAIM_RULE,
     ]  # fmt: skip
+
+
+# Another node listed this node's GPUs (docs/security.md): raised at the first refusal,
+# resolved after an hour without one. Also added to existing pools by a migration.
+GPU_CLAIM_RULE: dict[str, Any] = dict(
+    name="GPU claimed by another node", metric=Metric.GPU_CLAIMS, scope=Scope.NODE,
+    warning=1.0, critical=None, recovery=1.0,
+)  # fmt: skip
+CLAIM_WINDOW = timedelta(hours=1)
 
 
 def ensure_default_rules() -> None:
@@ -132,6 +143,7 @@ class Readings:
     rack_power: dict[str, float] = field(default_factory=dict)  # % of budget
     pool_usage: float = 0.0  # %
     queue_length: float = 0.0
+    gpu_claims: dict[int, int] = field(default_factory=dict)  # node id -> refusals
     node_of: dict[str, int] = field(default_factory=dict)  # subject -> node id
 
     @classmethod
@@ -158,6 +170,11 @@ class Readings:
         readings.rack_power = {r: 100.0 * draw[r] / b for r, b in budgets.items() if b > 0}
         readings.pool_usage = 100.0 * pool_utilisation()
         readings.queue_length = float(Session.objects.filter(state__in=WAITING_STATES).count())
+        refused = AuditEvent.objects.filter(
+            kind=AuditKind.NODE_CLAIM_REFUSED, at__gte=now - CLAIM_WINDOW, node__isnull=False
+        )
+        for node_id in refused.values_list("node_id", flat=True):
+            readings.gpu_claims[node_id] = readings.gpu_claims.get(node_id, 0) + 1
         return readings
 
     def values(self, rule: AlertRule) -> dict[str, float | None]:
@@ -184,6 +201,8 @@ class Readings:
             return {"pool": self.pool_usage}
         if metric == Metric.QUEUE_LENGTH:
             return {"pool": self.queue_length}
+        if metric == Metric.GPU_CLAIMS:
+            return {f"node:{n.hostname}": float(self.gpu_claims.get(n.pk, 0)) for n in self.nodes}
         return {}
 
     def _silence(self, node: Node) -> float | None:

@@ -185,6 +185,7 @@ def do_register(
     """
     payload = Registration.model_validate(payload)
     check_registration(payload, node)
+    check_claims(payload)
     plain_token = None
     with transaction.atomic():
         if node is None:
@@ -217,6 +218,49 @@ def do_register(
         )
         _after_commit_schedule()
     return node, plain_token
+
+
+def _reported_uuids(gpus: list[GpuInventory]) -> set[str]:
+    """Every GPU and MIG device UUID a registration lists."""
+    return {gpu.uuid for gpu in gpus} | {m.uuid for gpu in gpus for m in gpu.mig_instances}
+
+
+def _held_elsewhere(hostname: str, uuids: set[str]) -> dict[int, list[str]]:
+    """Node id -> the listed UUIDs that another node holds now (a present GPU or slice)."""
+    held: dict[int, list[str]] = {}
+    gpus = Gpu.objects.filter(uuid__in=uuids, present=True).exclude(node__hostname=hostname)
+    for node_id, uuid in gpus.values_list("node_id", "uuid"):
+        held.setdefault(node_id, []).append(uuid)
+    slices = Slice.objects.filter(device_uuid__in=uuids, present=True, gpu__present=True).exclude(
+        gpu__node__hostname=hostname
+    )
+    for node_id, uuid in slices.values_list("gpu__node_id", "device_uuid"):
+        if uuid not in held.get(node_id, []):
+            held.setdefault(node_id, []).append(uuid)
+    return held
+
+
+def check_claims(payload: Registration) -> None:
+    """Refuse a registration that lists a GPU or MIG device another node holds (a node is
+    trusted only for itself): audited against the holder, which raises the "GPU claimed by
+    another node" alert at the next evaluation (docs/security.md)."""
+    held = _held_elsewhere(payload.hostname, _reported_uuids(payload.gpus))
+    if not held:
+        return
+    for node_id, uuids in sorted(held.items()):
+        record(
+            AuditKind.NODE_CLAIM_REFUSED,
+            f"node:{payload.hostname}",
+            node=node_id,
+            data={"claimed_by": payload.hostname, "uuids": sorted(uuids)},
+        )
+    raise Conflict(
+        _(
+            "This node lists GPUs that another node holds (%(uuids)s). A node may register "
+            "only its own GPUs; an admin must remove them from the other node first."
+        )
+        % {"uuids": ", ".join(sorted(u for uuids in held.values() for u in uuids))}
+    )
 
 
 def _after_commit_schedule() -> None:
@@ -252,6 +296,9 @@ def _slices_for(gpu: GpuInventory) -> list[tuple[str, int, str, str, int, int]]:
 
 def _sync_inventory(node: Node, gpus: list[GpuInventory]) -> None:
     seen_gpus = []
+    if _held_elsewhere(node.hostname, _reported_uuids(gpus)):
+        # Claimed by another node between check_claims and now: the transaction rolls back.
+        raise Conflict(_("This node lists GPUs that another node holds; try again."))
     for reported in gpus:
         gpu, _created = Gpu.objects.update_or_create(
             uuid=reported.uuid,
