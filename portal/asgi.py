@@ -8,7 +8,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
 
@@ -21,6 +20,7 @@ if settings.SERVE_STATIC:
 from scheduling import agent_wait  # noqa: E402
 
 from .routing import websocket_urlpatterns  # noqa: E402
+from .ws_origin import SameOriginWebSockets  # noqa: E402
 
 
 async def http(scope, receive, send) -> None:
@@ -34,8 +34,7 @@ async def http(scope, receive, send) -> None:
 application = ProtocolTypeRouter(
     {
         "http": http,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        # Only the portal's own pages: Origin matches scheme, host and port (portal.ws_origin).
+        "websocket": SameOriginWebSockets(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -118,13 +118,29 @@ def wait_for_http(url: str, supervisor: Supervisor, timeout: float = 60.0) -> No
     raise SystemExit(f"[demo] the portal did not answer at {url} within {timeout:.0f} s")
 
 
+def private_var_dir(path: Path) -> Path:
+    """var/ (the database, the Redis socket, the demo agents' node credentials) readable by
+    its owner only: the folder and what is in it already, and what the demo's processes
+    write there from now on (their umask)."""
+    os.umask(0o077)
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.chmod(0o700)
+    for child in path.rglob("*"):
+        if child.is_symlink():
+            continue
+        if child.is_dir():
+            child.chmod(0o700)
+        elif child.is_file():
+            child.chmod(0o600)
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
     args = parser.parse_args()
 
-    var_dir = Path(os.environ.get("DESKPOOL_VAR_DIR", BASE_DIR / "var"))
-    var_dir.mkdir(parents=True, exist_ok=True)
+    var_dir = private_var_dir(Path(os.environ.get("DESKPOOL_VAR_DIR", BASE_DIR / "var")))
     python = sys.executable
     env = dict(os.environ, PYTHONUNBUFFERED="1", DESKPOOL_VAR_DIR=str(var_dir))
     supervisor = Supervisor(env)

@@ -12,6 +12,7 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from portal import hardening
 from portal.signin import config as signin_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -62,6 +63,8 @@ MIDDLEWARE = [
     # Outermost: an overloaded database is answered 503 with Retry-After (portal.overload).
     "portal.overload.OverloadMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # The Content-Security-Policy header (portal/hardening.py).
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     # The browser's language (Accept-Language, or the cookie set_language writes)...
     "django.middleware.locale.LocaleMiddleware",
@@ -257,11 +260,9 @@ if AUDIT_RETENTION_DAYS < 183:
     raise ImproperlyConfigured("DESKPOOL_AUDIT_RETENTION_DAYS must be 183 (six months) or more")
 AUDIT_RETENTION_TASK_SECONDS = env.float("DESKPOOL_AUDIT_RETENTION_TASK_SECONDS", default=86400.0)
 TRUSTED_PROXIES = env.int("DESKPOOL_TRUSTED_PROXIES", default=0)
-# Behind nginx terminating TLS (docs/deploy.md): requests it forwards with
-# X-Forwarded-Proto: https are secure (secure cookies, CSRF on https origins).
-if env.bool("DESKPOOL_BEHIND_TLS_PROXY", default=False):
-    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+# Production hardening (portal/hardening.py, docs/security.md): behind nginx terminating TLS
+# (DESKPOOL_BEHIND_TLS_PROXY), Secure cookies, HSTS, the Content-Security-Policy.
+globals().update(hardening.read(env, SIGNIN.settings()))
 
 # Metric history (docs/monitoring.md): full resolution this many hours, 5-minute rollups this
 # many days, hourly rollups this many days (13 months); the rollup task's period in seconds.

@@ -2,6 +2,7 @@ from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from django.views.decorators.cache import never_cache
 from drf_spectacular.views import SpectacularAPIView
 
 from . import metrics_view, student_views, views
@@ -20,7 +21,8 @@ urlpatterns = [
     ),
     path("sessions/<int:session_id>/stop/", student_views.stop_session, name="session-page-stop"),
     path("sessions/<int:session_id>/cancel/", student_views.cancel_session, name="session-cancel"),
-    path("desktop/<int:session_id>/", student_views.desktop, name="desktop"),
+    # Never cached (Cache-Control: no-store): the page of a live desktop.
+    path("desktop/<int:session_id>/", never_cache(student_views.desktop), name="desktop"),
     path("history/", student_views.history, name="history"),
     path("account/", views.account, name="account"),
     path("courses/", include("portal.course_urls")),

@@ -1,0 +1,80 @@
+"""Production hardening settings, switched on by environment (docs/security.md
+"Production settings"); no Django imports: settings.py applies what :func:`read` returns.
+
+- Behind nginx terminating TLS (``DESKPOOL_BEHIND_TLS_PROXY``): X-Forwarded-Proto marks
+  requests secure, cookies are Secure.
+- HSTS (``DESKPOOL_HSTS_SECONDS``, ``_INCLUDE_SUBDOMAINS``, ``_PRELOAD``): sent on secure
+  requests only (Django's SecurityMiddleware).
+- A Content-Security-Policy on every response (django-csp), strict enough to stop injected
+  scripts, loose enough for noVNC (its canvas, its data: cursor images, its WebSocket to this
+  origin); ``DESKPOOL_CSP_REPORT_ONLY`` sends it as report-only while a campus tries it out.
+- Referrer and framing: same-origin referrers, no framing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+import environ
+
+SELF, NONE = "'self'", "'none'"
+
+
+def _origins(values: dict[str, Any]) -> list[str]:
+    """The http(s) origins among a settings dict's URLs: the identity providers the browser
+    is sent to (the logout form's redirect must be allowed by form-action)."""
+    found: set[str] = set()
+    for value in values.values():
+        if isinstance(value, str) and value.startswith(("https://", "http://")):
+            parts = urlsplit(value)
+            if parts.netloc:
+                found.add(f"{parts.scheme}://{parts.netloc}")
+    return sorted(found)
+
+
+def content_security_policy(idp_origins: list[str]) -> dict[str, Any]:
+    return {
+        "DIRECTIVES": {
+            "default-src": [SELF],
+            "script-src": [SELF],
+            "style-src": [SELF],
+            # style="" attributes (a few layouts, noVNC's own elements); no <style> blocks
+            "style-src-attr": ["'unsafe-inline'"],
+            "img-src": [SELF, "data:", "blob:"],
+            "font-src": [SELF],
+            # 'self' covers ws:// and wss:// to this origin (the updates and the desktop relay)
+            "connect-src": [SELF],
+            "object-src": [NONE],
+            "base-uri": [SELF],
+            "frame-ancestors": [NONE],
+            "form-action": [SELF, *idp_origins],
+        }
+    }
+
+
+def read(env: environ.Env, signin_settings: dict[str, Any]) -> dict[str, Any]:
+    behind_proxy = env.bool("DESKPOOL_BEHIND_TLS_PROXY", default=False)
+    secure_cookies = env.bool("DESKPOOL_SECURE_COOKIES", default=behind_proxy)
+    values: dict[str, Any] = {
+        "SESSION_COOKIE_SECURE": secure_cookies,
+        "CSRF_COOKIE_SECURE": secure_cookies,
+        "SESSION_COOKIE_HTTPONLY": True,
+        "SECURE_HSTS_SECONDS": env.int("DESKPOOL_HSTS_SECONDS", default=0),
+        "SECURE_HSTS_INCLUDE_SUBDOMAINS": env.bool(
+            "DESKPOOL_HSTS_INCLUDE_SUBDOMAINS", default=False
+        ),
+        "SECURE_HSTS_PRELOAD": env.bool("DESKPOOL_HSTS_PRELOAD", default=False),
+        "SECURE_CONTENT_TYPE_NOSNIFF": True,
+        "SECURE_REFERRER_POLICY": "same-origin",
+        "X_FRAME_OPTIONS": "DENY",
+    }
+    if behind_proxy:
+        values["SECURE_PROXY_SSL_HEADER"] = ("HTTP_X_FORWARDED_PROTO", "https")
+    policy = content_security_policy(_origins(signin_settings))
+    if env.bool("DESKPOOL_CSP_REPORT_ONLY", default=False):
+        values["CONTENT_SECURITY_POLICY_REPORT_ONLY"] = policy
+        values["CONTENT_SECURITY_POLICY"] = None
+    else:
+        values["CONTENT_SECURITY_POLICY"] = policy
+    return values
