@@ -6,9 +6,12 @@ fixtures; these tests only add a browser in front of it. No browser is ever down
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.integration.conftest import (  # noqa: F401 - fixtures and the report hook
     docker_engine,
@@ -71,6 +74,31 @@ def new_page(browser, stack):  # noqa: F811 - the imported fixture
     for context in contexts:
         context.close()
     print("--- browser console ---", *console, sep="\n")
+    # Every page runs under the portal's real Content-Security-Policy: nothing it refused.
+    refused = [line for line in console if "Content Security Policy" in line]
+    assert not refused, f"the Content-Security-Policy refused: {refused}"
+
+
+def wait_js(page, expression: str, arg=None, timeout: float | None = None, polling: float = 100):
+    """Wait until ``expression`` (a JS expression or function, called with ``arg``) is truthy,
+    and return its value; like ``page.wait_for_function``, which evaluates its predicate with
+    eval() inside the page, something the portal's Content-Security-Policy (script-src 'self')
+    refuses. ``page.evaluate`` is a DevTools evaluation that the policy does not govern, so the
+    pages run under their real policy here. An exception thrown by the predicate fails at once.
+    """
+    deadline = time.monotonic() + (timeout if timeout is not None else 15_000) / 1000
+    while True:
+        try:
+            value = page.evaluate(expression, arg)
+        except PlaywrightError as error:
+            if "Execution context was destroyed" not in str(error):
+                raise
+            value = None  # the page navigated: ask the new one
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise PlaywrightTimeout(f"timed out waiting for {expression.strip()[:120]!r}")
+        page.wait_for_timeout(polling)
 
 
 def log_in(page, username: str, password: str) -> None:

@@ -15,7 +15,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from scheduling.services.nodes import do_create_join_token
 
 from ..integration.stack import ROOT, wait_for, write_fleet
-from .conftest import log_in
+from .conftest import log_in, wait_js
 
 DESKTOP_IMAGE = "deskpool/desktop:latest"
 LIVE_STATES = ["QUEUED", "PLACED", "STARTING", "RUNNING"]
@@ -96,7 +96,8 @@ def session_containers(client, session_id: int) -> list:
 
 def expect_state(page, state: str, timeout_s: float) -> None:
     """Wait for #state to be ``state``; fail at once should it reach another end state."""
-    page.wait_for_function(
+    wait_js(
+        page,
         """([want, bad]) => {
              const text = document.getElementById("state").dataset.state;
              if (bad.includes(text) && text !== want) throw new Error("session is " + text);
@@ -130,7 +131,7 @@ def open_desktop(page, session_id: int, attempts: int = 5) -> None:
         for attempt in range(1, attempts + 1):
             assert page.url.endswith(f"/desktop/{session_id}/"), page.url
             try:
-                page.wait_for_function(connected, timeout=5_000)
+                wait_js(page, connected, timeout=5_000)
                 return
             except PlaywrightTimeout:
                 if not dropped or attempt == attempts:
@@ -164,7 +165,7 @@ def test_a_person_starts_uses_and_stops_a_desktop_in_the_browser(
     assert page.inner_text("h1").startswith("XFCE desktop")
     assert page.get_attribute("#state", "data-state") == "QUEUED"
     assert page.is_hidden("#open-desktop")
-    page.wait_for_function("document.getElementById('live').textContent === 'live'")
+    wait_js(page, "document.getElementById('live').textContent === 'live'")
     marker = page.evaluate(WATCH_STATE)
 
     try:
@@ -189,7 +190,7 @@ def test_a_person_starts_uses_and_stops_a_desktop_in_the_browser(
         # The desktop: noVNC through the portal's proxy paints a real XFCE screen.
         open_desktop(page, session_id)
         try:
-            page.wait_for_function(f"({CANVAS_COLOURS})() >= 8", timeout=30_000, polling=500)
+            wait_js(page, f"({CANVAS_COLOURS})() >= 8", timeout=30_000, polling=500)
         finally:
             page.screenshot(path=str(OUTPUT / "e2e-desktop.png"))
         assert page.inner_text("#desktop-status") == "connected"
@@ -201,7 +202,7 @@ def test_a_person_starts_uses_and_stops_a_desktop_in_the_browser(
         assert page.get_attribute("#state", "data-state") == "RUNNING"
         with page.expect_navigation():
             page.click("#stop")
-        page.wait_for_function("document.getElementById('live').textContent === 'live'")
+        wait_js(page, "document.getElementById('live').textContent === 'live'")
         marker = page.evaluate(WATCH_STATE)
         expect_state(page, "ENDED", timeout_s=30)
         assert page.evaluate("window.__deskpoolMarker") == marker, "the page was reloaded"

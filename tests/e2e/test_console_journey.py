@@ -25,7 +25,7 @@ from scheduling.services.alerts import evaluate_alerts
 from scheduling.services.audit import record
 
 from ..conftest import gpu_inventory
-from .conftest import log_in
+from .conftest import log_in, wait_js
 from .test_journeys import LANGUAGES, PHONE, Journey
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
@@ -145,7 +145,7 @@ def test_admin_edits_a_quota_acknowledges_an_alert_reads_the_report_and_searches
     page.goto("/console/alerts/")
     assert page.locator("#open-alerts").count() == 0
     live = journey.word("page-config", "live")
-    page.wait_for_function(f"document.getElementById('live').textContent === {live!r}")
+    wait_js(page, f"document.getElementById('live').textContent === {live!r}")
     # (The stack's beat may have raised it a moment earlier: either way one is open.)
     off_the_browsers_thread(evaluate_alerts)
     alert = Alert.objects.get(rule=rule, state="firing")
@@ -190,7 +190,7 @@ def test_admin_edits_a_quota_acknowledges_an_alert_reads_the_report_and_searches
     off_the_browsers_thread(
         lambda: record(AuditKind.ALERT_ACKNOWLEDGED, "user:root", data={"alert": 0})
     )
-    page.wait_for_function("document.querySelectorAll('#audit-events tbody tr').length === 2")
+    wait_js(page, "document.querySelectorAll('#audit-events tbody tr').length === 2")
     assert page.evaluate("window.__consoleMarker") == marker, "the page was reloaded"
     journey.step("audit", phone=True)
     fits_a_phone(page)

@@ -10,7 +10,7 @@ from portal.models import Course
 from scheduling.models import Session
 
 from .axe import check_axe, describe
-from .conftest import log_in
+from .conftest import log_in, wait_js
 
 WIDTHS = {"phone": (390, 844), "laptop": (1280, 900)}
 
@@ -47,7 +47,7 @@ def test_start_all_from_the_keyboard_then_the_live_class_follows_stop_all(course
     page = new_page()
     log_in(page, "prof", "pw-prof")
     page.goto("/courses/cs101/")
-    page.wait_for_function("document.getElementById('class-live').textContent !== ''")
+    wait_js(page, "document.getElementById('class-live').textContent !== ''")
     assert page.locator("#class-rows tr").count() == 0
 
     with page.expect_navigation():
@@ -57,13 +57,13 @@ def test_start_all_from_the_keyboard_then_the_live_class_follows_stop_all(course
     assert Session.objects.filter(course=course).count() == 3
 
     # Stopped elsewhere (through the API, in another browser): the rows leave, no reload.
-    page.wait_for_function("document.getElementById('class-live').textContent !== ''")
+    wait_js(page, "document.getElementById('class-live').textContent !== ''")
     page.evaluate("window.__notReloaded = true")
     token = Token.objects.create(user=course.instructors.get())
     elsewhere = new_page().request.post(
         "/api/v1/courses/cs101/stop-all/", headers={"Authorization": f"Token {token.key}"}
     )
     assert elsewhere.json() == {"stopped": 3}
-    page.wait_for_function("document.querySelectorAll('#class-rows tr').length === 0")
+    wait_js(page, "document.querySelectorAll('#class-rows tr').length === 0")
     assert page.evaluate("window.__notReloaded") is True
     assert page.is_visible("#class-empty")

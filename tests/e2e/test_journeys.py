@@ -27,7 +27,7 @@ from scheduling.services.sessions import check_submit, do_submit
 
 from ..integration.stack import ROOT, wait_for, write_fleet
 from .axe import check_axe, describe
-from .conftest import log_in
+from .conftest import log_in, wait_js
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -134,7 +134,7 @@ def test_student_asks_for_a_desktop_watches_it_live_and_cancels(
     session_id = int(match.group(1))
     assert page.get_attribute("#state", "data-state") == "QUEUED"
     live = journey.word("page-config", "live")
-    page.wait_for_function(f"document.getElementById('live').textContent === {live!r}")
+    wait_js(page, f"document.getElementById('live').textContent === {live!r}")
     assert page.is_visible("#cancel")
     journey.step("session", phone=True)
 
@@ -170,7 +170,7 @@ def test_ta_opens_the_courses_live_class(stack, course, owner, profile, new_page
     # A TA sees the class, not the roster, the TAs or the bookings.
     assert page.locator("#roster").count() == 0
     live = journey.word("class-live-data", "live")
-    page.wait_for_function(f"document.getElementById('class-live').textContent === {live!r}")
+    wait_js(page, f"document.getElementById('class-live').textContent === {live!r}")
     journey.step("live-class", phone=True)
 
 
@@ -259,8 +259,9 @@ def test_instructor_imports_the_roster_books_a_weekly_lab_and_starts_the_class(
     sessions = Session.objects.filter(course=course)
     assert set(sessions.values_list("user__username", flat=True)) == enrolled
     live = journey.word("class-live-data", "live")
-    page.wait_for_function(f"document.getElementById('class-live').textContent === {live!r}")
-    page.wait_for_function(
+    wait_js(page, f"document.getElementById('class-live').textContent === {live!r}")
+    wait_js(
+        page,
         """(n) => {
              const rows = document.querySelectorAll("#class-rows tr[data-state]");
              return rows.length === n && [...rows].every(r => r.dataset.state === "RUNNING");

@@ -14,7 +14,7 @@ from scheduling.services.nodes import do_create_join_token
 
 from ..integration.stack import write_fleet
 from .axe import check_axe, describe
-from .conftest import log_in
+from .conftest import log_in, wait_js
 from .test_browser import DESKTOP_IMAGE, expect_state, open_desktop
 
 # Record every text #desktop-status shows and plant a marker that a reload would wipe out.
@@ -71,7 +71,7 @@ def test_the_home_page_follows_my_session_live(adas_queued_session, owner, new_p
     log_in(page, "ada", "pw-ada")
     card = f'.session-card[data-session-id="{adas_queued_session.pk}"]'
     assert page.get_attribute(f"{card} [data-live=state]", "data-state") == "QUEUED"
-    page.wait_for_function("document.getElementById('live').textContent === 'live'")
+    wait_js(page, "document.getElementById('live').textContent === 'live'")
     marker = page.evaluate("window.__marker = Math.random().toString(36).slice(2)")
 
     # Cancelled as from another tab. In a thread of its own: this one runs Playwright's event
@@ -86,8 +86,9 @@ def test_the_home_page_follows_my_session_live(adas_queued_session, owner, new_p
     cancel.start()
     cancel.join()
 
-    page.wait_for_function(
-        f"""document.querySelector('{card} [data-live=state]').dataset.state === 'CANCELLED'"""
+    wait_js(
+        page,
+        f"""document.querySelector('{card} [data-live=state]').dataset.state === 'CANCELLED'""",
     )
     assert page.evaluate("window.__marker") == marker, "the page was reloaded"
     assert page.locator(f"{card} button").count() == 0  # nothing left to cancel or stop
@@ -173,7 +174,8 @@ def test_the_desktop_page_times_warns_shares_the_clipboard_and_reconnects(
         # A blip: the portal goes away for two seconds; the page reconnects by itself.
         marker = page.evaluate(WATCH_STATUS)
         stack.restart_portal(down_s=2)
-        page.wait_for_function(
+        wait_js(
+            page,
             """() => window.__statuses.some((s) => s.startsWith("connection lost"))
                      && document.getElementById("desktop-status").textContent === "connected"
             """,
