@@ -3,8 +3,9 @@
 One :class:`DesktopContainers` per node holds the engine client and the node's settings,
 and does what both :class:`~nodeagent.runtime.docker_runtime.DockerRuntime` (sessions) and
 :class:`~nodeagent.runtime.docker_warm.DockerWarmDesktops` (warm desktops) need: image look
-up, home volumes, password folders, limits and lockdown, waiting for the VNC handshake,
-describing a container found by its labels, and removing containers.
+up, home volumes, password folders, limits and lockdown, the node's sealed desktop network
+(:mod:`~nodeagent.runtime.desktop_network`), waiting for the VNC handshake, describing a
+container found by its labels, and removing containers.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from nodeagent.protocol import (
 from nodeagent.readiness import DesktopNotReady, wait_for_desktop
 from nodeagent.runtime.base import ManagedContainer, RuntimeUnavailable, StartFailed
 from nodeagent.runtime.claims import ClaimRecord, ClaimRecords
+from nodeagent.runtime.desktop_network import DESKTOP_SYSCTLS, ensure_network
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +46,7 @@ _PORT_KEY = f"{DESKTOP_WEBSOCKIFY_PORT}/tcp"
 START_ERRORS = (DockerException, OSError, DesktopNotReady, StartFailed)
 
 ReadinessCheck = Callable[..., object]
+WILDCARD_ADDRESSES = ("0.0.0.0", "", "::")
 
 
 def docker_client() -> docker.DockerClient:
@@ -86,6 +89,13 @@ class DesktopContainers:
         self.ready_timeout_s = ready_timeout_s
         self.readiness = readiness
         self.claims = ClaimRecords(self.sessions_dir)
+        if publish_address in WILDCARD_ADDRESSES:
+            logger.warning(
+                "DESKPOOL_PUBLISH_ADDRESS is %r: desktop ports are published on every "
+                "address of node %s, not only its management path",
+                publish_address,
+                node_name,
+            )
         self.gpu_enabled = nvidia_runtime_available(client)
         if not self.gpu_enabled:
             logger.warning(
@@ -199,7 +209,8 @@ class DesktopContainers:
         temporary.replace(directory / PASSWORD_FILE_NAME)
 
     def limits_args(self, spec: DesktopSpec, what: str) -> dict[str, Any]:
-        """Image, limits, lockdown, published port and GPU: what every desktop shares."""
+        """Image, limits, lockdown, network, published port and GPU: what every desktop
+        shares. The port is published on the node's management address only."""
         environment: dict[str, str] = {}
         args: dict[str, Any] = {
             "image": spec.image,
@@ -212,6 +223,8 @@ class DesktopContainers:
             "security_opt": ["no-new-privileges"],
             "user": DESKTOP_USER,
             "ports": {_PORT_KEY: (self.publish_address, None)},
+            "network": ensure_network(self.client, self.node),
+            "sysctls": dict(DESKTOP_SYSCTLS),
             "environment": environment,
         }
         devices = spec.gpu_devices
@@ -279,7 +292,7 @@ def memory_limit_mb(attrs: dict[str, Any]) -> int | None:
 
 def connect_host(publish_address: str) -> str:
     # Published on every interface: the loopback reaches it from the agent.
-    return "127.0.0.1" if publish_address in ("0.0.0.0", "", "::") else publish_address
+    return "127.0.0.1" if publish_address in WILDCARD_ADDRESSES else publish_address
 
 
 def log_tail(container: Container, lines: int = 5) -> str:

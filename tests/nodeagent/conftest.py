@@ -21,6 +21,7 @@ from nodeagent.protocol import (
     to_wire,
 )
 from nodeagent.runtime import home_mounts
+from nodeagent.runtime.desktop_network import remove_networks
 
 TINY_IMAGE = "deskpool/tiny:latest"
 # The image is built by nodeagent/images/build.sh; wait for a build in progress this long.
@@ -68,6 +69,7 @@ def node_name(docker_client) -> Iterator[str]:  # type: ignore[no-untyped-def]
         container.remove(force=True)
     for volume in docker_client.volumes.list(filters={"label": labels}):
         volume.remove(force=True)
+    remove_networks(docker_client, name)  # the node's sealed desktop network
 
 
 @pytest.fixture

@@ -1,0 +1,169 @@
+"""The network a node's desktops live on: sealed off from each other and from the host.
+
+Each node's desktops join a bridge network of their own, ``deskpool-<node>-desktops``,
+which the agent creates (and labels as its own) before the first start:
+
+* **No desktop reaches another:** the bridge has inter-container communication off
+  (``com.docker.network.bridge.enable_icc=false``), so the engine drops traffic between
+  two containers of the bridge; traffic between two bridges is dropped by the engine's
+  isolation rules. IPv6 is off inside every desktop (``disable_ipv6`` sysctl): the engine's
+  ICC rule covers IPv4 only, and link-local IPv6 would otherwise pass between them.
+* **No desktop reaches the host** (the agent, the portal and anything else listening on
+  the node's addresses, the published desktop ports included): the agent puts one jump in
+  the host's ``INPUT`` chain for every desktop bridge (interfaces ``dpd*``, one wildcard
+  rule for all of them) to the chain ``DESKPOOL-DESKTOPS``, which keeps replies to
+  connections the host opened (the agent's readiness check and the portal's relay reach
+  websockify through the published port) and rejects everything else.
+* **Outbound stays open:** the bridge masquerades as the default bridge does; traffic to
+  other hosts is forwarded as before.
+
+The firewall needs ``iptables`` and root, as the agent has in production
+(``deploy/systemd/deskpool-agent.service``); without them the agent says so in its log and
+desktops still start, isolated from each other but not from the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import shutil
+import subprocess
+import threading
+
+import docker
+from docker.errors import APIError, NotFound
+from docker.models.networks import Network
+
+from nodeagent.protocol import LABEL_MANAGED, LABEL_NODE
+from nodeagent.runtime.base import StartFailed, node_name_part
+
+logger = logging.getLogger(__name__)
+
+BRIDGE_PREFIX = "dpd"  # every desktop bridge's interface name starts with it
+FIREWALL_CHAIN = "DESKPOOL-DESKTOPS"
+# Inside the container: no IPv6 at all (the engine's ICC rule is IPv4 only).
+DESKTOP_SYSCTLS = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
+_IPTABLES_TIMEOUT_S = 20
+_firewall_lock = threading.Lock()
+_firewall_ready = False
+
+
+def network_name(node_name: str) -> str:
+    return f"deskpool-{node_name_part(node_name)}-desktops"
+
+
+def bridge_name(network: str) -> str:
+    """The Linux interface of the network's bridge: at most 15 characters, ``dpd`` first."""
+    return BRIDGE_PREFIX + hashlib.sha256(network.encode()).hexdigest()[:10]
+
+
+def network_options(network: str) -> dict[str, str]:
+    return {
+        "com.docker.network.bridge.name": bridge_name(network),
+        "com.docker.network.bridge.enable_icc": "false",
+        "com.docker.network.bridge.enable_ip_masquerade": "true",
+    }
+
+
+def ensure_network(client: docker.DockerClient, node_name: str) -> str:
+    """The node's desktop network (created when missing) with the host firewall in place;
+    returns its name, for ``containers.create(network=...)``."""
+    name = network_name(node_name)
+    try:
+        network: Network = client.networks.get(name)
+    except NotFound:
+        network = _create(client, name, node_name)
+    options = network.attrs.get("Options") or {}
+    if options.get("com.docker.network.bridge.enable_icc") != "false":
+        # Someone else made a network of this name: desktops must not join it.
+        raise StartFailed(f"network {name} exists without enable_icc=false: remove it")
+    ensure_firewall()
+    return name
+
+
+def _create(client: docker.DockerClient, name: str, node_name: str) -> Network:
+    try:
+        return client.networks.create(
+            name,
+            driver="bridge",
+            options=network_options(name),
+            labels={LABEL_MANAGED: "true", LABEL_NODE: node_name},
+            check_duplicate=True,
+        )
+    except APIError as error:
+        if error.status_code != 409:  # another start of this node created it meanwhile
+            raise
+        return client.networks.get(name)
+
+
+def remove_networks(client: docker.DockerClient, node_name: str) -> None:
+    """Remove the node's desktop networks (tests, and a node taken out of service)."""
+    labels = [f"{LABEL_MANAGED}=true", f"{LABEL_NODE}={node_name}"]
+    for network in client.networks.list(filters={"label": labels}):
+        with contextlib.suppress(NotFound):
+            network.remove()
+
+
+# -- the host firewall -------------------------------------------------------------------
+
+
+def firewall_rules() -> list[list[str]]:
+    """The chain's rules, in order: replies pass, new TCP is reset, anything else rejected."""
+    return [
+        ["-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"],
+        ["-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"],
+        ["-j", "REJECT", "--reject-with", "icmp-port-unreachable"],
+    ]
+
+
+def ensure_firewall() -> bool:
+    """Install the host rules once per agent process; False (and an error in the log)
+    where iptables cannot be used."""
+    global _firewall_ready
+    with _firewall_lock:
+        if _firewall_ready:
+            return True
+        try:
+            _install_firewall()
+        except (OSError, subprocess.SubprocessError) as error:
+            logger.error(
+                "cannot install the desktop firewall (iptables, as root): desktops can "
+                "reach ports on this host: %s",
+                error,
+            )
+            return False
+        _firewall_ready = True
+        return True
+
+
+def _install_firewall() -> None:
+    if shutil.which("iptables") is None:
+        raise OSError("iptables is not installed")
+    listed = _iptables("-S", FIREWALL_CHAIN, check=False)
+    if listed.returncode != 0:
+        _iptables("-N", FIREWALL_CHAIN)
+    wanted = [f"-A {FIREWALL_CHAIN} {' '.join(rule)}" for rule in firewall_rules()]
+    if listed.stdout.splitlines()[1:] != wanted:
+        # Refill (another agent of this host doing the same meanwhile leaves the same
+        # rules, at worst twice).
+        _iptables("-F", FIREWALL_CHAIN)
+        for rule in firewall_rules():
+            _iptables("-A", FIREWALL_CHAIN, *rule)
+    jump = ["INPUT", "-i", f"{BRIDGE_PREFIX}+", "-j", FIREWALL_CHAIN]
+    if _iptables("-C", *jump, check=False).returncode != 0:
+        _iptables("-I", *jump)
+
+
+def _iptables(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    # -w: wait for the xtables lock dockerd (or another agent) may hold.
+    done = subprocess.run(
+        ["iptables", "-w", "5", *args],
+        capture_output=True,
+        text=True,
+        timeout=_IPTABLES_TIMEOUT_S,
+        check=False,
+    )
+    if check and done.returncode != 0:
+        raise OSError(f"iptables {' '.join(args)}: {done.stderr.strip()}")
+    return done

@@ -1,0 +1,118 @@
+"""Desktops are sealed off from each other and from the host (issue 14, finding 2).
+
+Two real desktops started by the agent's Docker runtime (the tiny image): a session's and a
+warm one, on the node's own desktop network. From inside the first, a TCP connect (bash's
+``/dev/tcp``) must not reach the second's websockify or VNC port, nor a port listening on
+the host's bridge gateway; the same connect from the first to its own websockify, and from
+the host to the gateway listener, show the probe and the listener work. The published port
+is bound to the management address only.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nodeagent.config import AgentConfig
+from nodeagent.protocol import DESKTOP_WEBSOCKIFY_PORT
+from nodeagent.runtime.desktop_network import bridge_name, network_name
+from nodeagent.runtime.docker_runtime import DockerRuntime
+from tests.nodeagent.conftest import (  # noqa: F401 - fixtures
+    desired_session,
+    desired_warm,
+    docker_client,
+    node_name,
+    tiny_image,
+)
+
+pytestmark = pytest.mark.docker
+VNC_PORT = 5901  # Xvnc inside the desktop (nodeagent/images/files/deskpool-start)
+PROBE_S = "3"  # the probe's own limit: a dropped SYN is never answered
+
+
+def reaches(container, host: str, port: int) -> bool:  # type: ignore[no-untyped-def]
+    """Does a TCP connect from inside the container to host:port succeed?"""
+    probe = f"exec 3<>/dev/tcp/{host}/{port}"
+    result = container.exec_run(["timeout", PROBE_S, "bash", "-c", probe])
+    return result.exit_code == 0
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A TCP port on every address of the host, accepting (and closing) connections."""
+    server = socket.create_server(("0.0.0.0", 0))
+    server.settimeout(0.5)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = server.accept()
+            except TimeoutError:
+                continue
+            connection.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    server.close()
+
+
+def test_desktops_reach_neither_each_other_nor_the_host(
+    docker_client,  # noqa: F811
+    tiny_image,  # noqa: F811
+    node_name,  # noqa: F811
+    tmp_path: Path,
+    listener: int,
+) -> None:  # type: ignore[no-untyped-def]
+    runtime = DockerRuntime(
+        docker_client, node_name=node_name, sessions_dir=tmp_path, ready_timeout_s=30
+    )
+    mine = runtime.start(desired_session(9301, image=tiny_image))
+    warm = runtime.start_warm(desired_warm("iso-1", image=tiny_image))
+    network = network_name(node_name)
+    first = docker_client.containers.get(mine.container_id)
+    second = docker_client.containers.get(warm.container_id)
+    settings = second.attrs["NetworkSettings"]["Networks"]
+    assert list(settings) == [network]  # not the default bridge
+    other, gateway = settings[network]["IPAddress"], settings[network]["Gateway"]
+
+    # The probe works: the desktop reaches its own websockify, the host its gateway listener.
+    assert reaches(first, "127.0.0.1", DESKTOP_WEBSOCKIFY_PORT)
+    socket.create_connection((gateway, listener), timeout=5).close()
+
+    assert not reaches(first, other, DESKTOP_WEBSOCKIFY_PORT)
+    assert not reaches(first, other, VNC_PORT)
+    assert not reaches(second, first.attrs["NetworkSettings"]["Networks"][network]["IPAddress"],
+                       DESKTOP_WEBSOCKIFY_PORT)  # fmt: skip
+    assert not reaches(first, gateway, listener)
+    # No IPv6 inside: link-local addresses would pass the engine's (IPv4) ICC rule.
+    assert first.exec_run(["cat", "/proc/net/if_inet6"]).output == b""
+
+    attrs = docker_client.networks.get(network).attrs
+    assert attrs["Options"]["com.docker.network.bridge.enable_icc"] == "false"
+    assert attrs["Options"]["com.docker.network.bridge.name"] == bridge_name(network)
+    assert not attrs["Internal"]  # outbound traffic stays open
+
+
+def test_the_published_port_is_bound_to_the_management_address_only(
+    docker_client,  # noqa: F811
+    tiny_image,  # noqa: F811
+    node_name,  # noqa: F811
+    tmp_path: Path,
+) -> None:  # type: ignore[no-untyped-def]
+    assert AgentConfig(node_name="n").publish_address == "127.0.0.1"  # the default
+    runtime = DockerRuntime(
+        docker_client, node_name=node_name, sessions_dir=tmp_path, ready_timeout_s=30
+    )
+    started = runtime.start(desired_session(9302, image=tiny_image))
+    container = docker_client.containers.get(started.container_id)
+    bindings = container.attrs["NetworkSettings"]["Ports"][f"{DESKTOP_WEBSOCKIFY_PORT}/tcp"]
+    assert {b["HostIp"] for b in bindings} == {"127.0.0.1"}
+    assert started.host == "127.0.0.1" and started.port == int(bindings[0]["HostPort"])
