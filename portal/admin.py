@@ -1,5 +1,12 @@
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.models import User
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
+from .api_tokens import end_every_session
 from .models import Course
 
 
@@ -7,3 +14,33 @@ from .models import Course
 class CourseAdmin(admin.ModelAdmin):
     list_display = ["code", "title"]
     filter_horizontal = ["instructors", "students"]
+
+
+class PersonAdmin(UserAdmin):
+    """Django's user admin, with an action that signs a person out everywhere."""
+
+    actions = ["end_every_session"]
+
+    @admin.action(description=_("End every session (sign out of all browsers, revoke API tokens)"))
+    def end_every_session(self, request: HttpRequest, queryset: QuerySet[User]) -> None:
+        actor = f"user:{request.user.get_username()}"
+        for person in queryset:
+            ended = end_every_session(person, actor)
+            self.message_user(
+                request,
+                ngettext(
+                    "%(name)s: %(sessions)d login session ended, %(tokens)d API tokens revoked.",
+                    "%(name)s: %(sessions)d login sessions ended, %(tokens)d API tokens revoked.",
+                    ended.sessions,
+                )
+                % {
+                    "name": person.get_username(),
+                    "sessions": ended.sessions,
+                    "tokens": ended.tokens,
+                },
+                messages.SUCCESS,
+            )
+
+
+admin.site.unregister(User)
+admin.site.register(User, PersonAdmin)

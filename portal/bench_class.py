@@ -51,9 +51,9 @@ from django.contrib.auth import (  # noqa: E402
 from django.contrib.auth.models import User  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
-from rest_framework.authtoken.models import Token  # noqa: E402
 
 from nodeagent.runtime import home_mounts  # noqa: E402
+from portal.api_tokens import issue_token  # noqa: E402
 from portal.models import Course  # noqa: E402
 from scheduling.models import (  # noqa: E402
     Booking,
@@ -169,7 +169,7 @@ def make_class(code: str, seats: int) -> tuple[Course, User, list[Student]]:
     students = []
     for n in range(1, seats + 1):
         user = people.objects.create_user(f"{code}-s{n:02d}")
-        token = Token.objects.create(user=user).key
+        token = issue_token(user, "bench")[1]
         students.append(Student(user=user, token=token, cookie=web_session(user)))
     course.students.add(*[s.user for s in students])
     return course, teacher, students

@@ -15,6 +15,9 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from guardian.shortcuts import get_objects_for_user
 
+# API tokens live in their own module; importing them here registers them with the app.
+from .token_models import ApiToken  # noqa: F401
+
 if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User
 

@@ -55,6 +55,8 @@ INSTALLED_APPS = [
     # Campus sign-in (docs/signin.md): installed always, each backend enabled by environment.
     "mozilla_django_oidc",
     "django_cas_ng",
+    # Sign-in throttling and lockout (portal/lockout.py).
+    "axes",
     "portal",
     "scheduling",
 ]
@@ -77,6 +79,8 @@ MIDDLEWARE = [
     "portal.middleware.ClientAddressMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: a sign-in refused for a lockout is answered 429 (portal.lockout.lockout_response).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -138,6 +142,8 @@ OVERLOAD_RETRY_AFTER_S = env.int("DESKPOOL_OVERLOAD_RETRY_AFTER_S", default=5)
 SIGNIN = signin_config.read(env, _secret)
 globals().update(SIGNIN.settings())
 AUTHENTICATION_BACKENDS = [
+    # First: refuses a locked-out user name and address before any backend checks a password.
+    "portal.lockout.LockoutBackend",
     *SIGNIN.backends,
     "django.contrib.auth.backends.ModelBackend",
     "guardian.backends.ObjectPermissionBackend",
@@ -145,6 +151,29 @@ AUTHENTICATION_BACKENDS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+
+# --- sign-in throttling (django-axes) and API tokens (portal/lockout.py, docs/security.md) --
+# After this many failed sign-ins of one user name from one address (the login page, LDAP
+# included; /admin/login/; /api/v1/auth/token/), that pair is refused for the cool-off, in
+# minutes; a further failure while locked starts it again, a success clears the count. The
+# pair, not the address alone: one campus NAT must not lock a building out.
+AXES_ENABLED = env.bool("DESKPOOL_SIGNIN_THROTTLING", default=True)
+AXES_FAILURE_LIMIT = env.int("DESKPOOL_SIGNIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = env.float("DESKPOOL_SIGNIN_COOLOFF_MINUTES", default=15.0) / 60  # hours
+if AXES_FAILURE_LIMIT < 1 or AXES_COOLOFF_TIME <= 0:
+    raise ImproperlyConfigured(
+        "DESKPOOL_SIGNIN_FAILURE_LIMIT must be 1 or more and DESKPOOL_SIGNIN_COOLOFF_MINUTES "
+        "more than 0"
+    )
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_USERNAME_CALLABLE = "portal.lockout.username_of"
+AXES_CLIENT_IP_CALLABLE = "portal.middleware.client_address_of"
+AXES_LOCKOUT_CALLABLE = "portal.lockout.lockout_response"
+AXES_RESET_ON_SUCCESS = True
+# API tokens (portal/api_tokens.py) expire this many days after they are issued.
+API_TOKEN_DAYS = env.int("DESKPOOL_API_TOKEN_DAYS", default=30)
+if API_TOKEN_DAYS < 1:
+    raise ImproperlyConfigured("DESKPOOL_API_TOKEN_DAYS must be 1 or more")
 
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]

@@ -99,3 +99,7 @@ class AuditKind(models.TextChoices):
     ALERT_RESOLVED = "alert.resolved"
     SESSION_BOOSTED = "session.boosted"  # an admin moved a request ahead within its tier
     SESSION_CANCELLED = "session.cancelled"  # an admin cancelled a request, with a reason
+    # sign-in hygiene (docs/security.md): a name and address locked out after repeated
+    # failures; an admin ended every login session and API token of a person
+    SIGNIN_LOCKED_OUT = "signin.locked_out"
+    SESSIONS_ENDED = "signin.sessions_ended"

@@ -1,19 +1,33 @@
-"""API authentication that speaks the person's language.
+"""API authentication: Deskpool's own tokens, in the person's language.
 
-DRF authenticates a token inside the view, after ``PreferencesMiddleware`` has run for an
-anonymous request; this class applies the person's saved language and time zone once the
-token names them, so token clients get the same answers as the pages (docs/i18n.md).
+``Authorization: Token <token>`` names one of the person's API tokens (portal.api_tokens):
+an unknown, revoked or expired token, or one of a disabled account, is refused with 401 and
+a message saying which. DRF authenticates a token inside the view, after
+``PreferencesMiddleware`` has run for an anonymous request; this class applies the person's
+saved language and time zone once the token names them, so token clients get the same
+answers as the pages (docs/i18n.md).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework.authentication import TokenAuthentication
+from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
+from portal.api_tokens import TokenRefused, check_token
 from portal.preferences import apply_preferences
 
 
 class PreferencesTokenAuthentication(TokenAuthentication):
+    def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
+        try:
+            token = check_token(key)
+        except TokenRefused as refused:
+            raise AuthenticationFailed(str(refused)) from None
+        return token.user, token
+
     def authenticate(self, request: Request):
         identity = super().authenticate(request)
         if identity is not None:

@@ -1,7 +1,7 @@
 from django.urls import include, path
-from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
+from .tokens import ObtainTokenView, TokenDetailView, TokenListView
 from .views import DesktopProfileViewSet, PoolView, SessionViewSet
 
 router = DefaultRouter()
@@ -9,7 +9,9 @@ router.register("profiles", DesktopProfileViewSet, basename="profile")
 router.register("sessions", SessionViewSet, basename="session")
 
 urlpatterns = [
-    path("auth/token/", obtain_auth_token, name="api-token"),
+    path("auth/token/", ObtainTokenView.as_view(), name="api-token"),
+    path("auth/tokens/", TokenListView.as_view(), name="api-tokens"),
+    path("auth/tokens/<int:token_id>/", TokenDetailView.as_view(), name="api-token-detail"),
     path("pool/", PoolView.as_view(), name="api-pool"),
     path("", include("portal.api.courses_urls")),
     path("", include("portal.api.bookings_urls")),

@@ -4,8 +4,8 @@ laptop, Start all from the keyboard, and the live class updating a row without a
 from __future__ import annotations
 
 import pytest
-from rest_framework.authtoken.models import Token
 
+from portal.api_tokens import issue_token
 from portal.models import Course
 from scheduling.models import Session
 
@@ -59,9 +59,9 @@ def test_start_all_from_the_keyboard_then_the_live_class_follows_stop_all(course
     # Stopped elsewhere (through the API, in another browser): the rows leave, no reload.
     wait_js(page, "document.getElementById('class-live').textContent !== ''")
     page.evaluate("window.__notReloaded = true")
-    token = Token.objects.create(user=course.instructors.get())
+    _, token = issue_token(course.instructors.get())
     elsewhere = new_page().request.post(
-        "/api/v1/courses/cs101/stop-all/", headers={"Authorization": f"Token {token.key}"}
+        "/api/v1/courses/cs101/stop-all/", headers={"Authorization": f"Token {token}"}
     )
     assert elsewhere.json() == {"stopped": 3}
     wait_js(page, "document.querySelectorAll('#class-rows tr').length === 0")

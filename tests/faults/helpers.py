@@ -8,6 +8,7 @@ import httpx
 from django.contrib.auth.models import User
 
 from nodeagent.readiness import Handshake, vnc_handshake
+from portal.api_tokens import issue_token
 from scheduling.models import Allocation, Node, Session
 
 from ..conftest import give_thesis_grant
@@ -28,13 +29,9 @@ def api_client(stack, username: str) -> httpx.Client:
 
 def token_client(stack, user) -> httpx.Client:
     """An API client with a token made directly (no password hashing per login)."""
-    from rest_framework.authtoken.models import Token
-
     give_thesis_grant(user)
-    token, _ = Token.objects.get_or_create(user=user)
-    return httpx.Client(
-        base_url=stack.url, timeout=10, headers={"Authorization": f"Token {token.key}"}
-    )
+    _, token = issue_token(user, "fault test")
+    return httpx.Client(base_url=stack.url, timeout=10, headers={"Authorization": f"Token {token}"})
 
 
 def submit(client: httpx.Client, profile) -> int:

@@ -1,0 +1,100 @@
+"""Sign-in throttling and lockout with django-axes (docs/security.md).
+
+Every way in with a user name and password goes through ``django.contrib.auth.authenticate``
+with the request: the login page (local and LDAP accounts), the Django admin's login and the
+API's token endpoint (portal.api.tokens). ``LockoutBackend``, first in
+``AUTHENTICATION_BACKENDS``, refuses a user name and address pair that failed
+``AXES_FAILURE_LIMIT`` times, for ``AXES_COOLOFF_TIME``, even with the right password; the
+pair, not the address alone, so one campus NAT does not lock a building out. The refusal is
+answered by ``lockout_response``: 429 with ``Retry-After``, JSON for the API, a page for a
+browser, saying when to try again. The lockout itself is audited once.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import Any
+
+from axes.backends import AxesStandaloneBackend
+from axes.helpers import get_cool_off, get_failure_limit
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.utils.formats import time_format
+from django.utils.translation import ngettext
+
+from scheduling.choices import AuditKind
+from scheduling.services.audit import record
+
+API_PREFIX = "/api/"
+
+
+class LockoutBackend(AxesStandaloneBackend):
+    """Axes' check, which needs the request to know the client's address. Without a request
+    nobody is signing in from a client (Django's test ``Client.login``, a management command):
+    there is no pair to count or refuse, and the next backends decide alone."""
+
+    def authenticate(  # type: ignore[override]
+        self,
+        request: HttpRequest | None,
+        username: str | None = None,
+        password: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if request is None:
+            return None
+        return super().authenticate(request, username, password, **kwargs)
+
+
+def username_of(request: HttpRequest, credentials: dict[str, Any] | None) -> str | None:
+    """The user name tried, as the directory compares it: ``Ada`` and ``ada `` are one name
+    to LDAP, so they share one count of failures."""
+    name = credentials.get("username") if credentials else request.POST.get("username")
+    return name.strip().casefold() if isinstance(name, str) else None
+
+
+def lockout_message(cool_off: timedelta) -> str:
+    minutes = max(1, math.ceil(cool_off.total_seconds() / 60))
+    until = time_format(timezone.localtime(timezone.now() + cool_off), "TIME_FORMAT")
+    return ngettext(
+        "Too many failed sign-ins with this user name from your address. "
+        "Try again in %(minutes)d minute, after %(time)s.",
+        "Too many failed sign-ins with this user name from your address. "
+        "Try again in %(minutes)d minutes, after %(time)s.",
+        minutes,
+    ) % {"minutes": minutes, "time": until}
+
+
+def _audit(request: HttpRequest, credentials: dict[str, Any] | None) -> None:
+    """Once per lockout: on the failure that reached the limit (a failure while locked
+    counts on, and starts the cool-off again, without a new event)."""
+    failures = getattr(request, "axes_failures_since_start", None)
+    if failures != get_failure_limit(request, credentials):
+        return
+    name = username_of(request, credentials) or ""
+    record(
+        AuditKind.SIGNIN_LOCKED_OUT,
+        f"user:{name}",
+        data={"username": name, "path": request.path, "failures": failures},
+    )
+
+
+def lockout_response(
+    request: HttpRequest,
+    original_response: HttpResponse | None = None,
+    credentials: dict[str, Any] | None = None,
+) -> HttpResponse:
+    """Axes' ``AXES_LOCKOUT_CALLABLE``: what a refused sign-in gets instead of the view's
+    answer."""
+    _audit(request, credentials)
+    cool_off = get_cool_off(request) or timedelta(0)
+    retry_after = max(1, math.ceil(cool_off.total_seconds()))
+    message = lockout_message(cool_off)
+    response: HttpResponse
+    if request.path.startswith(API_PREFIX):
+        response = JsonResponse({"detail": message, "retry_after": retry_after}, status=429)
+    else:
+        response = render(request, "registration/locked_out.html", {"message": message}, status=429)
+    response["Retry-After"] = str(retry_after)
+    return response
