@@ -189,7 +189,9 @@ def login_page_message(response: requests.Response) -> str:
 
 
 @pytest.mark.integration
-def test_forged_tickets_local_accounts_and_foreign_next_pages_are_refused(stack, cas_server):
+def test_forged_tickets_local_accounts_foreign_next_pages_refused_single_logout_works(
+    stack, cas_server
+):
     with requests.Session() as client:
         # A forged ticket: back on /login/ with the reason, not signed in.
         forged = client.get(service_url(stack) + "&ticket=ST-forged-0123456789", timeout=30)
@@ -206,6 +208,13 @@ def test_forged_tickets_local_accounts_and_foreign_next_pages_are_refused(stack,
         local.refresh_from_db()
         assert local.has_usable_password() and local.check_password("local-pw")
         assert (local.first_name, local.is_staff) == ("Ada", False)
+        assert client.get(f"{stack.url}/", allow_redirects=False, timeout=30).status_code == 302
+
+        # Signing out at the CAS server (single logout) ends the portal session too.
+        ticket = cas_server.service_ticket("cas-student", PASSWORD, service_url(stack), client)
+        home = client.get(service_url(stack) + f"&ticket={ticket}", timeout=30)
+        assert home.url == f"{stack.url}/" and "cas-student" in home.text
+        client.get(cas_server.url + "logout", timeout=30).raise_for_status()
         assert client.get(f"{stack.url}/", allow_redirects=False, timeout=30).status_code == 302
 
         # After sign-in the browser goes only to this portal.

@@ -83,13 +83,17 @@ class CasServer:
             self.process.kill()
             self.process.wait()
 
-    def service_ticket(self, username: str, password: str, service: str) -> str:
+    def service_ticket(
+        self, username: str, password: str, service: str, browser: requests.Session | None = None
+    ) -> str:
         """Sign in on the CAS server's login form as a browser would (its login ticket and
-        CSRF token, its session cookie) and return the service ticket it issues."""
-        with requests.Session() as browser:
-            form = browser.get(self.url + "login", params={"service": service}, timeout=10)
+        CSRF token, its session cookie, kept in ``browser`` when given) and return the
+        service ticket it issues."""
+        with requests.Session() as own:
+            client = browser or own
+            form = client.get(self.url + "login", params={"service": service}, timeout=10)
             fields = dict(re.findall(r'name="(lt|csrfmiddlewaretoken)" value="([^"]+)"', form.text))
-            answer = browser.post(
+            answer = client.post(
                 form.url,
                 data={**fields, "username": username, "password": password, "service": service},
                 headers={"Referer": form.url},
