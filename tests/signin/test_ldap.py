@@ -7,6 +7,7 @@ admin would set (docs/signin.md, "LDAP"); people sign in through the real /login
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -43,10 +44,10 @@ def environment(variables: dict[str, str]) -> environ.Env:
 
 
 @contextmanager
-def ldap_signin(uri: str) -> Iterator[None]:
+def ldap_signin(uri: str, **more: str) -> Iterator[None]:
     """The settings.py way: ldap_config's backend before ModelBackend, its settings, the
-    group mapping, all from the DESKPOOL_* variables."""
-    variables = ldap_env(uri)
+    group mapping, all from the DESKPOOL_* variables (``more`` added)."""
+    variables = {**ldap_env(uri), **more}
     env = environment(variables)
     part = ldap_config.configure(env, lambda name, default: variables.get(name, default))
     assert part is not None and part.name == "ldap"
@@ -196,6 +197,18 @@ def test_an_unreachable_directory_gives_the_normal_error(db, caplog):
     assert not User.objects.filter(username="lina").exists()
     assert "SERVER_DOWN" in caplog.text  # django-auth-ldap says why, in one line
     assert not [record for record in caplog.records if record.exc_info]
+
+
+def test_a_directory_that_does_not_answer_fails_the_sign_in_within_its_timeout(db, caplog):
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        uri = f"ldap://127.0.0.1:{silent.getsockname()[1]}"
+        with ldap_signin(uri, DESKPOOL_LDAP_TIMEOUT_S="0.5"), caplog.at_level(logging.WARNING):
+            client, response = sign_in("lina", password_of("lina"))
+    assert response.status_code == 200
+    assert WRONG in response.content.decode()
+    assert "TIMEOUT" in caplog.text
 
 
 # --- a browser, a real portal process ----------------------------------------------------
