@@ -9,6 +9,8 @@
   scripts, loose enough for noVNC (its canvas, its data: cursor images, its WebSocket to this
   origin); ``DESKPOOL_CSP_REPORT_ONLY`` sends it as report-only while a campus tries it out.
 - Referrer and framing: same-origin referrers, no framing.
+- Sessions: signed in for ``DESKPOOL_SESSION_HOURS`` (12) at most; SameSite=Lax, HttpOnly,
+  and with Secure cookies the ``__Host-`` prefix.
 """
 
 from __future__ import annotations
@@ -60,6 +62,9 @@ def read(env: environ.Env, signin_settings: dict[str, Any]) -> dict[str, Any]:
         "SESSION_COOKIE_SECURE": secure_cookies,
         "CSRF_COOKIE_SECURE": secure_cookies,
         "SESSION_COOKIE_HTTPONLY": True,
+        "SESSION_COOKIE_SAMESITE": "Lax",
+        # Signed in at most this long, then sign in again (ASVS 3.3.2: 12 hours at level 2).
+        "SESSION_COOKIE_AGE": int(env.float("DESKPOOL_SESSION_HOURS", default=12.0) * 3600),
         "SECURE_HSTS_SECONDS": env.int("DESKPOOL_HSTS_SECONDS", default=0),
         "SECURE_HSTS_INCLUDE_SUBDOMAINS": env.bool(
             "DESKPOOL_HSTS_INCLUDE_SUBDOMAINS", default=False
@@ -69,6 +74,10 @@ def read(env: environ.Env, signin_settings: dict[str, Any]) -> dict[str, Any]:
         "SECURE_REFERRER_POLICY": "same-origin",
         "X_FRAME_OPTIONS": "DENY",
     }
+    if secure_cookies:
+        # Secure, path /, no Domain: the __Host- prefix makes browsers hold them to that.
+        values["SESSION_COOKIE_NAME"] = "__Host-sessionid"
+        values["CSRF_COOKIE_NAME"] = "__Host-csrftoken"
     if behind_proxy:
         values["SECURE_PROXY_SSL_HEADER"] = ("HTTP_X_FORWARDED_PROTO", "https")
     policy = content_security_policy(_origins(signin_settings))

@@ -34,6 +34,8 @@ def test_nothing_switched_on_gives_plain_http_settings_and_a_policy(monkeypatch)
     values = hardening.read(environ.Env(), {})
     assert values["SECURE_HSTS_SECONDS"] == 0
     assert values["SESSION_COOKIE_SECURE"] is False
+    assert values["SESSION_COOKIE_AGE"] == 12 * 3600
+    assert "SESSION_COOKIE_NAME" not in values
     assert "SECURE_PROXY_SSL_HEADER" not in values
     assert values["CONTENT_SECURITY_POLICY"]["DIRECTIVES"]["script-src"] == ["'self'"]
 
@@ -51,6 +53,7 @@ def test_behind_tls_proxy_with_hsts_and_a_report_only_policy(monkeypatch):
         31536000,
         True,
     )
+    assert values["SESSION_COOKIE_NAME"] == "__Host-sessionid"
     assert values["CONTENT_SECURITY_POLICY"] is None
     form_action = values["CONTENT_SECURITY_POLICY_REPORT_ONLY"]["DIRECTIVES"]["form-action"]
     assert form_action == ["'self'", "https://idp.campus.edu:8443"]
@@ -75,7 +78,7 @@ def test_a_real_portal_behind_tls_sends_hsts_secure_cookies_and_the_policy(
         secure = get({"X-Forwarded-Proto": "https"})
         assert secure["Strict-Transport-Security"] == "max-age=31536000"
         cookie = secure["Set-Cookie"]
-        assert "csrftoken=" in cookie and "Secure" in cookie
+        assert cookie.startswith("__Host-csrftoken=") and "Secure" in cookie
         policy = secure["Content-Security-Policy"]
         assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
         assert secure["X-Frame-Options"] == "DENY"
