@@ -42,10 +42,14 @@ Attributes = Mapping[str, Any]
 
 
 class _TimeoutSession(requests.Session):
-    """The HTTP session that validates tickets: it gives up after SIGNIN_CAS_TIMEOUT_S."""
+    """The HTTP session that validates tickets: it gives up after SIGNIN_CAS_TIMEOUT_S and
+    verifies the CAS server's certificate against SIGNIN_CAS_CA_FILE when one is set."""
 
     def request(self, method, url, *args, **kwargs):  # type: ignore[no-untyped-def, override]
         kwargs.setdefault("timeout", getattr(settings, "SIGNIN_CAS_TIMEOUT_S", DEFAULT_TIMEOUT_S))
+        ca_file = getattr(settings, "SIGNIN_CAS_CA_FILE", "")
+        if ca_file and kwargs.get("verify", True) is True:
+            kwargs["verify"] = ca_file
         return super().request(method, url, *args, **kwargs)
 
 

@@ -58,6 +58,8 @@ def configure(env: environ.Env, secret: Secret) -> Part | None:
         },
         # Seconds the portal waits for the CAS server to validate a ticket.
         "SIGNIN_CAS_TIMEOUT_S": env.float("DESKPOOL_CAS_TIMEOUT_S", default=DEFAULT_TIMEOUT_S),
+        # The campus CA (PEM) that signed the CAS server's certificate; empty: the usual ones.
+        "SIGNIN_CAS_CA_FILE": env.str("DESKPOOL_CAS_CA_FILE", default="").strip(),
     }
     # Behind a reverse proxy: the portal's public root, e.g. https://gpu.campus.edu, from
     # which the service URL the CAS server sees and redirects back to is built.

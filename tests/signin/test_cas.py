@@ -134,6 +134,7 @@ def test_cas_is_off_until_its_server_is_named(monkeypatch):
     assert part.settings["CAS_APPLY_ATTRIBUTES_TO_USER"] is False
     assert part.settings["SIGNIN_CAS_ATTRIBUTES"]["groups"] == "groups"
     assert part.settings["SIGNIN_CAS_ATTRIBUTES"]["department"] == "department"
+    assert (part.settings["SIGNIN_CAS_TIMEOUT_S"], part.settings["SIGNIN_CAS_CA_FILE"]) == (10, "")
 
 
 # --- the backend, in this process, with real tickets from the CAS server ------------------
