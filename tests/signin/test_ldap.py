@@ -136,6 +136,14 @@ def test_the_first_sign_in_creates_the_account_from_the_directory(
     assert AuditEvent.objects.filter(kind="account.created", actor="signin:ldap").count() == 1
 
 
+def test_the_account_has_the_directorys_spelling_of_the_name(directory):
+    client, response = sign_in(" FELIX", password_of("felix"))
+    assert response.status_code == 302
+    assert list(User.objects.filter(username__iexact="felix").values_list("username")) == [
+        ("felix",)
+    ]
+
+
 def test_a_wrong_password_or_an_unknown_name_is_refused(directory):
     for username, password in [("lina", "not-her-password"), ("nobody", "pw-nobody")]:
         client, response = sign_in(username, password)
