@@ -71,6 +71,8 @@ MIDDLEWARE = [
     # The browser's language (Accept-Language, or the cookie set_language writes)...
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
+    # A JSON body nested too deep is a 400 before any view parses it (portal.input_limits).
+    "portal.input_limits.JsonDepthLimit",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # ...unless the signed-in person saved one; and their time zone (docs/i18n.md).
@@ -141,6 +143,9 @@ OVERLOAD_RETRY_AFTER_S = env.int("DESKPOOL_OVERLOAD_RETRY_AFTER_S", default=5)
 # (the demo, break-glass admins) always remain.
 SIGNIN = signin_config.read(env, _secret)
 globals().update(SIGNIN.settings())
+SIGNIN_BACKENDS: list[str] = SIGNIN.enabled
+SIGNIN_ADMIN_GROUPS: list[str] = SIGNIN.admin_groups
+SIGNIN_FACULTY_GROUPS: list[str] = SIGNIN.faculty_groups
 AUTHENTICATION_BACKENDS = [
     # First: refuses a locked-out user name and address before any backend checks a password.
     "portal.lockout.LockoutBackend",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -87,7 +88,7 @@ def sync_person(identity: CampusIdentity, user: User | None = None) -> User:
             )
         elif not user.is_active:
             raise SigninRefused(_("This account is disabled. Ask the help desk."))
-        before = {"role": None, "admin": user.is_staff, "department": None}
+        before: dict[str, Any] = {"role": None, "admin": user.is_staff, "department": None}
         user.email = identity.email[:254]
         user.first_name = identity.first_name[:150]
         user.last_name = identity.last_name[:150]
