@@ -22,6 +22,7 @@ from tests.e2e.conftest import browser, new_page  # noqa: F401 - fixtures
 from tests.integration.conftest import database_url
 from tests.integration.stack import Stack, free_port
 from tests.signin.cas_server.process import CasServer
+from tests.signin.cas_server.tls import TlsFront, make_ca_and_certificate
 
 PASSWORD = "cas-secret-1"
 # The campus's CAS directory; "ada-local" is also a local portal account in one test.
@@ -179,6 +180,26 @@ def test_an_unreachable_cas_server_is_a_refusal_not_an_error(db, cas_settings):
     ):
         cas.CampusCASBackend().authenticate(request, ticket="ST-1", service="http://x/")
     assert "could not be reached" in request.signin_cas_refusal  # type: ignore[attr-defined]
+
+
+def test_the_cas_servers_certificate_is_verified_against_the_campus_ca(
+    db, cas_server, cas_settings, tmp_path
+):
+    ca, certificate, key = make_ca_and_certificate(tmp_path)
+    service = "http://127.0.0.1:8000/signin/cas/login/?next=%2F"
+    request = RequestFactory().get("/")
+    backend = cas.CampusCASBackend()
+    with (
+        TlsFront(f"http://127.0.0.1:{cas_server.port}", certificate, key) as front,
+        override_settings(CAS_SERVER_URL=front.url + "cas/"),
+    ):
+        ticket = cas_server.service_ticket("cas-student", PASSWORD, service)
+        # Signed by a CA the usual bundle does not know: refused before the ticket is sent.
+        with pytest.raises(SigninRefused, match="could not be reached"):
+            backend.authenticate(request, ticket=ticket, service=service)
+        with override_settings(SIGNIN_CAS_CA_FILE=str(ca)):
+            user = backend.authenticate(request, ticket=ticket, service=service)
+    assert user is not None and user.username == "cas-student"
 
 
 # --- through a real portal process ------------------------------------------------------
