@@ -5,6 +5,9 @@ with the same version, read the security types and close. That proves websockify
 Xvnc and the password file wiring all work, without logging in. The desktop images
 start Xvnc with ``-UseBlacklist=0``: websockify makes every client 127.0.0.1 and these
 deliberately unfinished handshakes must not get that address blacklisted.
+
+:func:`vnc_auth_response` is the one VNC authentication (DES) answer: the portal's relay
+(:mod:`portal.desktop_relay`) logs in with it, and the image check uses it.
 """
 
 from __future__ import annotations
@@ -15,12 +18,34 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cryptography.hazmat.decrepit.ciphers.algorithms import TripleDES
+from cryptography.hazmat.primitives.ciphers import Cipher, modes
 from websockets.exceptions import WebSocketException
 from websockets.sync.client import ClientConnection, connect
 from websockets.typing import Subprotocol
 
 _BANNER = re.compile(rb"^RFB (\d{3})\.(\d{3})\n$")
 BANNER_LENGTH = 12
+SECURITY_NONE = 1
+SECURITY_VNC_AUTH = 2
+CHALLENGE_LENGTH = 16
+VNC_PASSWORD_LENGTH = 8  # VNC uses the first 8 bytes of a password
+
+
+def vnc_auth_response(password: str, challenge: bytes) -> bytes:
+    """The answer to a VNC authentication challenge (RFB security type 2): the 16 bytes
+    DES-encrypted with the password as key (its first 8 bytes, NUL-padded, each byte's bits
+    reversed, as VNC does). TripleDES with the same key three times is plain DES."""
+    key = password.encode("latin-1")[:VNC_PASSWORD_LENGTH].ljust(VNC_PASSWORD_LENGTH, b"\0")
+    key = bytes(int(f"{b:08b}"[::-1], 2) for b in key)
+    encryptor = Cipher(TripleDES(key * 3), modes.ECB()).encryptor()
+    return encryptor.update(challenge) + encryptor.finalize()
+
+
+def parse_banner(banner: bytes) -> tuple[int, int] | None:
+    """``RFB 003.008\\n`` -> (3, 8); None for anything else."""
+    match = _BANNER.match(banner)
+    return None if match is None else (int(match.group(1)), int(match.group(2)))
 
 
 class DesktopNotReady(RuntimeError):
@@ -44,11 +69,11 @@ def vnc_handshake(host: str, port: int, timeout_s: float = 3.0) -> Handshake:
     ) as connection:
         reader = _Reader(connection, timeout_s)
         banner = reader.read(BANNER_LENGTH)
-        match = _BANNER.match(banner)
-        if match is None:
+        parsed = parse_banner(banner)
+        if parsed is None:
             raise DesktopNotReady(f"not an RFB banner: {banner!r}")
         connection.send(banner)
-        major, minor = int(match.group(1)), int(match.group(2))
+        major, minor = parsed
         version = f"{major:03d}.{minor:03d}"
         if (major, minor) < (3, 7):
             # RFB 3.3: the server picks the type, a 4-byte big-endian number.

@@ -1,31 +1,32 @@
-"""Channels consumers: live updates for a person's pages, and the desktop proxy."""
+"""Channels consumers: live updates for a person's pages, and the desktop proxy (its own
+module, :mod:`portal.desktop_relay`)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 
-import websockets
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.utils import timezone, translation
 
-from scheduling.choices import OPENABLE_STATES
 from scheduling.events import ADMIN_GROUP, user_group
-from scheduling.models import Session
 from scheduling.models.alerts import AlertLevel, AlertState, Metric
 from scheduling.models.policy import QuotaRequestState
 from scheduling.presenters import render
 
+from .desktop_relay import DesktopProxyConsumer
+from .input_limits import ListenOnly
 from .preferences import handshake_language, saved_preferences
 from .session_fragment import render_both
 
 log = logging.getLogger(__name__)
 
+__all__ = ["DesktopProxyConsumer", "UpdatesConsumer"]
 
-class UpdatesConsumer(AsyncJsonWebsocketConsumer):
-    """Pushes ``session.update`` events for the signed-in person's sessions."""
+
+class UpdatesConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
+    """Pushes ``session.update`` events for the signed-in person's sessions; what a client
+    sends is dropped (``ListenOnly``)."""
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -92,81 +93,3 @@ class UpdatesConsumer(AsyncJsonWebsocketConsumer):
         alert["reason_params"] = event["reason_params"]
         alert["reason"] = self._render(event["reason_code"], event["reason_params"])
         await self.send_json(alert)
-
-
-@database_sync_to_async
-def _desktop_endpoint(user, session_id: int) -> tuple[str, int] | None:
-    session = (
-        Session.objects.openable_by(user)
-        .select_related("node")
-        .filter(
-            pk=session_id,
-            state__in=OPENABLE_STATES,
-            desktop_port__isnull=False,
-        )
-        .first()
-    )
-    if session is None or session.desktop_port is None or session.node is None:
-        return None
-    # The node's registered management address (docs/deploy.md), not one an agent reported.
-    return session.node.address, session.desktop_port
-
-
-class DesktopProxyConsumer(AsyncWebsocketConsumer):
-    """Relays noVNC's WebSocket to the session's websockify, for its owner and admins only."""
-
-    # No channel layer: the proxy gets nothing through it, and listening on it would tie
-    # every open desktop to a blocking Redis read (one that redis-py's default 5 s socket
-    # timeout breaks, dropping the desktop).
-    channel_layer_alias = None
-    upstream: websockets.ClientConnection | None = None
-    pump: asyncio.Task | None = None
-
-    async def connect(self) -> None:
-        user = self.scope.get("user")
-        session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
-        endpoint = None
-        if user is not None and user.is_authenticated:
-            endpoint = await _desktop_endpoint(user, session_id)
-        if endpoint is None:
-            await self.close(code=4403)
-            return
-        host, port = endpoint
-        try:
-            self.upstream = await websockets.connect(
-                f"ws://{host}:{port}/websockify",
-                max_size=None,
-                open_timeout=5,
-                compression=None,
-            )
-        except (OSError, websockets.InvalidHandshake, TimeoutError) as error:
-            log.warning("desktop %s unreachable at %s:%s: %s", session_id, host, port, error)
-            await self.close(code=4502)
-            return
-        await self.accept()
-        self.pump = asyncio.create_task(self._from_desktop())
-
-    async def _from_desktop(self) -> None:
-        assert self.upstream is not None
-        try:
-            async for message in self.upstream:
-                if isinstance(message, bytes):
-                    await self.send(bytes_data=message)
-                else:
-                    await self.send(text_data=message)
-        except websockets.ConnectionClosed:
-            pass
-        finally:
-            await self.close()
-
-    async def receive(self, text_data=None, bytes_data=None) -> None:
-        if self.upstream is None:
-            return
-        with contextlib.suppress(websockets.ConnectionClosed):
-            await self.upstream.send(bytes_data if bytes_data is not None else text_data)
-
-    async def disconnect(self, code: int) -> None:
-        if self.upstream is not None:
-            await self.upstream.close()
-        if self.pump is not None:
-            self.pump.cancel()

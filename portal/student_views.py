@@ -179,7 +179,6 @@ def desktop(request: HttpRequest, session_id: int) -> HttpResponse:
         {
             "session": session,
             "simulated": simulated,
-            "password": session.vnc_password,
             "config": config,
         },
     )

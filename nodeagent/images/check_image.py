@@ -36,6 +36,11 @@ import websockets
 from websockets.asyncio.client import connect
 from websockets.typing import Subprotocol
 
+try:  # the one VNC answer, where the package (and cryptography) is installed
+    from nodeagent.readiness import vnc_auth_response
+except ImportError:
+    vnc_auth_response = None  # type: ignore[assignment]
+
 # Keep in step with nodeagent/protocol.py (this script runs without the package on the path).
 DESKTOP_WEBSOCKIFY_PORT = 6080
 DESKTOP_PASSWORD_MOUNT = "/run/deskpool/vnc"
@@ -73,23 +78,7 @@ class WsReader:
 
 def vnc_response(password: str, challenge: bytes) -> bytes | None:
     """DES-encrypt the challenge the VNC way, or None when no DES is available."""
-    # Imported here: cryptography is an optional backend (not a dependency of the agent);
-    # without it the check skips the VNC login.
-    try:
-        from cryptography.hazmat.primitives.ciphers import Cipher, modes
-
-        try:  # cryptography >= 43 moved single-key DES to "decrepit"
-            from cryptography.hazmat.decrepit.ciphers.algorithms import TripleDES
-        except ImportError:
-            from cryptography.hazmat.primitives.ciphers.algorithms import TripleDES
-    except ImportError:
-        return None
-    # VNC uses the first 8 bytes of the password, NUL-padded, each byte bit-reversed;
-    # TripleDES with the same key three times is plain DES.
-    key = password.encode("latin-1")[:8].ljust(8, b"\0")
-    key = bytes(int(f"{b:08b}"[::-1], 2) for b in key)
-    enc = Cipher(TripleDES(key * 3), modes.ECB()).encryptor()
-    return enc.update(challenge) + enc.finalize()
+    return None if vnc_auth_response is None else vnc_auth_response(password, challenge)
 
 
 async def handshake(url: str, password: str) -> tuple[str, list[int], str]:

@@ -26,12 +26,12 @@ const clock = (seconds) => {
 // --- noVNC, with reconnection while the session can still be opened -----------------------
 let rfb = null;
 let retryDelay = 1000;
-let refused = false; // the desktop refused the password: trying again will not help
+let refused = false; // the relay refused the handshake: trying again will not help
 
 function connect() {
-  rfb = new RFB(screen, scheme + location.host + config.proxy_url, {
-    credentials: { password: screen.dataset.password },
-  });
+  // No credentials: the portal's relay logs in to the desktop itself and offers this page
+  // security type None, so the desktop's password never reaches the browser.
+  rfb = new RFB(screen, scheme + location.host + config.proxy_url);
   rfb.scaleViewport = true;
   rfb.addEventListener("connect", () => {
     retryDelay = 1000;

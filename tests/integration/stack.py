@@ -18,6 +18,8 @@ from pathlib import Path
 
 import yaml
 
+from nodeagent.runtime.desktop_network import remove_networks
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -284,3 +286,5 @@ class Stack:
                     for volume in client.volumes.list(filters={"label": f"deskpool.node={node}"}):
                         with suppress(Exception):
                             volume.remove(force=True)
+                with suppress(Exception):  # the node's desktop network (nodeagent.runtime)
+                    remove_networks(client, node)

@@ -61,11 +61,16 @@ def test_owner_sees_the_desktop_page(owner, running_session):
 def _connect_desktop(user, session_id: int) -> tuple[bool, int | None]:
     from portal.consumers import DesktopProxyConsumer
 
+    signed_in = Client()
+    signed_in.force_login(user)
+    session = signed_in.session
+
     async def attempt():
         communicator = WebsocketCommunicator(
             DesktopProxyConsumer.as_asgi(), f"/ws/desktop/{session_id}/"
         )
         communicator.scope["user"] = user
+        communicator.scope["session"] = session  # the relay lives as long as this sign-in
         communicator.scope["url_route"] = {"kwargs": {"session_id": session_id}}
         connected, code = await communicator.connect()
         await communicator.disconnect()

@@ -1,0 +1,269 @@
+"""The desktop relay: noVNC's WebSocket to the session's websockify, logged in by the portal.
+
+The VNC password never leaves the portal. For the session's owner (or an admin) the relay
+opens ``ws://<node address>:<port>/websockify``, does the RFB handshake there itself with VNC
+authentication (security type 2: the 16-byte challenge DES-encrypted with the session's
+secret, :func:`nodeagent.readiness.vnc_auth_response`), and only then accepts the browser,
+to which it plays the server's part of the handshake offering security type None. From the
+browser's ClientInit on, bytes pass unchanged both ways. A browser cannot try passwords: it
+has none to try, and a wrong one is never asked for.
+
+The relay lives as long as the sign-in it was opened with: every :data:`SIGN_IN_CHECK_S` it
+asks whether that login session still exists, still belongs to this user (Django's own
+check, password changes included) and whether the user is still active; when not (logout,
+an admin ending the user's sessions, a disabled account) it closes with 4401.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from importlib import import_module
+from types import SimpleNamespace
+
+import websockets
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.contrib.auth import get_user
+
+from nodeagent.readiness import (
+    BANNER_LENGTH,
+    CHALLENGE_LENGTH,
+    SECURITY_NONE,
+    SECURITY_VNC_AUTH,
+    parse_banner,
+    vnc_auth_response,
+)
+from scheduling.choices import OPENABLE_STATES
+from scheduling.models import Session
+
+log = logging.getLogger(__name__)
+
+SIGN_IN_CHECK_S = 2.0  # how often an open relay checks that its sign-in still stands
+UPSTREAM_TIMEOUT_S = 5.0  # connect and log in to the desktop within this
+RFB_38 = b"RFB 003.008\n"
+CLOSE_FORBIDDEN, CLOSE_SIGNED_OUT, CLOSE_UNREACHABLE = 4403, 4401, 4502
+
+
+class RfbError(Exception):
+    """The other side broke the RFB handshake, or the desktop refused the login."""
+
+
+@database_sync_to_async
+def desktop_target(user, session_id: int) -> tuple[str, int, str] | None:
+    """Where the session's websockify is and its secret, for someone who may open it."""
+    session = (
+        Session.objects.openable_by(user)
+        .select_related("node")
+        .filter(pk=session_id, state__in=OPENABLE_STATES, desktop_port__isnull=False)
+        .first()
+    )
+    if session is None or session.desktop_port is None or session.node is None:
+        return None
+    # The node's registered management address (docs/deploy.md), not one an agent reported.
+    return session.node.address, session.desktop_port, session.vnc_password
+
+
+@database_sync_to_async
+def still_signed_in(session_key: str, user_pk: int) -> bool:
+    """Does the login session still exist, for this user, who is still active?"""
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=session_key)
+    if not store.exists(session_key):
+        return False
+    user = get_user(SimpleNamespace(session=store))  # type: ignore[arg-type]
+    return bool(user.is_authenticated and user.pk == user_pk and user.is_active)
+
+
+class _Reader:
+    """Exact-length reads over WebSocket messages (websockify splits and merges RFB data)."""
+
+    def __init__(self, connection: websockets.ClientConnection) -> None:
+        self.connection = connection
+        self.buffer = b""
+
+    async def read(self, length: int) -> bytes:
+        while len(self.buffer) < length:
+            message = await self.connection.recv()
+            self.buffer += message.encode("latin-1") if isinstance(message, str) else message
+        data, self.buffer = self.buffer[:length], self.buffer[length:]
+        return data
+
+
+async def log_in_upstream(connection: websockets.ClientConnection, password: str) -> bytes:
+    """The client's part of the handshake with VNC authentication, up to a successful
+    SecurityResult; returns what the desktop sent beyond it (normally nothing)."""
+    reader = _Reader(connection)
+    version = parse_banner(await reader.read(BANNER_LENGTH))
+    if version is None or version < (3, 3):
+        raise RfbError("the desktop sent no RFB banner")
+    version = min(version, (3, 8))
+    await connection.send(b"RFB %03d.%03d\n" % version)
+    if version >= (3, 7):
+        (count,) = await reader.read(1)
+        if count == 0:
+            raise RfbError(f"the desktop refused: {await _reason(reader)}")
+        if SECURITY_VNC_AUTH not in await reader.read(count):
+            raise RfbError("the desktop offers no VNC authentication")
+        await connection.send(bytes([SECURITY_VNC_AUTH]))
+    else:
+        (chosen,) = struct.unpack(">I", await reader.read(4))
+        if chosen != SECURITY_VNC_AUTH:
+            raise RfbError(f"the desktop chose security type {chosen}")
+    challenge = await reader.read(CHALLENGE_LENGTH)
+    await connection.send(vnc_auth_response(password, challenge))
+    (result,) = struct.unpack(">I", await reader.read(4))
+    if result != 0:
+        reason = await _reason(reader) if version >= (3, 8) else ""
+        raise RfbError(f"the desktop refused the session's secret {reason}".strip())
+    return reader.buffer
+
+
+async def _reason(reader: _Reader) -> str:
+    (length,) = struct.unpack(">I", await reader.read(4))
+    return (await reader.read(min(length, 1024))).decode(errors="replace")
+
+
+class BrowserHandshake:
+    """The server's part of the handshake with the browser: our version (3.8) was sent on
+    accept; the browser's version comes back, we offer security type None, it picks it.
+    :meth:`feed` returns (bytes for the browser, bytes for the desktop)."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.version: tuple[int, int] | None = None
+        self.done = False
+
+    def feed(self, data: bytes) -> tuple[bytes, bytes]:
+        self.buffer += data
+        reply = b""
+        if self.version is None:
+            if len(self.buffer) < BANNER_LENGTH:
+                return b"", b""
+            version = parse_banner(self.buffer[:BANNER_LENGTH])
+            if version is None or version < (3, 3):
+                raise RfbError("the browser sent no RFB version")
+            self.version = min(version, (3, 8))
+            self.buffer = self.buffer[BANNER_LENGTH:]
+            if self.version < (3, 7):  # 3.3: the server names the type, no result for None
+                self.done = True
+                return self._rest(struct.pack(">I", SECURITY_NONE))
+            reply = bytes([1, SECURITY_NONE])
+        if not self.buffer:
+            return reply, b""
+        if self.buffer[0] != SECURITY_NONE:
+            raise RfbError(f"the browser chose security type {self.buffer[0]}")
+        self.buffer = self.buffer[1:]
+        self.done = True
+        # 3.8 sends a SecurityResult for None too; 3.7 does not.
+        return self._rest(reply + (b"\0\0\0\0" if self.version >= (3, 8) else b""))
+
+    def _rest(self, reply: bytes) -> tuple[bytes, bytes]:
+        rest, self.buffer = self.buffer, b""
+        return reply, rest
+
+
+class DesktopProxyConsumer(AsyncWebsocketConsumer):
+    """Relays noVNC's WebSocket to the session's websockify, for its owner and admins only,
+    logged in by the portal (the module's docstring)."""
+
+    # No channel layer: the proxy gets nothing through it, and listening on it would tie
+    # every open desktop to a blocking Redis read (one that redis-py's default 5 s socket
+    # timeout breaks, dropping the desktop). The sign-in is polled instead.
+    channel_layer_alias = None
+    upstream: websockets.ClientConnection | None = None
+    tasks: tuple[asyncio.Task, ...] = ()
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        session = self.scope.get("session")
+        session_key = getattr(session, "session_key", None)
+        session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
+        target = None
+        if user is not None and user.is_authenticated and session_key:
+            target = await desktop_target(user, session_id)
+        if target is None or not session_key:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        host, port, password = target
+        try:
+            self.upstream = await websockets.connect(
+                f"ws://{host}:{port}/websockify",
+                max_size=None,
+                open_timeout=UPSTREAM_TIMEOUT_S,
+                compression=None,
+            )
+            pending = await asyncio.wait_for(
+                log_in_upstream(self.upstream, password), UPSTREAM_TIMEOUT_S
+            )
+        except (
+            OSError,
+            websockets.InvalidHandshake,
+            websockets.ConnectionClosed,
+            TimeoutError,
+            RfbError,
+        ) as error:
+            log.warning("desktop %s unreachable at %s:%s: %s", session_id, host, port, error)
+            await self._close_upstream()
+            await self.close(code=CLOSE_UNREACHABLE)
+            return
+        self.pending = pending
+        self.handshake = BrowserHandshake()
+        await self.accept()
+        await self.send(bytes_data=RFB_38)
+        self.tasks = (
+            asyncio.create_task(self._from_desktop()),
+            asyncio.create_task(self._watch_sign_in(session_key, user.pk)),
+        )
+
+    async def _from_desktop(self) -> None:
+        assert self.upstream is not None
+        try:
+            async for message in self.upstream:
+                if isinstance(message, bytes):
+                    await self.send(bytes_data=message)
+                else:
+                    await self.send(text_data=message)
+        except websockets.ConnectionClosed:
+            pass
+        finally:
+            await self.close()
+
+    async def _watch_sign_in(self, session_key: str, user_pk: int) -> None:
+        while await still_signed_in(session_key, user_pk):
+            await asyncio.sleep(SIGN_IN_CHECK_S)
+        log.info("desktop relay closed: user %s is no longer signed in", user_pk)
+        await self.close(code=CLOSE_SIGNED_OUT)
+        await self._close_upstream()
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        if self.upstream is None:
+            return
+        data = bytes_data if bytes_data is not None else (text_data or "").encode("latin-1")
+        if not self.handshake.done:
+            try:
+                reply, data = self.handshake.feed(data)
+            except RfbError as error:
+                log.info("desktop relay: %s", error)
+                await self.close()
+                return
+            if reply:
+                await self.send(bytes_data=reply)
+            if self.handshake.done and self.pending:
+                await self.send(bytes_data=self.pending)
+            if not data:
+                return
+        with contextlib.suppress(websockets.ConnectionClosed):
+            await self.upstream.send(data)
+
+    async def disconnect(self, code: int) -> None:
+        for task in self.tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+        await self._close_upstream()
+
+    async def _close_upstream(self) -> None:
+        if self.upstream is not None:
+            await self.upstream.close()
