@@ -99,8 +99,19 @@ class CampusCASBackend(CASBackend):
         client.session = _TimeoutSession()
         try:
             cas_user, attributes, _pgtiou = client.verify_ticket(ticket)
-        except (requests.RequestException, ParseError, IndexError, ValueError) as error:
-            logger.warning("CAS ticket validation failed: %s", error.__class__.__name__)
+        except (
+            requests.RequestException,
+            ParseError,
+            IndexError,
+            AttributeError,
+            ValueError,
+        ) as error:
+            # The class only: the message of a request error holds the URL, ticket and all.
+            logger.warning(
+                "CAS ticket validation at %s failed: %s",
+                client.server_url,
+                error.__class__.__name__,
+            )
             raise _refuse(
                 request,
                 _("The campus CAS could not be reached to confirm your sign-in. Try again."),
