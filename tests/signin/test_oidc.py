@@ -11,6 +11,7 @@ import environ
 import pytest
 import requests
 from django.conf import settings
+from django.contrib.auth import authenticate
 from django.contrib.auth.models import User
 from django.test import RequestFactory, override_settings
 from django.urls import path
@@ -220,6 +221,27 @@ def test_an_unreachable_provider_is_a_refusal_not_an_error(db, oidc_settings):
         pytest.raises(SigninRefused, match="could not be reached"),
     ):
         oidc.CampusOIDCBackend().authenticate(request, nonce="n", code_verifier="v" * 64)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="django-axes counts failed campus sign-ins (no user name) against the address alone: "
+    "AXES_FAILURE_LIMIT of them lock single sign-on out for everyone behind it (portal/lockout.py)",
+)
+def test_failed_sign_ins_do_not_lock_single_sign_on_out_for_an_address(db, oidc_settings):
+    backends = [
+        "portal.lockout.LockoutBackend",
+        "portal.signin.oidc.CampusOIDCBackend",
+        "django.contrib.auth.backends.ModelBackend",
+    ]
+    refusals = []
+    with override_settings(AUTHENTICATION_BACKENDS=backends):
+        for _attempt in range(settings.AXES_FAILURE_LIMIT + 1):
+            request = RequestFactory().get("/oidc/callback/", {"code": "forged", "state": "s"})
+            assert authenticate(request=request, nonce="n", code_verifier="v" * 64) is None
+            refusals.append(getattr(request, "signin_oidc_refusal", ""))
+    # Each one was judged by the provider's answer, none refused for the address.
+    assert all("did not confirm" in refusal for refusal in refusals), refusals
 
 
 # --- through a real portal process ------------------------------------------------------
