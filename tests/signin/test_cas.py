@@ -12,6 +12,7 @@ import pytest
 import requests
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import connections
 from django.test import RequestFactory, override_settings
 
 from portal.models import Member, Role
@@ -271,8 +272,11 @@ def test_a_student_signs_in_through_cas_and_logging_out_ends_the_cas_session(
         page.click("#login_form button[type=submit]")
     assert page.locator("header nav").inner_text().startswith("cas-student"), page.content()
 
-    user = User.objects.get(username="cas-student")
-    member = Member.objects.get(user=user)
+    try:  # Playwright's event loop runs in this thread: the ORM gets a connection of its own
+        user = User.objects.get(username="cas-student")
+        member = Member.objects.get(user=user)
+    finally:
+        connections.close_all()
     assert (member.role, member.department) == (Role.STUDENT, "Physics")
     assert (user.email, user.is_staff, user.has_usable_password()) == (
         "student@campus.test",
