@@ -13,6 +13,7 @@ import requests
 from django.conf import settings
 from django.contrib.auth import authenticate
 from django.contrib.auth.models import User
+from django.db import connections
 from django.test import RequestFactory, override_settings
 from django.urls import path
 
@@ -318,8 +319,11 @@ def test_a_student_signs_in_with_single_sign_on_and_logging_out_ends_the_provide
         page.click("#idp-login button[type=submit]")
     assert page.locator("header nav").inner_text().startswith("oidc-student"), page.content()
 
-    user = User.objects.get(username="oidc-student")
-    member = Member.objects.get(user=user)
+    try:  # Playwright's event loop runs in this thread: the ORM gets a connection of its own
+        user = User.objects.get(username="oidc-student")
+        member = Member.objects.get(user=user)
+    finally:
+        connections.close_all()
     assert (member.role, member.department) == (Role.STUDENT, "Physics")
     assert (user.email, user.is_staff, user.has_usable_password()) == (
         "student@campus.test",
