@@ -32,6 +32,8 @@ NAME_MAX = 100
 # last_used_at is written at most this often per token (a busy script must not write a row
 # on every request).
 LAST_USED_STEP = timedelta(minutes=1)
+# Larger ids name no row (and would overflow the database's bigint).
+MAX_ID = 2**63 - 1
 
 
 class TokenRefused(Exception):
@@ -44,9 +46,7 @@ class Ended:
     tokens: int
 
 
-def issue_token(
-    user: User, name: str = "", now: datetime | None = None
-) -> tuple[ApiToken, str]:
+def issue_token(user: User, name: str = "", now: datetime | None = None) -> tuple[ApiToken, str]:
     """A new token for ``user``: the row and the plain token, which is not kept anywhere."""
     now = now or timezone.now()
     plain = TOKEN_PREFIX + secrets.token_urlsafe(30)
@@ -89,6 +89,8 @@ def tokens_of(user: User, now: datetime | None = None) -> ApiTokenQuerySet:
 
 def revoke_own(user: User, token_id: int) -> bool:
     """Revoke one of the person's own live tokens; False when they have none by that id."""
+    if not 0 < token_id <= MAX_ID:
+        return False
     return ApiToken.objects.filter(user=user, pk=token_id).live().revoke() == 1
 
 

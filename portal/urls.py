@@ -25,6 +25,7 @@ urlpatterns = [
     path("desktop/<int:session_id>/", never_cache(student_views.desktop), name="desktop"),
     path("history/", student_views.history, name="history"),
     path("account/", views.account, name="account"),
+    path("account/tokens/", include("portal.token_urls")),
     path("courses/", include("portal.course_urls")),
     path("console/", include("portal.console_urls")),
     path("courses/<slug:code>/", include("portal.booking_urls")),

@@ -252,3 +252,21 @@ def test_admin_ends_every_session_of_a_person(owner, stranger, admin_user):
     event = AuditEvent.objects.get(kind=AuditKind.SESSIONS_ENDED)
     assert event.actor == "user:root"
     assert event.data == {"username": "ada", "sessions": 2, "tokens": 1}
+
+
+def test_the_account_page_lists_makes_and_revokes_own_tokens(owner, stranger):
+    theirs, _ = issue_token(stranger, "not mine")
+    client = Client()
+    client.force_login(owner)
+    assert 'id="api-tokens-link"' in client.get("/account/").content.decode()
+    made = client.post("/account/tokens/", {"name": "thesis scripts"})
+    assert made.status_code == 200
+    page = made.content.decode()
+    plain = page.split('<code id="issued-token">')[1].split("</code>")[0]
+    assert plain.startswith("dpa_") and "thesis scripts" in page and "not mine" not in page
+    token = ApiToken.objects.get(user=owner)
+    assert plain not in client.get("/account/tokens/").content.decode()  # shown once
+    assert client.post(f"/account/tokens/{theirs.pk}/revoke/").status_code == 404
+    assert client.post(f"/account/tokens/{token.pk}/revoke/").status_code == 302
+    assert token_client(plain).get(TOKENS).status_code == 401
+    assert "thesis scripts" not in client.get("/account/tokens/").content.decode()
