@@ -45,6 +45,7 @@ FIREWALL_CHAIN = "DESKPOOL-DESKTOPS"
 # Inside the container: no IPv6 at all (the engine's ICC rule is IPv4 only).
 DESKTOP_SYSCTLS = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
 _IPTABLES_TIMEOUT_S = 20
+_network_lock = threading.Lock()
 _firewall_lock = threading.Lock()
 _firewall_ready = False
 
@@ -70,10 +71,11 @@ def ensure_network(client: docker.DockerClient, node_name: str) -> str:
     """The node's desktop network (created when missing) with the host firewall in place;
     returns its name, for ``containers.create(network=...)``."""
     name = network_name(node_name)
-    try:
-        network: Network = client.networks.get(name)
-    except NotFound:
-        network = _create(client, name, node_name)
+    with _network_lock:  # desktops start in parallel threads: one creates, the rest find
+        try:
+            network: Network = client.networks.get(name)
+        except NotFound:
+            network = _create(client, name, node_name)
     options = network.attrs.get("Options") or {}
     if options.get("com.docker.network.bridge.enable_icc") != "false":
         # Someone else made a network of this name: desktops must not join it.
@@ -91,10 +93,14 @@ def _create(client: docker.DockerClient, name: str, node_name: str) -> Network:
             labels={LABEL_MANAGED: "true", LABEL_NODE: node_name},
             check_duplicate=True,
         )
-    except APIError as error:
-        if error.status_code != 409:  # another start of this node created it meanwhile
-            raise
-        return client.networks.get(name)
+    except APIError:
+        # Another agent process of this node (a restart overlapping) created it meanwhile;
+        # the engine says so in several ways (409, or "same bridge name"). Else: the error.
+        try:
+            return client.networks.get(name)
+        except NotFound:
+            pass
+        raise
 
 
 def remove_networks(client: docker.DockerClient, node_name: str) -> None:
