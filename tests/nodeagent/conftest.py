@@ -69,7 +69,10 @@ def node_name(docker_client) -> Iterator[str]:  # type: ignore[no-untyped-def]
         container.remove(force=True)
     for volume in docker_client.volumes.list(filters={"label": labels}):
         volume.remove(force=True)
-    remove_networks(docker_client, name)  # the node's sealed desktop network
+    # The node's sealed desktop network, and those of nodes named after it ("<name>-b").
+    for network in docker_client.networks.list(filters={"label": f"{LABEL_MANAGED}=true"}):
+        if network.attrs.get("Labels", {}).get(LABEL_NODE, "").startswith(name):
+            remove_networks(docker_client, network.attrs["Labels"][LABEL_NODE])
 
 
 @pytest.fixture
