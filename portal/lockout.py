@@ -54,6 +54,12 @@ def username_of(request: HttpRequest, credentials: dict[str, Any] | None) -> str
     return name.strip().casefold() if isinstance(name, str) else None
 
 
+def without_a_user_name(request: HttpRequest, credentials: dict[str, Any] | None) -> bool:
+    """OIDC and CAS sign-ins (a code or a ticket, no user name): not counted here, or one
+    address's stale callbacks would lock out everyone behind it; the IdP throttles them."""
+    return not username_of(request, credentials)
+
+
 def lockout_message(cool_off: timedelta) -> str:
     minutes = max(1, math.ceil(cool_off.total_seconds() / 60))
     until = time_format(timezone.localtime(timezone.now() + cool_off), "TIME_FORMAT")

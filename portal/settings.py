@@ -172,6 +172,8 @@ if AXES_FAILURE_LIMIT < 1 or AXES_COOLOFF_TIME <= 0:
     )
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_USERNAME_CALLABLE = "portal.lockout.username_of"
+# OIDC and CAS sign-ins carry no user name here: the identity provider throttles those.
+AXES_WHITELIST_CALLABLE = "portal.lockout.without_a_user_name"
 AXES_CLIENT_IP_CALLABLE = "portal.middleware.client_address_of"
 AXES_LOCKOUT_CALLABLE = "portal.lockout.lockout_response"
 AXES_RESET_ON_SUCCESS = True

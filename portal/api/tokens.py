@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from django.contrib.auth import authenticate
 from django.utils.translation import gettext as _
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import permissions, serializers, status
 from rest_framework.authentication import SessionAuthentication
@@ -62,6 +63,10 @@ LOCKED = OpenApiResponse(
     description="Too many failed sign-ins with this user name from this address: try again "
     "after retry_after seconds (also in the Retry-After header).",
 )
+FIELD_ERRORS = OpenApiResponse(
+    OpenApiTypes.OBJECT,
+    description="The request was refused: each field's errors, or non_field_errors, as lists.",
+)
 REFUSED = OpenApiResponse(
     DETAIL, description="No token, or an unknown, revoked or expired one (the detail says)."
 )
@@ -82,7 +87,11 @@ class ObtainTokenView(APIView):
         request=ObtainTokenSerializer,
         responses={
             200: IssuedTokenSerializer,
-            400: OpenApiResponse(description="Missing fields, or a wrong user name or password."),
+            400: OpenApiResponse(
+                OpenApiTypes.OBJECT,
+                description="Missing fields (each field's errors), or a wrong user name or "
+                "password (non_field_errors).",
+            ),
             429: LOCKED,
         },
         auth=[],
@@ -117,7 +126,7 @@ class TokenListView(APIView):
     @extend_schema(
         summary="A new API token, from a signed-in browser (campus sign-in has no password)",
         request=NameSerializer,
-        responses={201: IssuedTokenSerializer, 400: DETAIL, 401: REFUSED, 403: DETAIL},
+        responses={201: IssuedTokenSerializer, 400: FIELD_ERRORS, 401: REFUSED, 403: DETAIL},
     )
     def post(self, request: Request) -> Response:
         if not isinstance(request.successful_authenticator, SessionAuthentication):

@@ -9,7 +9,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth import SESSION_KEY
+from axes.models import AccessAttempt
+from django.contrib.auth import SESSION_KEY, authenticate
 from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -270,3 +271,13 @@ def test_the_account_page_lists_makes_and_revokes_own_tokens(owner, stranger):
     assert client.post(f"/account/tokens/{token.pk}/revoke/").status_code == 302
     assert token_client(plain).get(TOKENS).status_code == 401
     assert "thesis scripts" not in client.get("/account/tokens/").content.decode()
+
+
+def test_sign_ins_without_a_user_name_are_left_to_the_identity_provider(owner, rf):
+    """An OIDC or CAS callback (a code or ticket, no user name) that fails is not counted:
+    failed callbacks from one address must not lock out everyone behind it."""
+    for _ in range(LIMIT + 1):
+        assert authenticate(rf.get("/oidc/callback/", REMOTE_ADDR="10.1.1.1"), nonce="x") is None
+    assert not AccessAttempt.objects.exists()
+    assert fail(browser(), LOGIN).status_code == 200
+    assert AccessAttempt.objects.get().username == "ada"
