@@ -13,9 +13,9 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 http_application = get_asgi_application()
 if settings.SERVE_STATIC:
-    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+    from .input_limits import StaticFiles  # a path out of the static folders is a 404
 
-    http_application = ASGIStaticFilesHandler(http_application)
+    http_application = StaticFiles(http_application)
 
 from scheduling import agent_wait  # noqa: E402
 

@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from scheduling.form_fields import AsciiIntegerField
 from scheduling.models import Booking, DesktopProfile
 from scheduling.services import ServiceError
 from scheduling.services.booking_series import SeriesPlan, check_series
@@ -85,7 +86,7 @@ class BookingForm(_ServiceForm):
     profile = ProfileField(
         queryset=DesktopProfile.objects.filter(active=True), label=gettext_lazy("Desktop")
     )
-    seats = forms.IntegerField(label=gettext_lazy("Seats"), min_value=1, max_value=MAX_SEATS)
+    seats = AsciiIntegerField(label=gettext_lazy("Seats"), min_value=1, max_value=MAX_SEATS)
     repeat = forms.ChoiceField(
         label=gettext_lazy("Repeat"),
         choices=[("once", gettext_lazy("Once")), ("weekly", gettext_lazy("Every week"))],
@@ -151,7 +152,7 @@ class BookingEditForm(_ServiceForm):
     profile = ProfileField(
         queryset=DesktopProfile.objects.filter(active=True), label=gettext_lazy("Desktop")
     )
-    seats = forms.IntegerField(label=gettext_lazy("Seats"), min_value=1, max_value=MAX_SEATS)
+    seats = AsciiIntegerField(label=gettext_lazy("Seats"), min_value=1, max_value=MAX_SEATS)
     day = forms.DateField(
         label=gettext_lazy("Date"), widget=forms.DateInput(attrs={"type": "date"})
     )

@@ -10,6 +10,7 @@ from django.utils import timezone, translation
 from scheduling.events import course_group
 from scheduling.services.classroom import class_sessions
 
+from .input_limits import ListenOnly
 from .preferences import handshake_language, saved_preferences
 from .teaching import CourseRole, role_by_code
 
@@ -24,10 +25,10 @@ def render_class_row(role: CourseRole, session_id: int) -> str:
     return render_to_string("courses/_class_row.html", context)
 
 
-class ClassConsumer(AsyncJsonWebsocketConsumer):
+class ClassConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
     """Sends ``class.row`` messages (the row's HTML, rendered in the listener's language and
     time zone) for every session update of the course; teachers and TAs with
-    ``view_live_class`` only."""
+    ``view_live_class`` only; what a client sends is dropped (``ListenOnly``)."""
 
     group: str | None = None
 

@@ -12,6 +12,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from scheduling.choices import AuditKind
+from scheduling.form_fields import AsciiFloatField, AsciiIntegerField
 from scheduling.models import AlertRule
 from scheduling.models.alerts import Metric, Scope
 from scheduling.services import ServiceError
@@ -34,19 +35,19 @@ class AlertRuleForm(forms.Form):
     name = forms.CharField(label=_("Name"), max_length=100, required=False)
     metric = forms.ChoiceField(label=_("Metric"), choices=Metric.choices)
     scope = forms.ChoiceField(label=_("Scope"), choices=Scope.choices)
-    warning = forms.FloatField(
+    warning = AsciiFloatField(
         label=_("Warning level"), required=False, error_messages=NUMBER_ERRORS
     )
-    critical = forms.FloatField(
+    critical = AsciiFloatField(
         label=_("Critical level"), required=False, error_messages=NUMBER_ERRORS
     )
-    recovery = forms.FloatField(
+    recovery = AsciiFloatField(
         label=_("Recovers below"),
         required=False,
         error_messages=NUMBER_ERRORS,
         help_text=_("Blank: a person resolves the alert."),
     )
-    sustained_minutes = forms.IntegerField(
+    sustained_minutes = AsciiIntegerField(
         label=_("Sustained for (minutes)"),
         min_value=0,
         max_value=MAX_SUSTAINED_MINUTES,
@@ -144,13 +145,13 @@ class AuditSearchForm(forms.Form):
     until = forms.DateField(
         label=_("To"), required=False, widget=_date_input(), error_messages=DATE_ERRORS
     )
-    session = forms.IntegerField(
+    session = AsciiIntegerField(
         label=_("Session id"),
         required=False,
         min_value=1,
         error_messages={"invalid": _("Enter a session's number, such as 42.")},
     )
-    node = forms.IntegerField(
+    node = AsciiIntegerField(
         label=_("Node id"),
         required=False,
         min_value=1,

@@ -12,6 +12,7 @@ from django import forms
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from scheduling.form_fields import AsciiIntegerField
 from scheduling.models import Node
 from scheduling.services.drain import check_drain, check_node_reason
 from scheduling.services.nodes import check_join_token
@@ -94,7 +95,7 @@ class JoinTokenForm(CheckedForm):
     any_host = forms.BooleanField(
         label=_("Any host: let any node join with this token"), required=False
     )
-    hours = forms.IntegerField(
+    hours = AsciiIntegerField(
         label=_("Valid for (hours)"),
         initial=24,
         error_messages={

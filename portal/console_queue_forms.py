@@ -10,6 +10,7 @@ from django.contrib.auth.models import User
 from django.utils.translation import gettext_lazy as _
 
 from scheduling.choices import SliceKind
+from scheduling.form_fields import AsciiFloatField, AsciiIntegerField
 from scheduling.models import DesktopProfile, Quota, Session
 from scheduling.models.policy import QuotaScope
 from scheduling.services.catalogue_changes import (
@@ -62,14 +63,12 @@ class QuotaForm(CheckedForm):
         help_text=_("A username, a course code or a department; * for everyone else."),
         error_messages={"required": _("Say who the quota is for, or * for everyone else.")},
     )
-    max_sessions = _optional_number(
-        forms.IntegerField, _("Desktops at once"), _("Empty: no limit.")
-    )
+    max_sessions = _optional_number(AsciiIntegerField, _("Desktops at once"), _("Empty: no limit."))
     max_gpu_hours_week = _optional_number(
-        forms.FloatField, _("GPU-hours over 7 days"), _("Empty: no limit.")
+        AsciiFloatField, _("GPU-hours over 7 days"), _("Empty: no limit.")
     )
     max_slice_memory_mb = _optional_number(
-        forms.IntegerField, _("Largest slice (MB of GPU memory)"), _("Empty: no limit.")
+        AsciiIntegerField, _("Largest slice (MB of GPU memory)"), _("Empty: no limit.")
     )
 
     change: QuotaChange | None = None
@@ -111,12 +110,12 @@ class ProfileForm(CheckedForm):
         required=False,
         help_text=_("For example registry.example.edu/desktops/painting:1.4"),
     )
-    cpus = forms.FloatField(label=_("CPUs"), initial=2.0)
-    memory_mb = forms.IntegerField(label=_("Memory (MB)"), initial=4096)
-    gpu_count = forms.IntegerField(
+    cpus = AsciiFloatField(label=_("CPUs"), initial=2.0)
+    memory_mb = AsciiIntegerField(label=_("Memory (MB)"), initial=4096)
+    gpu_count = AsciiIntegerField(
         label=_("GPUs"), initial=1, help_text=_("0 for a CPU-only desktop.")
     )
-    gpu_memory_min_mb = forms.IntegerField(
+    gpu_memory_min_mb = AsciiIntegerField(
         label=_("GPU memory at least (MB)"), initial=0, help_text=_("0 for a CPU-only desktop.")
     )
     allowed_kinds = forms.MultipleChoiceField(
@@ -131,7 +130,7 @@ class ProfileForm(CheckedForm):
         required=False,
         help_text=_("Empty: any model."),
     )
-    max_duration_minutes = forms.IntegerField(label=_("Longest session (minutes)"), initial=240)
+    max_duration_minutes = AsciiIntegerField(label=_("Longest session (minutes)"), initial=240)
     active = forms.BooleanField(label=_("Offered to users"), required=False, initial=True)
 
     change: ProfileChange | None = None

@@ -9,6 +9,7 @@ from django import forms
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from scheduling.form_fields import AsciiFloatField, AsciiIntegerField
 from scheduling.models import DesktopProfile
 from scheduling.services import ServiceError
 
@@ -107,13 +108,13 @@ class CourseSettingsForm(_ServiceForm):
         empty_label=_("none"),
         help_text=_("Offered first to the course's students; Start all uses it."),
     )
-    max_sessions = forms.IntegerField(
+    max_sessions = AsciiIntegerField(
         label=_("Desktops at once (whole course)"),
         required=False,
         min_value=0,
         help_text=_("Empty: no course limit."),
     )
-    max_gpu_hours_week = forms.FloatField(
+    max_gpu_hours_week = AsciiFloatField(
         label=_("GPU-hours per 7 days (whole course)"),
         required=False,
         min_value=0,

@@ -8,6 +8,7 @@ from django import forms
 from django.contrib.auth.models import User
 from django.utils.translation import gettext_lazy as _
 
+from scheduling.form_fields import AsciiIntegerField
 from scheduling.services import ServiceError
 from scheduling.services.sessions import SubmitRequest, check_submit
 
@@ -31,7 +32,7 @@ class SessionRequestForm(forms.Form):
     use (``eligibility``), the service decides.
     """
 
-    profile = forms.IntegerField(
+    profile = AsciiIntegerField(
         error_messages={
             "required": _("Pick a desktop profile."),
             "invalid": _("Pick a desktop profile from the list."),

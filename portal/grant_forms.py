@@ -8,6 +8,7 @@ from django import forms
 from django.contrib.auth.models import User
 from django.utils.translation import gettext_lazy as _
 
+from scheduling.form_fields import AsciiFloatField
 from scheduling.services.eligibility import eligible_courses
 from scheduling.services.grants import GrantRequest, check_grant
 from scheduling.services.quota_requests import (
@@ -60,7 +61,7 @@ class QuotaAskForm(_ServiceCheckedForm):
     course = forms.ChoiceField(
         label=_("Course"), error_messages={"required": _("Pick one of your courses.")}
     )
-    hours = forms.FloatField(
+    hours = AsciiFloatField(
         label=_("Extra GPU-hours"),
         min_value=0.1,
         error_messages={
@@ -95,7 +96,7 @@ class QuotaAnswerForm(_ServiceCheckedForm):
         choices=[(GRANT, _("Grant")), (REFUSE, _("Refuse"))],
         error_messages={"required": _("Choose to grant or to refuse the request.")},
     )
-    hours = forms.FloatField(
+    hours = AsciiFloatField(
         label=_("GPU-hours to grant"),
         required=False,
         min_value=0.1,

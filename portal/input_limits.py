@@ -1,0 +1,98 @@
+"""Bad input is answered with a clear 400 or 404 before it can raise (docs/security.md,
+"Bad input"): what this module bounds, each at the layer every request passes through.
+
+- :class:`JsonDepthLimit` (middleware): a JSON body nested deeper than
+  :data:`MAX_JSON_DEPTH` levels is a 400 before any view or parser sees it; Python's ``json``
+  would otherwise recurse until a RecursionError (a 500). Every JSON endpoint of the portal
+  is behind it: the user API, the token endpoint, the agent API. The agents' long-poll
+  (``scheduling.agent_wait``) parses with pydantic, which refuses deep nesting itself (400).
+- :class:`StaticFiles`: a path under ``/static/`` that leaves the static folders
+  (``..``, encoded or not) or holds a NUL is a 404, not a SuspiciousFileOperation (a 500 and
+  a traceback under daphne).
+- :class:`ListenOnly` (WebSocket consumers): the live-update sockets only send; a frame a
+  client sends (text, binary, invalid or huge) is dropped without being decoded.
+
+Ids and numbers are bounded where they are read: ``scheduling.form_fields`` for forms (ASCII
+digits, within the database's integer range), the serializers and ``scheduling.api_errors``
+for the APIs.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+from django.core.exceptions import RequestDataTooBig, SuspiciousFileOperation
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
+from django.utils.translation import gettext as _
+
+log = logging.getLogger(__name__)
+
+MAX_JSON_DEPTH = 32  # the deepest body any endpoint takes nests 5 levels
+
+# A JSON string (its brackets do not count), or one bracket.
+_JSON_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+_OPENING = frozenset(b"[{")
+
+
+def json_depth_over(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``body`` nests arrays and objects deeper than ``limit``, read without parsing
+    it (no recursion, stops at the first level over the limit)."""
+    depth = 0
+    for token in _JSON_TOKENS.finditer(body):
+        first = token.group()[0]
+        if first in _OPENING:
+            depth += 1
+            if depth > limit:
+                return True
+        elif first != ord('"'):
+            depth -= 1
+    return False
+
+
+def is_json(request: HttpRequest) -> bool:
+    content_type = request.content_type or ""
+    return content_type == "application/json" or content_type.endswith("+json")
+
+
+class JsonDepthLimit:
+    """400 for a JSON body nested too deep; 413 for one over DATA_UPLOAD_MAX_MEMORY_SIZE."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if is_json(request):
+            try:
+                body = request.body
+            except RequestDataTooBig:
+                detail = _("The request body is too large.")
+                return JsonResponse({"detail": detail}, status=413)
+            if json_depth_over(body):
+                detail = _("The JSON body is nested deeper than %(limit)s levels.") % {
+                    "limit": MAX_JSON_DEPTH
+                }
+                return JsonResponse({"detail": detail}, status=400)
+        return self.get_response(request)
+
+
+class StaticFiles(ASGIStaticFilesHandler):
+    """Django's static files handler, with a path that is not a static file a 404."""
+
+    def serve(self, request: HttpRequest) -> HttpResponse | FileResponse:
+        try:
+            return super().serve(request)
+        except (SuspiciousFileOperation, ValueError):  # ``..`` out of the folder; a NUL
+            raise Http404(_("No such file.")) from None
+
+
+class ListenOnly:
+    """Mixed into a consumer that only sends: what a client sends is dropped undecoded (a
+    JSON consumer would raise on text that is not JSON, and on any binary frame)."""
+
+    async def receive(self, text_data: Any = None, bytes_data: Any = None, **kwargs: Any) -> None:
+        size = len(text_data or bytes_data or "")
+        log.debug("dropped a %d-character frame on a listen-only socket", size)
