@@ -224,11 +224,6 @@ def test_an_unreachable_provider_is_a_refusal_not_an_error(db, oidc_settings):
         oidc.CampusOIDCBackend().authenticate(request, nonce="n", code_verifier="v" * 64)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="django-axes counts failed campus sign-ins (no user name) against the address alone: "
-    "AXES_FAILURE_LIMIT of them lock single sign-on out for everyone behind it (portal/lockout.py)",
-)
 def test_failed_sign_ins_do_not_lock_single_sign_on_out_for_an_address(db, oidc_settings):
     backends = [
         "portal.lockout.LockoutBackend",
