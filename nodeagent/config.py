@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 from collections.abc import Mapping
@@ -40,6 +41,9 @@ class AgentConfig:
     stop_grace_s: float = 10.0
     ready_timeout_s: float = 60.0
     start_workers: int = 10
+    # Addresses or CIDR networks elsewhere that desktops must not reach (the management
+    # network); the portal's own addresses are always added (docs/security.md).
+    desktop_blocked_networks: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AgentConfig:
@@ -65,6 +69,8 @@ class AgentConfig:
             values["poll_interval_s"] = _positive_float("DESKPOOL_POLL_INTERVAL", interval)
         if labels := env.get("DESKPOOL_LABELS"):
             values["labels"] = parse_labels(labels)
+        if blocked := env.get("DESKPOOL_DESKTOP_BLOCKED_NETWORKS"):
+            values["desktop_blocked_networks"] = parse_networks(blocked)
         return replace(config, **values)  # type: ignore[arg-type]
 
     def credential_file(self) -> Path:
@@ -95,6 +101,19 @@ def parse_labels(value: str) -> dict[str, str]:
             raise ConfigError(f"DESKPOOL_LABELS entries look like key=value, not {item!r}")
         labels[key.strip()] = label.strip()
     return labels
+
+
+def parse_networks(value: str) -> tuple[str, ...]:
+    """Parse ``10.20.0.0/24,10.30.0.5`` into CIDR networks."""
+    networks = []
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        try:
+            networks.append(str(ipaddress.ip_network(item, strict=False)))
+        except ValueError:
+            raise ConfigError(
+                f"DESKPOOL_DESKTOP_BLOCKED_NETWORKS entries are addresses or networks, not {item!r}"
+            ) from None
+    return tuple(networks)
 
 
 def _positive_float(name: str, value: str) -> float:

@@ -26,10 +26,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import ipaddress
 import logging
 import shutil
+import socket
 import subprocess
 import threading
+from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 import docker
 from docker.errors import APIError, NotFound
@@ -42,12 +46,13 @@ logger = logging.getLogger(__name__)
 
 BRIDGE_PREFIX = "dpd"  # every desktop bridge's interface name starts with it
 FIREWALL_CHAIN = "DESKPOOL-DESKTOPS"
+FORWARD_CHAIN = "DESKPOOL-DESKTOPS-OUT"
 # Inside the container: no IPv6 at all (the engine's ICC rule is IPv4 only).
 DESKTOP_SYSCTLS = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
 _IPTABLES_TIMEOUT_S = 20
 _network_lock = threading.Lock()
 _firewall_lock = threading.Lock()
-_firewall_ready = False
+_firewall_ready: tuple[str, ...] | None = None  # the blocked networks installed
 
 
 def network_name(node_name: str) -> str:
@@ -67,9 +72,10 @@ def network_options(network: str) -> dict[str, str]:
     }
 
 
-def ensure_network(client: docker.DockerClient, node_name: str) -> str:
-    """The node's desktop network (created when missing) with the host firewall in place;
-    returns its name, for ``containers.create(network=...)``."""
+def ensure_network(client: docker.DockerClient, node_name: str, blocked: Sequence[str] = ()) -> str:
+    """The node's desktop network (created when missing) with the host firewall in place
+    (``blocked``: networks desktops must not reach, see :func:`ensure_firewall`); returns its
+    name, for ``containers.create(network=...)``."""
     name = network_name(node_name)
     with _network_lock:  # desktops start in parallel threads: one creates, the rest find
         try:
@@ -80,7 +86,7 @@ def ensure_network(client: docker.DockerClient, node_name: str) -> str:
     if options.get("com.docker.network.bridge.enable_icc") != "false":
         # Someone else made a network of this name: desktops must not join it.
         raise StartFailed(f"network {name} exists without enable_icc=false: remove it")
-    ensure_firewall()
+    ensure_firewall(blocked)
     return name
 
 
@@ -123,15 +129,21 @@ def firewall_rules() -> list[list[str]]:
     ]
 
 
-def ensure_firewall() -> bool:
-    """Install the host rules once per agent process; False (and an error in the log)
-    where iptables cannot be used."""
+def ensure_firewall(blocked: Sequence[str] = ()) -> bool:
+    """Install the host rules once per agent process (and again for other ``blocked``
+    networks); False (and an error in the log) where iptables cannot be used.
+
+    ``blocked``: addresses or CIDR networks elsewhere that desktops must not open
+    connections to (the portal's hosts, the management network), enforced where the host
+    forwards desktop traffic (chain ``DESKPOOL-DESKTOPS-OUT`` from ``DOCKER-USER``)."""
     global _firewall_ready
+    wanted = tuple(sorted(set(blocked)))
     with _firewall_lock:
-        if _firewall_ready:
+        if _firewall_ready == wanted:
             return True
         try:
             _install_firewall()
+            _install_blocked(wanted)
         except (OSError, subprocess.SubprocessError) as error:
             logger.error(
                 "cannot install the desktop firewall (iptables, as root): desktops can "
@@ -139,7 +151,7 @@ def ensure_firewall() -> bool:
                 error,
             )
             return False
-        _firewall_ready = True
+        _firewall_ready = wanted
         return True
 
 
@@ -173,3 +185,34 @@ def _iptables(*args: str, check: bool = True) -> subprocess.CompletedProcess[str
     if check and done.returncode != 0:
         raise OSError(f"iptables {' '.join(args)}: {done.stderr.strip()}")
     return done
+
+
+def _install_blocked(blocked: tuple[str, ...]) -> None:
+    """Replies pass, new connections to a blocked network are rejected; rules are only
+    added (agents of one host with other lists add theirs)."""
+    if _iptables("-n", "-L", FORWARD_CHAIN, check=False).returncode != 0:
+        _iptables("-N", FORWARD_CHAIN)
+    replies = ["-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"]
+    if _iptables("-C", FORWARD_CHAIN, *replies, check=False).returncode != 0:
+        _iptables("-I", FORWARD_CHAIN, "1", *replies)
+    for network in blocked:
+        rule = ["-d", network, "-j", "REJECT", "--reject-with", "icmp-port-unreachable"]
+        if _iptables("-C", FORWARD_CHAIN, *rule, check=False).returncode != 0:
+            _iptables("-A", FORWARD_CHAIN, *rule)
+    # DOCKER-USER: dockerd's chain for rules of its users, before its own in FORWARD.
+    jump = ["DOCKER-USER", "-i", f"{BRIDGE_PREFIX}+", "-j", FORWARD_CHAIN]
+    if _iptables("-C", *jump, check=False).returncode != 0:
+        _iptables("-I", *jump)
+
+
+def portal_addresses(portal_url: str) -> list[str]:
+    """The portal's addresses, from its URL, that are not this host's loopback (the host's
+    own addresses are closed to desktops already)."""
+    host = urlsplit(portal_url).hostname or ""
+    try:
+        infos = socket.getaddrinfo(host, None, family=socket.AF_INET, type=socket.SOCK_STREAM)
+    except OSError:
+        logger.warning("cannot resolve the portal's host %r: desktops are not kept from it", host)
+        return []
+    found = {str(info[4][0]) for info in infos}
+    return sorted(a for a in found if not ipaddress.ip_address(a).is_loopback)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +80,10 @@ class DesktopContainers:
         stop_grace_s: float = 10.0,
         ready_timeout_s: float = 60.0,
         readiness: ReadinessCheck = wait_for_desktop,
+        blocked_networks: Sequence[str] = (),
     ) -> None:
         self.client = client
+        self.blocked_networks = tuple(blocked_networks)
         self.node = node_name
         self.sessions_dir = sessions_dir.resolve()
         self.publish_address = publish_address
@@ -223,7 +225,7 @@ class DesktopContainers:
             "security_opt": ["no-new-privileges"],
             "user": DESKTOP_USER,
             "ports": {_PORT_KEY: (self.publish_address, None)},
-            "network": ensure_network(self.client, self.node),
+            "network": ensure_network(self.client, self.node, self.blocked_networks),
             "sysctls": dict(DESKTOP_SYSCTLS),
             "environment": environment,
         }

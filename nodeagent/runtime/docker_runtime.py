@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from nodeagent.protocol import (
 )
 from nodeagent.readiness import wait_for_desktop
 from nodeagent.runtime.base import ManagedContainer, StartFailed, WarmContainer, container_name
+from nodeagent.runtime.desktop_network import portal_addresses
 from nodeagent.runtime.docker_desktops import (
     START_ERRORS,
     DesktopContainers,
@@ -78,6 +80,7 @@ class DockerRuntime:
         stop_grace_s: float = 10.0,
         ready_timeout_s: float = 60.0,
         readiness: ReadinessCheck = wait_for_desktop,
+        blocked_networks: Sequence[str] = (),
     ) -> None:
         self._desktops = DesktopContainers(
             client,
@@ -87,6 +90,7 @@ class DockerRuntime:
             stop_grace_s=stop_grace_s,
             ready_timeout_s=ready_timeout_s,
             readiness=readiness,
+            blocked_networks=blocked_networks,
         )
         self._warm = DockerWarmDesktops(self._desktops)
 
@@ -99,6 +103,11 @@ class DockerRuntime:
             publish_address=config.publish_address,
             stop_grace_s=config.stop_grace_s,
             ready_timeout_s=config.ready_timeout_s,
+            # Desktops reach neither the portal nor the networks the node's admin listed.
+            blocked_networks=(
+                *config.desktop_blocked_networks,
+                *portal_addresses(config.portal_url),
+            ),
         )
 
     @property
