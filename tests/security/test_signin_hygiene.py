@@ -8,17 +8,22 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import httpx
 import pytest
 from axes.models import AccessAttempt
-from django.contrib.auth import SESSION_KEY, authenticate
+from django.conf import settings
+from django.contrib.auth import SESSION_KEY, authenticate, get_user_model
 from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from portal.api_tokens import issue_token
+from portal.api_tokens import Ended, end_every_session, issue_token
 from portal.token_models import ApiToken
 from scheduling.choices import AuditKind
 from scheduling.models import AuditEvent
+
+from ..integration.conftest import database_url
+from ..integration.stack import Stack
 
 pytestmark = pytest.mark.django_db
 
@@ -281,3 +286,52 @@ def test_sign_ins_without_a_user_name_are_left_to_the_identity_provider(owner, r
     assert not AccessAttempt.objects.exists()
     assert fail(browser(), LOGIN).status_code == 200
     assert AccessAttempt.objects.get().username == "ada"
+
+
+# --- through a real portal process --------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_a_real_portal_throttles_by_environment_and_an_admin_ends_every_session(
+    transactional_db, tmp_path
+):
+    if settings.EMBEDDED:
+        pytest.skip("the integration tests need the real Redis: set REDIS_URL")
+    people = get_user_model()
+    people.objects.create_user("ada", password="pw-ada")
+    ben = people.objects.create_user("ben", password="pw-ben")
+    extra = {
+        "DESKPOOL_SIGNIN_FAILURE_LIMIT": "2",
+        "DESKPOOL_SIGNIN_COOLOFF_MINUTES": "1",
+        "DESKPOOL_API_TOKEN_DAYS": "3",
+    }
+    stack = Stack(tmp_path, database_url(), settings.REDIS_URL, extra_env=extra)
+    try:
+        stack.start_portal()
+        with httpx.Client(base_url=stack.url, timeout=10) as client:
+            ada = {"username": "ada", "password": "wrong"}
+            assert client.post(TOKEN, json=ada).status_code == 400
+            locked = client.post(TOKEN, json=ada)
+            assert locked.status_code == 429 and locked.headers["Retry-After"] == "60"
+            assert "Try again in 1 minute, after" in locked.json()["detail"]
+            right = client.post(TOKEN, json={"username": "ada", "password": "pw-ada"})
+            assert right.status_code == 429
+            issued = client.post(TOKEN, json={"username": "ben", "password": "pw-ben"})
+            assert issued.status_code == 200
+            token = ApiToken.objects.get(pk=issued.json()["id"])
+            assert token.expires_at - token.created_at == timedelta(days=3)
+        with httpx.Client(base_url=stack.url, timeout=10) as browser:
+            form = browser.get(LOGIN).text
+            csrf = form.split('name="csrfmiddlewaretoken" value="')[1].split('"')[0]
+            signed = browser.post(
+                LOGIN, data={"username": "ben", "password": "pw-ben", "csrfmiddlewaretoken": csrf}
+            )
+            assert signed.status_code == 302
+            assert browser.get("/").status_code == 200
+            assert end_every_session(ben, "user:root") == Ended(sessions=1, tokens=1)
+            gone = browser.get("/")
+            assert gone.status_code == 302 and gone.headers["Location"].startswith(LOGIN)
+            headers = {"Authorization": "Token " + issued.json()["token"]}
+            assert browser.get(TOKENS, headers=headers).status_code == 401
+    finally:
+        stack.close(None)
