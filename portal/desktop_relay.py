@@ -174,6 +174,8 @@ class DesktopProxyConsumer(AsyncWebsocketConsumer):
     # timeout breaks, dropping the desktop). The sign-in is polled instead.
     channel_layer_alias = None
     upstream: websockets.ClientConnection | None = None
+    handshake: BrowserHandshake | None = None
+    pending = b""  # what the desktop sent past its SecurityResult, for after the handshake
     tasks: tuple[asyncio.Task, ...] = ()
 
     async def connect(self) -> None:
@@ -239,9 +241,12 @@ class DesktopProxyConsumer(AsyncWebsocketConsumer):
         await self._close_upstream()
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
-        if self.upstream is None:
+        if self.upstream is None or self.handshake is None:
             return
-        data = bytes_data if bytes_data is not None else (text_data or "").encode("latin-1")
+        if bytes_data is None:  # RFB travels in binary frames only
+            await self.close()
+            return
+        data = bytes_data
         if not self.handshake.done:
             try:
                 reply, data = self.handshake.feed(data)

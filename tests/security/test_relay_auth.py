@@ -6,7 +6,8 @@ with a real tiny desktop: people sign in through the real login form; the deskto
 the session API carry no password; the relay offers the browser security type None only and
 the desktop's ServerInit arrives; a stranger is refused; a browser asking for VNC
 authentication is closed; logging out closes that sign-in's relay (another sign-in's relay
-still gets frames), and disabling the account closes the other.
+still gets frames), and disabling the account closes the other. Without processes: the
+browser's side of the handshake for each RFB version, and anything but type None refused.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from django.contrib.auth.models import User
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
+from portal.desktop_relay import BrowserHandshake, RfbError
 from scheduling.models import Session
 from scheduling.services.nodes import do_create_join_token
 from tests.conftest import TEST_IMAGE, give_thesis_grant
@@ -32,7 +34,6 @@ from tests.integration.conftest import (  # noqa: F401 - fixtures
 )
 from tests.integration.stack import wait_for, write_fleet
 
-pytestmark = [pytest.mark.integration, pytest.mark.docker]
 RFB_38 = b"RFB 003.008\n"
 SECURITY_NONE, SECURITY_VNC_AUTH = 1, 2
 CLOSE_WAIT_S = 30  # the relay checks its sign-in every 2 s
@@ -108,6 +109,8 @@ def closed_with(connection: ClientConnection) -> int | None:
         return closed.rcvd.code if closed.rcvd else None
 
 
+@pytest.mark.integration
+@pytest.mark.docker
 def test_the_relay_logs_in_for_the_owner_and_ends_with_the_sign_in(
     stack,  # noqa: F811
     owner,
@@ -178,3 +181,35 @@ def check_relays(url: str, relays: ExitStack, browser: httpx.Client, owner, sess
 
     User.objects.filter(pk=owner.pk).update(is_active=False)
     assert closed_with(second.connection) == 4401
+
+
+@pytest.mark.parametrize(
+    ("version", "offer", "result"),
+    [
+        (b"RFB 003.008\n", b"\x01\x01", b"\0\0\0\0"),  # noVNC's version
+        (b"RFB 003.007\n", b"\x01\x01", b""),  # 3.7: no SecurityResult for None
+        (b"RFB 003.889\n", b"\x01\x01", b"\0\0\0\0"),  # newer minor: treated as 3.8
+    ],
+)
+def test_the_browser_is_offered_security_type_none_only(version, offer, result) -> None:
+    handshake = BrowserHandshake()
+    assert handshake.feed(version[:5]) == (b"", b"")  # a version split over frames
+    assert handshake.feed(version[5:]) == (offer, b"")
+    # The choice and the ClientInit in one frame: the ClientInit goes on to the desktop.
+    assert handshake.feed(b"\x01\x01") == (result, b"\x01")
+    assert handshake.done
+
+
+def test_rfb_3_3_gets_type_none_named_by_the_server() -> None:
+    handshake = BrowserHandshake()
+    assert handshake.feed(b"RFB 003.003\n\x01") == (b"\0\0\0\x01", b"\x01")
+    assert handshake.done
+
+
+@pytest.mark.parametrize("frames", [[b"HTTP/1.1 200\n"], [b"RFB 003.008\n", b"\x02"]])
+def test_anything_else_ends_the_handshake(frames) -> None:
+    handshake = BrowserHandshake()
+    with pytest.raises(RfbError):
+        for frame in frames:
+            handshake.feed(frame)
+    assert not handshake.done
