@@ -48,7 +48,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    # API tokens are portal.token_models.ApiToken; DRF's authtoken app is not used.
     "drf_spectacular",
     "guardian",
     "channels",
