@@ -177,6 +177,9 @@ AXES_WHITELIST_CALLABLE = "portal.lockout.without_a_user_name"
 AXES_CLIENT_IP_CALLABLE = "portal.middleware.client_address_of"
 AXES_LOCKOUT_CALLABLE = "portal.lockout.lockout_response"
 AXES_RESET_ON_SUCCESS = True
+# Failures are counted; successful sign-ins are not logged again here (the audit trail is
+# docs/audit.md), so no table grows with every login.
+AXES_DISABLE_ACCESS_LOG = True
 # API tokens (portal/api_tokens.py) expire this many days after they are issued.
 API_TOKEN_DAYS = env.int("DESKPOOL_API_TOKEN_DAYS", default=30)
 if API_TOKEN_DAYS < 1:
