@@ -24,6 +24,8 @@ from scheduling.models import AuditEvent
 
 from ..integration.conftest import database_url
 from ..integration.stack import Stack
+from ..signin.slapd import password_of, slapd  # noqa: F401 - the fixture
+from ..signin.test_ldap import ldap_signin
 
 pytestmark = pytest.mark.django_db
 
@@ -335,3 +337,18 @@ def test_a_real_portal_throttles_by_environment_and_an_admin_ends_every_session(
             assert browser.get(TOKENS, headers=headers).status_code == 401
     finally:
         stack.close(None)
+
+
+def test_ldap_sign_in_on_the_login_page_locks_out_whatever_the_case_of_the_name(slapd, db):  # noqa: F811
+    """A real slapd (tests/signin/slapd.py): the directory ignores case, so does the count."""
+    with ldap_signin(slapd.uri):
+        client = browser()
+        for name in ("lina", "Lina", " LINA")[: LIMIT - 1]:
+            assert fail(client, LOGIN, username=name).status_code == 200
+        assert fail(client, LOGIN, username="LiNa").status_code == 429
+        right = client.post(LOGIN, {"username": "lina", "password": password_of("lina")})
+        assert right.status_code == 429 and not signed_in(client)
+        assert not get_user_model().objects.filter(username="lina").exists()
+        elsewhere = browser("10.9.9.9")
+        right = elsewhere.post(LOGIN, {"username": "lina", "password": password_of("lina")})
+        assert right.status_code == 302 and signed_in(elsewhere)
