@@ -28,6 +28,7 @@ from scheduling.choices import AuditKind
 from scheduling.services.audit import record
 
 API_PREFIX = "/api/"
+SIGNIN_ACTOR = "signin:lockout"
 
 
 class LockoutBackend(AxesStandaloneBackend):
@@ -79,9 +80,10 @@ def _audit(request: HttpRequest, credentials: dict[str, Any] | None) -> None:
     if failures != get_failure_limit(request, credentials):
         return
     name = username_of(request, credentials) or ""
+    # Not "user:<name>": whoever tried that name is not known to be its owner.
     record(
         AuditKind.SIGNIN_LOCKED_OUT,
-        f"user:{name}",
+        SIGNIN_ACTOR,
         data={"username": name, "path": request.path, "failures": failures},
     )
 

@@ -136,8 +136,8 @@ def test_token_endpoint_locks_out_with_429_json(owner):
 def test_a_lockout_is_audited_once(owner):
     fail(browser(), LOGIN, times=LIMIT + 2)
     events = AuditEvent.objects.filter(kind=AuditKind.SIGNIN_LOCKED_OUT)
-    assert [(e.actor, e.data["path"], e.address) for e in events] == [
-        ("user:ada", LOGIN, "10.1.1.1")
+    assert [(e.actor, e.data["username"], e.data["path"], e.address) for e in events] == [
+        ("signin:lockout", "ada", LOGIN, "10.1.1.1")
     ]
 
 
