@@ -22,6 +22,7 @@ BEAT_ENTRIES = [
     ("alert-evaluation", "scheduling.tasks.run_alert_evaluation", "ALERT_EVALUATION_SECONDS"),
     ("audit-retention", "scheduling.tasks.prune_audit", "AUDIT_RETENTION_TASK_SECONDS"),
     ("metric-rollups", "scheduling.tasks.roll_up_metrics", "METRICS_ROLLUP_SECONDS"),
+    ("idle-sweep", "scheduling.tasks.run_idle_sweep", "IDLE_SWEEP_SECONDS"),
 ]
 
 

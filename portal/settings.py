@@ -265,6 +265,8 @@ NODE_LOST_AFTER_S = env.float("DESKPOOL_NODE_LOST_AFTER_S", default=120.0)
 NODE_SWEEP_SECONDS = env.float("DESKPOOL_NODE_SWEEP_SECONDS", default=15.0)
 # Alert rules are evaluated this often (docs/alerts.md).
 ALERT_EVALUATION_SECONDS = env.float("DESKPOOL_ALERT_EVALUATION_SECONDS", default=60.0)
+# The idle policy and the time-limit warnings (docs/lifecycle.md).
+IDLE_SWEEP_SECONDS = env.float("DESKPOOL_IDLE_SWEEP_SECONDS", default=60.0)
 # This many sessions FAILED in a row on one node cordon it until an admin clears it.
 CORDON_AFTER_FAILURES = env.int("DESKPOOL_CORDON_AFTER_FAILURES", default=3)
 # Agents are told, not polling (docs/agent-protocol.md): an agent's wait/ is answered when

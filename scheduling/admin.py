@@ -17,7 +17,9 @@ from .models import (
     Booking,
     DesktopProfile,
     Gpu,
+    IdlePolicy,
     JoinToken,
+    LifecycleNotices,
     Node,
     PoolPolicy,
     Quota,
@@ -152,6 +154,20 @@ class SessionAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request) -> bool:
         return False  # sessions are created through the services, never by hand
+
+
+@admin.register(IdlePolicy)
+class IdlePolicyAdmin(AuditedAdmin):
+    """The idle policy per profile and purpose (docs/lifecycle.md); audited like the pool's."""
+
+    list_display = ["__str__", "enabled", "warn_after", "suspend_after", "end_after"]
+    list_filter = ["enabled", "purpose"]
+
+
+@admin.register(LifecycleNotices)
+class LifecycleNoticesAdmin(admin.ModelAdmin):
+    list_display = ["user", "email_warnings"]
+    search_fields = ["user__username"]
 
 
 @admin.register(WarmDesktop)

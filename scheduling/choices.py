@@ -19,6 +19,9 @@ class SessionState(models.TextChoices):
     EXPIRED = "EXPIRED", _("Expired")
     CANCELLED = "CANCELLED", _("Cancelled")
     LOST = "LOST", _("Lost")
+    # Idle for too long (docs/lifecycle.md): the desktop stopped and the slice was released,
+    # the home is kept; the person may resume it (back to the queue with its age kept).
+    SUSPENDED = "SUSPENDED", _("Suspended")
 
 
 TERMINAL_STATES = frozenset(
@@ -40,6 +43,16 @@ WAITING_STATES = frozenset({SessionState.QUEUED, SessionState.PREEMPTED})
 NODE_BOUND_STATES = ON_NODE_STATES | {SessionState.STOPPING, SessionState.PREEMPTING}
 # States in which the person may open the desktop (PREEMPTING: until its grace ends).
 OPENABLE_STATES = frozenset({SessionState.RUNNING, SessionState.PREEMPTING})
+
+
+class IdleState(models.TextChoices):
+    """Where a session stands with the idle policy (``scheduling.idle_rules``)."""
+
+    ACTIVE = "active", _("Active")
+    IDLE = "idle", _("Idle")
+    WARNED = "warned", _("Warned")
+    SUSPENDED = "suspended", _("Suspended")
+    ENDED = "ended", _("Ended")
 
 
 class Purpose(models.TextChoices):
@@ -103,3 +116,4 @@ class AuditKind(models.TextChoices):
     # failures; an admin ended every login session and API token of a person
     SIGNIN_LOCKED_OUT = "signin.locked_out"
     SESSIONS_ENDED = "signin.sessions_ended"
+    SESSION_EXTENDED = "session.extended"  # its time limit moved by the profile's step

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal, TypedDict
 
 from channels.layers import get_channel_layer
@@ -22,7 +22,7 @@ from django.urls import reverse
 from rest_framework.fields import DateTimeField
 
 from . import engine
-from .choices import OPENABLE_STATES, TERMINAL_STATES
+from .choices import OPENABLE_STATES
 from .layer_sender import sender
 from .models import Alert, Session
 from .models.policy import QuotaRequest
@@ -31,6 +31,11 @@ from .presenters import render, stored
 log = logging.getLogger(__name__)
 
 ADMIN_GROUP = "pool-admins"
+
+
+class IdlePayload(TypedDict):
+    state: str  # active | idle | warned | suspended | ended
+    since: str | None  # when it changed
 
 
 class SessionPayload(TypedDict):
@@ -54,7 +59,8 @@ class SessionPayload(TypedDict):
     created_at: str
     started_at: str | None
     ended_at: str | None
-    ends_at: str | None  # the time limit: started_at + the profile's max duration
+    ends_at: str | None  # the time limit: started_at + the profile's max duration + extensions
+    idle: IdlePayload  # the idle policy's verdict (docs/lifecycle.md)
 
 
 class SessionUpdate(TypedDict):
@@ -174,15 +180,9 @@ def session_payload(session: Session) -> SessionPayload:
         created_at=_TIME.to_representation(session.created_at),
         started_at=_time(session.started_at),
         ended_at=_time(session.ended_at),
-        ends_at=_time(_ends_at(session)),
+        ends_at=_time(session.ends_at),
+        idle=IdlePayload(state=session.idle_state, since=_time(session.idle_since)),
     )
-
-
-def _ends_at(session: Session) -> datetime | None:
-    """When the session reaches its profile's time limit (None before it starts or after)."""
-    if session.started_at is None or session.state in TERMINAL_STATES:
-        return None
-    return session.started_at + timedelta(minutes=session.profile.max_duration_minutes)
 
 
 def send_after_commit(group: str, payload: Payload) -> None:

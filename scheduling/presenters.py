@@ -236,6 +236,17 @@ SENTENCES: dict[Code, Callable[[Mapping[str, Any]], str]] = {
     ),
     Code.AGENT: lambda p: str(p.get("detail", "")),
     Code.BOOKING_ENDED: lambda p: _("the class booking of this desktop ended"),
+    Code.IDLE_SUSPENDED: lambda p: (
+        _(
+            "suspended: nobody used this desktop since %(since)s; your home is kept. Resume "
+            "it to queue it again"
+        )
+        % {"since": _clock(p.get("since"))}
+    ),
+    Code.IDLE_ENDED: lambda p: (
+        _("ended: it stayed suspended for %(hours)s h") % {"hours": p.get("hours", "?")}
+    ),
+    Code.RESUMED: lambda p: _("resumed: back in the queue with its place kept by age"),
     Code.THESIS_GRANT_ENDED: lambda p: _(
         "your thesis grant has ended or was revoked: this request now waits as a hobby request"
     ),

@@ -19,6 +19,7 @@ from .services.alerts import evaluate_alerts
 from .services.audit import do_prune_audit
 from .services.cycle import do_scheduling_cycle
 from .services.health import do_sweep_silent_nodes
+from .services.idle import do_idle_sweep
 from .services.metric_history import do_metric_rollups
 from .services.metrics import observe_cycle_duration
 
@@ -106,3 +107,11 @@ def roll_up_metrics() -> int:
     hourly rollups, and pruning past each window; returns how many rollup rows were written."""
     result = do_metric_rollups(timezone.now())
     return result.five_minute_rows + result.hourly_rows
+
+
+@shared_task(name="scheduling.tasks.run_idle_sweep", ignore_result=True)
+def run_idle_sweep() -> int:
+    """The idle policy and the time-limit warnings (docs/lifecycle.md); returns how many
+    sessions were warned, suspended or ended."""
+    result = do_idle_sweep(timezone.now())
+    return result.warned + result.suspended + result.ended + result.limit_warnings

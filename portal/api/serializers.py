@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from scheduling.choices import ON_NODE_STATES, Purpose, SessionState
+from scheduling.choices import ON_NODE_STATES, IdleState, Purpose, SessionState
 from scheduling.events import session_payload
 from scheduling.models import Booking, DesktopProfile, Gpu, Node, Session, Slice
 
@@ -34,6 +34,11 @@ class SessionCreateSerializer(serializers.Serializer):
     course = serializers.CharField(required=False, allow_blank=True, allow_null=True)
 
 
+class IdleSerializer(serializers.Serializer):
+    state = serializers.ChoiceField(choices=IdleState.choices)
+    since = serializers.DateTimeField(allow_null=True)
+
+
 class SessionSerializer(serializers.Serializer):
     """A session as the API shows it: ``scheduling.events.session_payload``, the same dict
     live updates carry. The fields below declare it for the OpenAPI schema."""
@@ -59,8 +64,10 @@ class SessionSerializer(serializers.Serializer):
     started_at = serializers.DateTimeField(allow_null=True)
     ended_at = serializers.DateTimeField(allow_null=True)
     ends_at = serializers.DateTimeField(
-        allow_null=True, help_text="The time limit: started_at + the profile's max duration."
+        allow_null=True,
+        help_text="The current time limit: started_at + the profile's max duration + extensions.",
     )
+    idle = IdleSerializer(help_text="The idle policy's verdict and when it changed.")
 
     def to_representation(self, instance: Session) -> dict:
         return dict(session_payload(instance))

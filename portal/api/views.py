@@ -14,6 +14,8 @@ from portal.people import signed_in
 from scheduling.api_errors import as_api_error
 from scheduling.models import Allocation, DesktopProfile, Gpu, Node, PoolPolicy, Session
 from scheduling.services import ServiceError
+from scheduling.services.extend import do_extend
+from scheduling.services.idle import do_resume
 from scheduling.services.pool import pool_utilisation
 from scheduling.services.sessions import check_submit, do_stop, do_submit
 
@@ -73,6 +75,28 @@ class SessionViewSet(
         session = self.get_object()
         try:
             do_stop(signed_in(request.user), session)
+        except ServiceError as error:
+            raise as_api_error(error) from error
+        return Response(SessionSerializer(self.get_queryset().get(pk=session.pk)).data)
+
+    @extend_schema(request=None, responses={200: SessionSerializer})
+    @action(detail=True, methods=["post"])
+    def extend(self, request: Request, pk: str | None = None) -> Response:
+        """One more step of the profile's time, or 409 saying why not (docs/lifecycle.md)."""
+        session = self.get_object()
+        try:
+            do_extend(signed_in(request.user), session.pk)
+        except ServiceError as error:
+            raise as_api_error(error) from error
+        return Response(SessionSerializer(self.get_queryset().get(pk=session.pk)).data)
+
+    @extend_schema(request=None, responses={200: SessionSerializer})
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk: str | None = None) -> Response:
+        """Requeue a suspended session with its age kept, or 409."""
+        session = self.get_object()
+        try:
+            do_resume(signed_in(request.user), session.pk)
         except ServiceError as error:
             raise as_api_error(error) from error
         return Response(SessionSerializer(self.get_queryset().get(pk=session.pk)).data)

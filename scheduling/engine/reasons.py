@@ -53,6 +53,9 @@ class Code(StrEnum):
     NODE_DRAINED_REQUEUED = "node_drained_requeued"  # node, deadline: its drain's deadline passed
     AGENT = "agent"  # detail: what the node's agent said (its own words, not translated)
     BOOKING_ENDED = "booking_ended"  # the class booking this desktop belonged to ended
+    IDLE_SUSPENDED = "idle_suspended"  # since: quiet since then; suspended, the home kept
+    IDLE_ENDED = "idle_ended"  # hours: suspended that long, so ended
+    RESUMED = "resumed"  # resumed by its person: back in the queue with its age kept
     # -- the portal: who may ask for what (checked again at placement)
     THESIS_GRANT_ENDED = "thesis_grant_ended"  # until: no thesis grant now; now a hobby request
     ENROLMENT_ENDED = "enrolment_ended"  # course: not enrolled any more; now a hobby request

@@ -3,6 +3,7 @@
 from .alerts import Alert, AlertRule, AlertState, AlertTrack
 from .audit import MIN_RETENTION_DAYS, AuditEvent, AuditRetention
 from .bookings import Booking, BookingQuerySet, BookingSeries, WarmDesktop, WarmState
+from .lifecycle import IdlePolicy, LifecycleNotices, SessionActivity
 from .metrics import MetricRollup, MetricSample, MetricSource
 from .policy import PoolPolicy, Quota, QuotaScope
 from .pool import DesktopProfile, Gpu, JoinToken, Node, Slice, hash_token
@@ -23,7 +24,9 @@ __all__ = [
     "BookingSeries",
     "DesktopProfile",
     "Gpu",
+    "IdlePolicy",
     "JoinToken",
+    "LifecycleNotices",
     "MetricRollup",
     "MetricSample",
     "MetricSource",
@@ -34,6 +37,7 @@ __all__ = [
     "Quota",
     "QuotaScope",
     "Session",
+    "SessionActivity",
     "SessionQuerySet",
     "Slice",
     "UsageRecord",

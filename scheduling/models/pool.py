@@ -182,6 +182,15 @@ class DesktopProfile(models.Model):
         default=list, blank=True, help_text="Slice kinds: mig, share, whole; none if CPU-only."
     )
     max_duration_minutes = models.PositiveIntegerField(default=240)
+    # docs/lifecycle.md: one extension adds this much (0: none), up to this total.
+    extend_step_minutes = models.PositiveIntegerField(
+        default=60, blank=True, help_text="Minutes one extension adds (0: none; empty: 60)."
+    )
+    max_total_minutes = models.PositiveIntegerField(
+        default=480,
+        blank=True,
+        help_text="The longest a session may run, extensions included (empty: 480).",
+    )
     active = models.BooleanField(default=True)
 
     class Meta:

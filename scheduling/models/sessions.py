@@ -3,6 +3,7 @@ in audit.py)."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.conf import settings
@@ -17,6 +18,7 @@ from ..choices import (
     ON_NODE_STATES,
     PURPOSE_TIER,
     TERMINAL_STATES,
+    IdleState,
     Purpose,
     SessionState,
 )
@@ -90,6 +92,14 @@ class Session(models.Model):
     boosted_at = models.DateTimeField(
         null=True, blank=True, help_text="An admin's boost: served before its tier's others."
     )
+    # docs/lifecycle.md: the time limit's extensions, and the idle policy's verdict.
+    extended_minutes = models.PositiveIntegerField(
+        default=0, help_text="Minutes added to the profile's time limit by extensions."
+    )
+    idle_state = models.CharField(
+        max_length=12, choices=IdleState.choices, default=IdleState.ACTIVE
+    )
+    idle_since = models.DateTimeField(null=True, blank=True)
 
     objects = SessionQuerySet.as_manager()
 
@@ -115,6 +125,15 @@ class Session(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    @property
+    def ends_at(self) -> datetime | None:
+        """The current time limit: started + the profile's maximum + the extensions (None
+        before it starts or once it has ended)."""
+        if self.started_at is None or self.state in TERMINAL_STATES:
+            return None
+        minutes = self.profile.max_duration_minutes + self.extended_minutes
+        return self.started_at + timedelta(minutes=minutes)
 
     @property
     def home_volume(self) -> str:

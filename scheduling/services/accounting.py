@@ -39,7 +39,7 @@ from . import ServiceError
 from .audit import record
 from .usage import department_of
 
-RUN_ENDS = TERMINAL_STATES | WAITING_STATES
+RUN_ENDS = TERMINAL_STATES | WAITING_STATES | {SessionState.SUSPENDED}
 GROUPS = ("department", "course", "user")
 PERIODS = ("week", "month")
 LONGEST_REPORT = timedelta(days=2 * 366)

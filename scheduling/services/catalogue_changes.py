@@ -41,8 +41,12 @@ PROFILE_FIELDS = (
     "gpu_models",
     "allowed_kinds",
     "max_duration_minutes",
+    "extend_step_minutes",  # docs/lifecycle.md
+    "max_total_minutes",
     "active",
 )
+# docs/lifecycle.md: the extension step and the maximum, when a form leaves them empty.
+LIFECYCLE_DEFAULTS = {"extend_step_minutes": 60, "max_total_minutes": 480}
 
 
 @dataclass(frozen=True)
@@ -226,6 +230,15 @@ def check_profile(data: dict[str, Any], *, profile: DesktopProfile | None = None
     _positive(values, "cpus", _("Give the desktop more than 0 CPUs (0.5 is half a CPU)."))
     _positive(values, "memory_mb", _("Give the desktop more than 0 MB of memory."))
     _positive(values, "max_duration_minutes", _("A session must be allowed at least 1 minute."))
+    for name, default in LIFECYCLE_DEFAULTS.items():
+        if name in values and values[name] is None:  # left empty: the default
+            values[name] = default
+    most = values.get("max_total_minutes")
+    if most is not None and most < (values.get("max_duration_minutes") or 0):
+        raise ServiceError(
+            _("The maximum with extensions cannot be shorter than the time limit."),
+            field="max_total_minutes",
+        )
     gpus = values.get("gpu_count") or 0
     if gpus < 0:
         raise ServiceError(_("Enter 0 GPUs (CPU-only) or more."), field="gpu_count")

@@ -32,11 +32,13 @@ ALLOWED: dict[SessionState, frozenset[SessionState]] = {
     # ... -> QUEUED: the node went silent; the session waits again with its age kept.
     S.STARTING: frozenset({S.RUNNING, S.STOPPING, S.FAILED, S.LOST, S.ENDED, S.QUEUED}),
     S.RUNNING: frozenset(
-        {S.STOPPING, S.ENDED, S.FAILED, S.LOST, S.EXPIRED, S.PREEMPTING, S.QUEUED}
+        {S.STOPPING, S.ENDED, S.FAILED, S.LOST, S.EXPIRED, S.PREEMPTING, S.QUEUED, S.SUSPENDED}
     ),
     S.STOPPING: frozenset({S.ENDED, S.FAILED, S.LOST}),
     S.PREEMPTING: frozenset({S.PREEMPTED, S.ENDED, S.FAILED, S.LOST}),
     S.PREEMPTED: frozenset({S.PLACED, S.CANCELLED}),
+    # Idle (services.idle): back to the queue with its age kept (resume), or ended.
+    S.SUSPENDED: frozenset({S.QUEUED, S.ENDED}),
 }
 
 REQUEUE_CLEARS: dict[str, Any] = {
@@ -52,6 +54,9 @@ REQUEUE_CLEARS: dict[str, Any] = {
     "preempted_for": None,
     "compute_units": 0.0,
 }
+# Leaving the node without ending: the holds are released and the node forgotten (the
+# desktop is no longer desired there, so its agent stops it; the home volume is kept).
+OFF_NODE_STATES = WAITING_STATES | {S.SUSPENDED}
 
 
 def sources_of(target: SessionState) -> list[SessionState]:
@@ -77,8 +82,9 @@ def do_transition(
     if target in TERMINAL_STATES:
         changes.setdefault("ended_at", now)
         changes.setdefault("queue_position", None)
-    if target in WAITING_STATES:
-        # Back in the queue: the next placement picks a node, a slice and a password anew.
+    if target in OFF_NODE_STATES:
+        # Back in the queue (or suspended): the next placement picks a node, a slice and a
+        # password anew.
         for name, empty in REQUEUE_CLEARS.items():
             changes.setdefault(name, empty)
     if reason is not None:
@@ -104,7 +110,7 @@ def do_transition(
         # holds are still live (they tell the slices and the GPUs' utilisation).
         run_ends_at = changes.get("ended_at") or now
         accounting.on_transition(session_id, target, run_ends_at, changes.get("started_at"))
-        if target in TERMINAL_STATES or target in WAITING_STATES:
+        if target in TERMINAL_STATES or target in OFF_NODE_STATES:
             released = Allocation.objects.filter(session_id=session_id, released_at=None).update(
                 released_at=now
             )

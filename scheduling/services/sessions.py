@@ -205,6 +205,10 @@ def do_stop(user: User, session: Session) -> Session:
         return do_transition(
             session.pk, SessionState.CANCELLED, actor=actor, reason=Reason(Code.STOPPED)
         )
+    if session.state == SessionState.SUSPENDED:  # nothing runs: end it now
+        return do_transition(
+            session.pk, SessionState.ENDED, actor=actor, reason=Reason(Code.STOPPED)
+        )
     if session.state == SessionState.PLACED:
         # No desktop was reported yet: end it now. Should the agent start one regardless,
         # its report is refused and it stops that container.

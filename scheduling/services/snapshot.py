@@ -267,7 +267,8 @@ def build_snapshot(now: datetime | None = None) -> engine.Snapshot:
     ):
         mine = [a.slice_id for a in s.allocations.all() if a.released_at is None and a.slice_id]
         started = s.started_at or s.placed_at or s.created_at
-        ends = s.preempt_deadline or started + timedelta(minutes=s.profile.max_duration_minutes)
+        limit = timedelta(minutes=s.profile.max_duration_minutes + s.extended_minutes)
+        ends = s.preempt_deadline or started + limit
         running.append(
             engine.RunningSession(
                 session_id=s.pk,

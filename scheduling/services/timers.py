@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from ..choices import SessionState
 from ..engine.reasons import Code, Reason
@@ -31,20 +31,22 @@ def finish_grace_periods(now: datetime) -> int:
 
 
 def stop_overdue(now: datetime) -> int:
-    """Running desktops past their profile's time limit are stopped."""
+    """Running desktops past their time limit (``Session.ends_at``: the profile's, plus
+    extensions) are stopped."""
     stopped = 0
     for s in Session.objects.filter(
         state=SessionState.RUNNING, started_at__isnull=False
     ).select_related("profile"):
-        limit = timedelta(minutes=s.profile.max_duration_minutes)
-        if s.started_at is None or s.started_at + limit > now:
+        ends_at = s.ends_at
+        if ends_at is None or ends_at > now:
             continue
+        minutes = s.profile.max_duration_minutes + s.extended_minutes
         try:
             do_transition(
                 s.pk,
                 SessionState.STOPPING,
                 actor="scheduler",
-                reason=Reason(Code.TIME_LIMIT, {"minutes": s.profile.max_duration_minutes}),
+                reason=Reason(Code.TIME_LIMIT, {"minutes": minutes}),
                 only_from=frozenset({SessionState.RUNNING}),
             )
             stopped += 1

@@ -1,0 +1,115 @@
+"""The activity store (docs/lifecycle.md): what the portal's VNC relay and the node agents
+tell about a running session, kept in one ``SessionActivity`` row per session, updated in
+place. Input is counted and time-stamped, never stored; viewers are counted; utilisation
+samples are kept for :data:`SAMPLE_WINDOW` (at most :data:`MAX_SAMPLES`).
+
+The relay calls :func:`record_input` with a batch (say every few seconds, not per event),
+:func:`viewer_opened` and :func:`viewer_closed`; the agent's usage report calls
+:func:`record_usage`. Each is one or two small queries; none raises for a session that has
+gone (the row simply is not written).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db.models import F
+from django.db.models.functions import Greatest
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from ..idle_rules import Activity, Sample
+from ..models import Session, SessionActivity
+
+SAMPLE_WINDOW = timedelta(hours=2)
+MAX_SAMPLES = 480
+
+
+def _row(session_id: int) -> bool:
+    """Make sure the session's row exists; False when the session does not."""
+    if SessionActivity.objects.filter(session_id=session_id).exists():
+        return True
+    if not Session.objects.filter(pk=session_id).exists():
+        return False
+    SessionActivity.objects.get_or_create(session_id=session_id)
+    return True
+
+
+def record_input(session_id: int, events: int, at: datetime | None = None) -> None:
+    """``events`` keyboard and mouse events seen up to ``at`` (their count only)."""
+    if events <= 0 or not _row(session_id):
+        return
+    at = at or timezone.now()
+    SessionActivity.objects.filter(session_id=session_id).update(
+        input_events=F("input_events") + events,
+        last_input_at=Greatest(F("last_input_at"), at),
+    )
+    # Greatest() is NULL while last_input_at is: set the first one.
+    SessionActivity.objects.filter(session_id=session_id, last_input_at=None).update(
+        last_input_at=at
+    )
+
+
+def viewer_opened(session_id: int, at: datetime | None = None) -> None:
+    if _row(session_id):
+        SessionActivity.objects.filter(session_id=session_id).update(
+            viewers=F("viewers") + 1, viewer_seen_at=at or timezone.now()
+        )
+
+
+def viewer_closed(session_id: int, at: datetime | None = None) -> None:
+    if _row(session_id):
+        SessionActivity.objects.filter(session_id=session_id, viewers__gt=0).update(
+            viewers=F("viewers") - 1, viewer_seen_at=at or timezone.now()
+        )
+
+
+def record_usage(
+    session_id: int, gpu_pct: float | None, cpu_pct: float | None, at: datetime | None = None
+) -> None:
+    """One utilisation sample of the session's own slice (GPU) and container (CPU), in
+    percent; None where the agent has no figure. Samples older than the window are dropped.
+    One writer per session (its node's agent), so a read and a write suffice."""
+    if not _row(session_id):
+        return
+    at = at or timezone.now()
+    row = SessionActivity.objects.get(session_id=session_id)
+    horizon = at - SAMPLE_WINDOW
+    kept = [s for s in row.samples if (t := parse_datetime(s[0])) is not None and t >= horizon]
+    kept.append([at.isoformat(), _pct(gpu_pct), _pct(cpu_pct)])
+    row.samples = kept[-MAX_SAMPLES:]
+    row.save(update_fields=["samples"])
+
+
+def _pct(value: float | None) -> float | None:
+    return None if value is None else round(max(0.0, float(value)), 2)
+
+
+def forget(session_id: int) -> None:
+    """A fresh start for a session placed again (resumed): nothing of the last run counts."""
+    SessionActivity.objects.filter(session_id=session_id).update(
+        input_events=0,
+        last_input_at=None,
+        viewers=0,
+        samples=[],
+        limit_warned=0,
+        limit_warned_for=None,
+    )
+
+
+def activity_of(session: Session, row: SessionActivity | None) -> Activity:
+    """The pure decision's view of a running session's activity."""
+    started = session.started_at or session.placed_at or session.created_at
+    if row is None:
+        return Activity(started_at=started)
+    samples = []
+    for at, gpu, cpu in row.samples:
+        moment = parse_datetime(at)
+        if moment is not None:
+            samples.append(Sample(moment, gpu, cpu))
+    return Activity(
+        started_at=started,
+        last_input_at=row.last_input_at,
+        viewers=row.viewers,
+        samples=tuple(samples),
+    )
