@@ -53,6 +53,7 @@ _IPTABLES_TIMEOUT_S = 20
 _network_lock = threading.Lock()
 _firewall_lock = threading.Lock()
 _firewall_ready: tuple[str, ...] | None = None  # the blocked networks installed
+_firewall_failed: set[tuple[str, ...]] = set()  # those it could not install (said once)
 
 
 def network_name(node_name: str) -> str:
@@ -145,9 +146,12 @@ def ensure_firewall(blocked: Sequence[str] = ()) -> bool:
             _install_firewall()
             _install_blocked(wanted)
         except (OSError, subprocess.SubprocessError) as error:
-            logger.error(
+            # Said once as an error (every start tries again, e.g. after iptables appears).
+            log = logger.debug if wanted in _firewall_failed else logger.error
+            _firewall_failed.add(wanted)
+            log(
                 "cannot install the desktop firewall (iptables, as root): desktops can "
-                "reach ports on this host: %s",
+                "reach ports on this host and the networks it should block: %s",
                 error,
             )
             return False
