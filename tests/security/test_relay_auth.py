@@ -6,7 +6,8 @@ with a real tiny desktop: people sign in through the real login form; the deskto
 the session API carry no password; the relay offers the browser security type None only and
 the desktop's ServerInit arrives; a stranger is refused; a browser asking for VNC
 authentication is closed; logging out closes that sign-in's relay (another sign-in's relay
-still gets frames), and disabling the account closes the other. Without processes: the
+still gets frames), an admin ending the user's sessions closes that one, and disabling the
+account closes a relay too. Without processes: the
 browser's side of the handshake for each RFB version, and anything but type None refused.
 """
 
@@ -22,6 +23,7 @@ from django.contrib.auth.models import User
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
+from portal.api_tokens import end_every_session
 from portal.desktop_relay import BrowserHandshake, RfbError
 from scheduling.models import Session
 from scheduling.services.nodes import do_create_join_token
@@ -179,8 +181,13 @@ def check_relays(url: str, relays: ExitStack, browser: httpx.Client, owner, sess
     assert closed_with(first.connection) == 4401
     assert second.frame() == 0  # another sign-in's relay is still open
 
-    User.objects.filter(pk=owner.pk).update(is_active=False)
+    end_every_session(owner, actor="admin")  # the admin's "end every session"
     assert closed_with(second.connection) == 4401
+
+    third = relay(sign_in(url, "ada"))
+    third.log_in()
+    User.objects.filter(pk=owner.pk).update(is_active=False)
+    assert closed_with(third.connection) == 4401
 
 
 @pytest.mark.parametrize(
