@@ -106,8 +106,9 @@ def quiet_since(activity: Activity, policy: Policy, context: Context) -> datetim
 
 
 def _keep(track: Track, state: Idle, now: datetime) -> Track:
-    """``state``, with the time it began: kept if it was already so, else ``now``."""
-    if track.state == state and track.since is not None:
+    """``state``, with the time it began: kept if it was already so (an ACTIVE session never
+    judged otherwise keeps no time), else ``now``."""
+    if track.state == state:
         return track
     return Track(state, now)
 
