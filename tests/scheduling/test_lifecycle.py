@@ -10,7 +10,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from portal.celery import BEAT_ENTRIES
 from portal.models import Course
+from scheduling import events
 from scheduling.choices import AuditKind, IdleState, SessionState
 from scheduling.models import (
     Allocation,
@@ -35,6 +37,7 @@ from scheduling.services.session_activity import (
     viewer_opened,
 )
 from scheduling.services.sessions import check_submit, do_stop, do_submit
+from scheduling.tasks import run_idle_sweep
 
 pytestmark = [pytest.mark.django_db, pytest.mark.lifecycle]
 
@@ -270,3 +273,36 @@ def test_someone_elses_session_cannot_be_extended(owner, stranger, profile, pool
     session = run_desktop(owner, profile)
     with pytest.raises(NotFound):
         do_extend(stranger, session.pk)
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """Every message handed to the channel layer: (group, payload)."""
+    record = []
+    monkeypatch.setattr(events, "_send", lambda group, payload: record.append((group, payload)))
+    return record
+
+
+def test_the_warnings_reach_the_persons_pages_live(
+    owner, profile, pool, sent, django_capture_on_commit_callbacks
+):
+    session = run_desktop(owner, profile)
+    started_ago(session, 240 - 14)  # 14 minutes to the limit, and quiet since the start
+    now = timezone.now()
+    record_usage(session.pk, 0.0, 0.0, at=now)
+    sent.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        result = do_idle_sweep(now)
+    assert (result.warned, result.limit_warnings) == (1, 1)
+    mine = [p["session"] for g, p in sent if g == events.user_group(owner.pk)]
+    assert mine and mine[-1]["idle"]["state"] == "warned"
+    assert mine[-1]["ends_at"] is not None
+
+
+def test_the_beat_runs_the_idle_sweep_every_minute(owner, profile, pool):
+    assert ("idle-sweep", "scheduling.tasks.run_idle_sweep", "IDLE_SWEEP_SECONDS") in BEAT_ENTRIES
+    session = run_desktop(owner, profile)
+    started_ago(session, 40)
+    record_usage(session.pk, 0.0, 0.0)
+    assert run_idle_sweep() == 1
+    assert Session.objects.get(pk=session.pk).idle_state == "warned"
