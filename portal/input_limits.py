@@ -9,6 +9,8 @@
 - :class:`StaticFiles`: a path under ``/static/`` that leaves the static folders
   (``..``, encoded or not) or holds a NUL is a 404, not a SuspiciousFileOperation (a 500 and
   a traceback under daphne).
+- :func:`not_found` (``handler404``): a path under ``/api/`` that matches no route (an id
+  that is not a number) is a JSON 404 like the API's other errors.
 - :class:`ListenOnly` (WebSocket consumers): the live-update sockets only send; a frame a
   client sends (text, binary, invalid or huge) is dropped without being decoded.
 
@@ -28,6 +30,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.exceptions import RequestDataTooBig, SuspiciousFileOperation
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.utils.translation import gettext as _
+from django.views import defaults
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +80,14 @@ class JsonDepthLimit:
                 }
                 return JsonResponse({"detail": detail}, status=400)
         return self.get_response(request)
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """``handler404``: under ``/api/`` a JSON answer like every other API error (an id that
+    is not a number, a path that is not there), elsewhere Django's page."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": _("Not found.")}, status=404)
+    return defaults.page_not_found(request, exception)
 
 
 class StaticFiles(ASGIStaticFilesHandler):

@@ -247,7 +247,8 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # The schema documents the errors each operation may answer (portal/api/schema.py).
+    "DEFAULT_SCHEMA_CLASS": "portal.api.schema.DeskpoolAutoSchema",
     "DEFAULT_PAGINATION_CLASS": None,
 }
 SPECTACULAR_SETTINGS = {

@@ -9,6 +9,8 @@ from . import metrics_view, student_views, views
 
 # Overload raised outside a view (the database pool exhausted) is a 503 too: portal.overload.
 handler500 = "portal.overload.server_error"
+# Under /api/, a path that matches no route is a JSON 404 like the API's other errors.
+handler404 = "portal.input_limits.not_found"
 
 urlpatterns = [
     path("", student_views.home, name="home"),

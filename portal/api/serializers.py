@@ -127,6 +127,18 @@ class NodeSerializer(serializers.ModelSerializer):
         return node.is_healthy()
 
 
+class PoolSerializer(serializers.Serializer):
+    """``GET /api/v1/pool/``: the nodes with their GPUs and slices, and the pool's use."""
+
+    nodes = NodeSerializer(many=True)
+    slices_total = serializers.IntegerField()
+    slices_in_use = serializers.IntegerField()
+    utilisation = serializers.FloatField(help_text="Share of the pool in use, 0 to 1.")
+    alert_level = serializers.CharField()
+    warn_percent = serializers.IntegerField()
+    block_percent = serializers.IntegerField()
+
+
 class BookingCreateSerializer(serializers.Serializer):
     course = serializers.CharField()
     profile = serializers.IntegerField()

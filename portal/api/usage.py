@@ -9,13 +9,19 @@ from typing import Any
 
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import mixins, renderers, serializers, status, viewsets
 from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.api.schema import ErrorDetailSerializer
 from portal.people import signed_in
 from scheduling.api_errors import as_api_error
 from scheduling.models import PriceRule, PriceUnit, UsageRecord
@@ -154,7 +160,10 @@ class UsageReportView(APIView):
             ReportQuerySerializer,
             OpenApiParameter("format", OpenApiTypes.STR, enum=["json", "csv"], required=False),
         ],
-        responses={200: ReportRowSerializer(many=True)},
+        responses={
+            200: ReportRowSerializer(many=True),
+            404: OpenApiResponse(ErrorDetailSerializer, description="An unknown format."),
+        },
     )
     def get(self, request: Request) -> Response:
         query = ReportQuerySerializer(data=request.query_params)

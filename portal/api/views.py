@@ -22,6 +22,7 @@ from scheduling.services.sessions import check_submit, do_stop, do_submit
 from .serializers import (
     DesktopProfileSerializer,
     NodeSerializer,
+    PoolSerializer,
     SessionCreateSerializer,
     SessionSerializer,
 )
@@ -107,7 +108,7 @@ class PoolView(APIView):
 
     permission_classes = [permissions.IsAdminUser]
 
-    @extend_schema(responses={200: NodeSerializer(many=True)})
+    @extend_schema(responses={200: PoolSerializer})
     def get(self, request: Request) -> Response:
         held = set(
             Allocation.objects.filter(released_at=None, slice__isnull=False).values_list(
