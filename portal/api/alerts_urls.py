@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from rest_framework.routers import SimpleRouter
-
 from . import alerts
+from .routers import IdRouter
 
-# A SimpleRouter: the API root view stays the main router's (portal/api/urls.py).
-router = SimpleRouter()
+# A SimpleRouter (digit ids: portal/api/routers.py): the API root view stays the main
+# router's (portal/api/urls.py).
+router = IdRouter()
 router.register("alerts", alerts.AlertViewSet, basename="api-alert")
 router.register("alert-rules", alerts.AlertRuleViewSet, basename="api-alert-rule")
 

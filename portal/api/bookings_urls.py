@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from rest_framework.routers import SimpleRouter
-
 from . import bookings
+from .routers import IdRouter
 
-# A SimpleRouter: the API root view stays the main router's (portal/api/urls.py). The
-# basenames start with "api-" so that the pages' URL names (booking-cancel...) stay theirs.
-router = SimpleRouter()
+# A SimpleRouter (digit ids: portal/api/routers.py): the API root view stays the main
+# router's (portal/api/urls.py). The basenames start with "api-" so that the pages' URL
+# names (booking-cancel...) stay theirs.
+router = IdRouter()
 router.register("bookings", bookings.BookingViewSet, basename="api-booking")
 router.register("booking-series", bookings.BookingSeriesViewSet, basename="api-booking-series")
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from django.urls import path
-from rest_framework.routers import SimpleRouter
 
 from . import grants
+from .routers import IdRouter
 
-# A SimpleRouter: the API root view stays the main router's (portal/api/urls.py).
-router = SimpleRouter()
+# A SimpleRouter (digit ids: portal/api/routers.py): the API root view stays the main
+# router's (portal/api/urls.py).
+router = IdRouter()
 router.register("thesis-grants", grants.ThesisGrantViewSet, basename="api-thesis-grant")
 router.register("quota-requests", grants.QuotaRequestViewSet, basename="api-quota-request")
 

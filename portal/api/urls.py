@@ -1,10 +1,10 @@
 from django.urls import include, path
-from rest_framework.routers import DefaultRouter
 
+from .routers import IdDefaultRouter
 from .tokens import ObtainTokenView, TokenDetailView, TokenListView
 from .views import DesktopProfileViewSet, PoolView, SessionViewSet
 
-router = DefaultRouter()
+router = IdDefaultRouter()
 router.register("profiles", DesktopProfileViewSet, basename="profile")
 router.register("sessions", SessionViewSet, basename="session")
 

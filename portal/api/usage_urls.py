@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from django.urls import path
-from rest_framework.routers import SimpleRouter
 
 from . import usage
+from .routers import IdRouter
 
-# A SimpleRouter: the API root view stays the main router's (portal/api/urls.py).
-router = SimpleRouter()
+# A SimpleRouter (digit ids: portal/api/routers.py): the API root view stays the main
+# router's (portal/api/urls.py).
+router = IdRouter()
 router.register("usage/records", usage.UsageRecordViewSet, basename="api-usage-record")
 router.register("prices", usage.PriceRuleViewSet, basename="api-price")
 

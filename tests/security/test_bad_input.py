@@ -341,3 +341,19 @@ def test_invalid_frames_on_the_live_class_socket_are_dropped_quietly(owner):
     course.instructors.add(owner)
     closes = async_to_sync(frames_to)("/ws/courses/cs101/", signed_in_cookie(owner))
     assert all(code in (None, 1003, 1007, 1009) for code in closes), closes
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("segment", ["Õ", "١٢", "abc", "-1", "1.5"])
+def test_an_id_that_is_not_digits_is_a_json_404_on_every_api_route(segment, admin_user):
+    client = signed_in(admin_user)
+    for method, url in (
+        ("post", f"/api/v1/alerts/{segment}/acknowledge/"),
+        ("post", f"/api/v1/thesis-grants/{segment}/revoke/"),
+        ("post", f"/api/v1/quota-requests/{segment}/answer/"),
+        ("get", f"/api/v1/sessions/{segment}/"),
+        ("post", f"/api/agent/v1/sessions/{segment}/report/"),
+    ):
+        answer = getattr(client, method)(url, {}, content_type="application/json")
+        assert answer.status_code == 404, (url, answer.content[:300])
+        assert "detail" in answer.json()
