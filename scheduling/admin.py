@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponseRedirect
 from django.utils.translation import gettext_lazy as _
 
 from .form_checks import ServiceChecked
+from .form_fields import NumbersAdmin
 from .models import (
     AuditEvent,
     Booking,
@@ -43,7 +44,7 @@ from .services.catalogue_changes import (
 from .services.health import do_clear_cordon
 
 
-class AuditedAdmin(admin.ModelAdmin):
+class AuditedAdmin(NumbersAdmin):
     """Every change an admin saves here is an audit event, with the fields that changed."""
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
@@ -93,13 +94,13 @@ class NodeAdmin(AuditedAdmin):
 
 
 @admin.register(Gpu)
-class GpuAdmin(admin.ModelAdmin):
+class GpuAdmin(NumbersAdmin):
     list_display = ["node", "index", "model", "memory_mb", "sharing", "simulated"]
     list_filter = ["sharing", "model", "simulated"]
 
 
 @admin.register(Slice)
-class SliceAdmin(admin.ModelAdmin):
+class SliceAdmin(NumbersAdmin):
     list_display = ["gpu", "kind", "profile", "memory_mb", "present"]
     list_filter = ["kind", "profile"]
 
@@ -128,7 +129,7 @@ class QuotaForm(CatalogueForm):
 
 
 @admin.register(DesktopProfile)
-class DesktopProfileAdmin(admin.ModelAdmin):
+class DesktopProfileAdmin(NumbersAdmin):
     """Saved through ``do_save_profile`` (audited with before and after), as in the console.
     A CPU-only profile (0 GPUs, no slice kinds) saves: ``allowed_kinds`` may be empty."""
 
@@ -147,7 +148,7 @@ class DesktopProfileAdmin(admin.ModelAdmin):
 
 
 @admin.register(Session)
-class SessionAdmin(admin.ModelAdmin):
+class SessionAdmin(NumbersAdmin):
     list_display = ["pk", "user", "profile", "purpose", "state", "node", "created_at"]
     list_filter = ["state", "purpose"]
     readonly_fields = [f.name for f in Session._meta.fields]
@@ -165,13 +166,13 @@ class IdlePolicyAdmin(AuditedAdmin):
 
 
 @admin.register(LifecycleNotices)
-class LifecycleNoticesAdmin(admin.ModelAdmin):
+class LifecycleNoticesAdmin(NumbersAdmin):
     list_display = ["user", "email_warnings"]
     search_fields = ["user__username"]
 
 
 @admin.register(WarmDesktop)
-class WarmDesktopAdmin(admin.ModelAdmin):
+class WarmDesktopAdmin(NumbersAdmin):
     """The warm pool, to look at: the scheduling cycle makes and removes these rows."""
 
     list_display = ["key", "booking", "node", "held_slice", "state", "failures", "retry_at"]
@@ -187,7 +188,7 @@ class WarmDesktopAdmin(admin.ModelAdmin):
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(NumbersAdmin):
     """The audit trail, to look at only: no add, change or delete here (the database refuses
     them too, docs/audit.md). Sessions and nodes are shown by id: they may be gone."""
 
@@ -217,7 +218,7 @@ class AuditEventAdmin(admin.ModelAdmin):
 
 
 @admin.register(JoinToken)
-class JoinTokenAdmin(admin.ModelAdmin):
+class JoinTokenAdmin(NumbersAdmin):
     """Join tokens, to look at: they are made by ``manage.py create_join_token``
     (``do_create_join_token``), which shows the plain token once and audits it."""
 
@@ -248,7 +249,7 @@ class PoolPolicyAdmin(AuditedAdmin):
 
 
 @admin.register(Quota)
-class QuotaAdmin(admin.ModelAdmin):
+class QuotaAdmin(NumbersAdmin):
     """Saved and deleted through ``catalogue_changes`` (audited with before and after), as
     in the console."""
 
@@ -297,7 +298,7 @@ class BookingForm(forms.ModelForm):
 
 
 @admin.register(Booking)
-class BookingAdmin(admin.ModelAdmin):
+class BookingAdmin(NumbersAdmin):
     """Bookings are made with ``check_booking``/``do_create_booking`` and ended with the
     "Cancel" action (``do_cancel_booking``, which also drops their warm desktops); a saved
     booking is not edited or deleted here."""

@@ -191,7 +191,7 @@ def test_oversized_numbers_in_a_registration_are_a_400_and_change_nothing(regist
     assert not Gpu.objects.filter(uuid="GPU-big").exists()
 
 
-# --- Non-ASCII digits in a form field: the pages and the console ------------------------------
+# --- Non-ASCII digits in a form field: the pages, the console, the admin -----------------
 
 
 def form_cases(profile) -> list[tuple[str, dict[str, str], str]]:
@@ -208,18 +208,29 @@ def form_cases(profile) -> list[tuple[str, dict[str, str], str]]:
         "active": "on",
     }
     quota = {"scope": "user", "key": "root", "max_sessions": "2"}
+    admin_profile = {
+        **{k: v for k, v in new_profile.items() if k != "active"},
+        "slug": "terminal2",
+        "name": "Terminal 2",
+        "compute_min": "0",
+        "pids_limit": "256",
+        "shm_mb": "64",
+        "allowed_kinds": "[]",
+        "gpu_models": "[]",
+    }
     return [
         ("/sessions/new/", {"profile": str(profile.pk), "purpose": "hobby"}, "profile"),
         ("/console/profiles/", new_profile, "memory_mb"),
         ("/console/profiles/", new_profile, "max_duration_minutes"),
         ("/console/quotas/", quota, "max_sessions"),
         ("/console/pool/tokens/", {"hostname": "node-x", "hours": "24"}, "hours"),
+        ("/admin/scheduling/desktopprofile/add/", admin_profile, "memory_mb"),
     ]
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("digits", NON_ASCII)
-@pytest.mark.parametrize("case", range(5))
+@pytest.mark.parametrize("case", range(6))
 def test_non_ascii_digits_in_a_form_field_are_refused(case, digits, admin_user, profile):
     url, fields, spoiled = form_cases(profile)[case]
     client = Client()
@@ -239,7 +250,7 @@ def test_ascii_digits_in_the_same_form_fields_are_taken(admin_user, profile):
     for url, fields in {url: fields for url, fields, _spoiled in form_cases(profile)}.items():
         answer = client.post(url, fields)
         assert answer.status_code in (200, 302), (url, answer.content[:300])  # done, or shown
-    assert DesktopProfile.objects.filter(slug="terminal").exists()
+    assert DesktopProfile.objects.filter(slug__in=["terminal", "terminal2"]).count() == 2
     assert Quota.objects.filter(key="root").exists() and JoinToken.objects.exists()
     assert Session.objects.filter(user=admin_user).exists()
 
