@@ -368,3 +368,12 @@ def test_an_id_that_is_not_digits_is_a_json_404_on_every_api_route(segment, admi
         answer = getattr(client, method)(url, {}, content_type="application/json")
         assert answer.status_code == 404, (url, answer.content[:300])
         assert "detail" in answer.json()
+
+
+@pytest.mark.django_db
+def test_a_json_body_over_the_upload_limit_is_a_413(settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    body = json.dumps({"username": "x" * 2000, "password": "y"})
+    answer = Client().post("/api/v1/auth/token/", body, content_type="application/json")
+    assert answer.status_code == 413
+    assert "too large" in answer.json()["detail"]
