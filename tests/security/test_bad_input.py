@@ -167,6 +167,21 @@ def test_an_oversized_session_id_in_an_agent_report_is_a_404(register_node):
 
 
 @pytest.mark.django_db
+def test_an_oversized_session_id_in_a_report_batch_is_answered_not_yours(register_node):
+    _node, token = register_node("node-9", [])
+    report = {"session_id": int(HUGE), "state": "RUNNING", "desktop_port": 6080}
+    answer = Client().post(
+        "/api/agent/v1/reports/",
+        {"reports": [report]},
+        content_type="application/json",
+        **agent_headers(token),
+    )
+    assert answer.status_code in (200, 400), answer.content[:300]
+    if answer.status_code == 200:  # each report's own result: refused, not applied
+        assert answer.json()["results"][0]["outcome"] == "refused"
+
+
+@pytest.mark.django_db
 def test_oversized_numbers_in_api_json_fields_are_a_400(owner, profile):
     client = signed_in(owner)
     post = {"content_type": "application/json"}
