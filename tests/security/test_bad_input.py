@@ -10,6 +10,7 @@ captures the log and fails on any ERROR record that carries an exception.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 
@@ -307,6 +308,33 @@ def test_a_static_file_is_still_served():
     answer = asgi_http("/static/deskpool/session.js")
     assert answer["status"] == 200
     assert b"function" in answer["body"]
+
+
+RAW_STATIC_PATHS = [
+    "/static/%2e%2e/%2e%2e/etc/passwd",
+    "/static/..%2f..%2fetc/passwd",
+    "/static/..%2f",
+    "/static/%00",
+    "/static/deskpool/session.js%00.png",
+    "/static/%2e%2e%5c%2e%2e%5cetc%5cpasswd",
+]
+
+
+@pytest.mark.integration
+def test_encoded_paths_under_static_are_404s_from_a_real_daphne(daphne_portal):
+    """The same paths as they come over the wire, percent-encoded, to a real daphne; its
+    log holds no traceback afterwards."""
+    host, port = daphne_portal.url.removeprefix("http://").split(":")
+    for path in RAW_STATIC_PATHS:
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+        connection.request("GET", path)  # sent as written: no normalisation
+        answer = connection.getresponse()
+        body = answer.read()
+        connection.close()
+        assert answer.status == 404, (path, answer.status, body[:200])
+        assert b"root:" not in body
+    log = (daphne_portal.logs / "portal.log").read_text(errors="replace")
+    assert "Traceback" not in log and " 500 " not in log, log[-3000:]
 
 
 # --- An invalid WebSocket frame -----------------------------------------------------------

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,7 +29,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from tests.conftest import give_thesis_grant, gpu_inventory
-from tests.integration.stack import Stack, database_url_of
+from tests.integration.stack import Stack
 
 pytestmark = [pytest.mark.integration]
 
@@ -42,27 +41,6 @@ CHECKS = [
     response_schema_conformance,
 ]
 PASSWORD = "schemathesis-pw-1"
-
-
-@pytest.fixture(scope="module")
-def portal(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Stack]:
-    """One daphne on the test database for the module's tests."""
-    from django.conf import settings as django_settings
-    from django.db import connection
-
-    if django_settings.EMBEDDED or connection.vendor != "postgresql":
-        pytest.skip("runs against PostgreSQL and Redis: set DATABASE_URL and REDIS_URL")
-    stack = Stack(
-        tmp_path_factory.mktemp("schemathesis"),
-        database_url_of(connection.settings_dict),
-        django_settings.REDIS_URL,
-    )
-    try:
-        stack.start_portal()
-        yield stack
-    finally:
-        stack.close()
-        print(f"--- portal log ---\n{stack.log_tail('portal', 60)}")
 
 
 def token_of(portal: Stack, username: str) -> str:
@@ -130,34 +108,34 @@ def run_schema(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_user_api_conforms_to_its_schema(portal, make_user, profile, pool):
+def test_the_user_api_conforms_to_its_schema(daphne_portal, make_user, profile, pool):
     student = make_user("student-st")
     student.set_password(PASSWORD)
     student.save()
     give_thesis_grant(student)
-    token = token_of(portal, "student-st")
-    failures = run_schema(portal, r"^/api/v1/", {"Authorization": f"Token {token}"})
+    token = token_of(daphne_portal, "student-st")
+    failures = run_schema(daphne_portal, r"^/api/v1/", {"Authorization": f"Token {token}"})
     Path("test-output/schemathesis-user-api.txt").write_text("\n\n".join(failures))
     assert not failures, "\n\n".join(failures)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_agent_api_conforms_to_its_schema(portal, register_node, profile):
+def test_the_agent_api_conforms_to_its_schema(daphne_portal, register_node, profile):
     _node, node_token = register_node("st-node", [gpu_inventory("GPU-st", 0, mig_slices=2)])
     agent = {"Authorization": f"Node {node_token}"}
-    failures = run_schema(portal, r"^/api/agent/v1/", agent, examples=40)
+    failures = run_schema(daphne_portal, r"^/api/agent/v1/", agent, examples=40)
     Path("test-output/schemathesis-agent-api.txt").write_text("\n\n".join(failures))
     assert not failures, "\n\n".join(failures)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_what_the_user_api_shows_admins_conforms_to_its_schema(portal, make_user, pool):
+def test_what_the_user_api_shows_admins_conforms_to_its_schema(daphne_portal, make_user, pool):
     """The admins' reads (the pool, alerts, usage, prices): a student only ever sees 403."""
     admin = make_user("admin-st", is_staff=True, is_superuser=True)
     admin.set_password(PASSWORD)
     admin.save()
-    token = token_of(portal, "admin-st")
+    token = token_of(daphne_portal, "admin-st")
     auth = {"Authorization": f"Token {token}"}
-    failures = run_schema(portal, r"^/api/v1/", auth, examples=4, method="GET")
+    failures = run_schema(daphne_portal, r"^/api/v1/", auth, examples=4, method="GET")
     Path("test-output/schemathesis-admin-reads.txt").write_text("\n\n".join(failures))
     assert not failures, "\n\n".join(failures)
