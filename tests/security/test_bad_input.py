@@ -273,6 +273,48 @@ def test_ascii_digits_in_the_same_form_fields_are_taken(admin_user, profile):
     assert Session.objects.filter(user=admin_user).exists()
 
 
+def all_subclasses(cls: type) -> list[type]:
+    found = []
+    for sub in cls.__subclasses__():
+        found += [sub, *all_subclasses(sub)]
+    return found
+
+
+@pytest.mark.django_db
+def test_every_number_field_of_every_form_and_admin_takes_ascii_digits_only(rf, admin_user):
+    """The bound holds beyond the forms tested above: every form class of the portal, and
+    every model form the admin builds."""
+    from django import forms
+    from django.contrib import admin
+    from django.urls import get_resolver
+
+    from scheduling.form_fields import AsciiFloatField, AsciiIntegerField
+
+    get_resolver().url_patterns  # noqa: B018 - imports every view, so every form class
+    ascii_fields = (AsciiIntegerField, AsciiFloatField)
+    wrong = []
+    form_classes = [
+        form
+        for form in all_subclasses(forms.BaseForm)
+        if form.__module__.startswith(("portal.", "scheduling."))
+        and not form.__module__.endswith(".admin")  # the admin's: through get_form below
+    ]
+    assert len(form_classes) > 10
+    for form in form_classes:
+        for name, field in form.base_fields.items():
+            if isinstance(field, forms.IntegerField) and not isinstance(field, ascii_fields):
+                wrong.append(f"{form.__module__}.{form.__name__}.{name}")
+    request = rf.get("/admin/")
+    request.user = admin_user
+    for model, model_admin in admin.site._registry.items():
+        if not model.__module__.startswith("scheduling."):
+            continue
+        for name, field in model_admin.get_form(request)().fields.items():
+            if isinstance(field, forms.IntegerField) and not isinstance(field, ascii_fields):
+                wrong.append(f"admin {model.__name__}.{name}")
+    assert not wrong, wrong
+
+
 @pytest.mark.django_db
 def test_non_ascii_digits_in_a_search_field_are_a_400(admin_user):
     client = Client()
