@@ -18,11 +18,17 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from channels.testing import HttpCommunicator, WebsocketCommunicator
+from django import forms
+from django.contrib import admin
 from django.test import Client
+from django.urls import get_resolver
 
 from portal.asgi import application
+from portal.models import Course
 from scheduling.events import course_group, user_group
+from scheduling.form_fields import AsciiFloatField, AsciiIntegerField
 from scheduling.models import DesktopProfile, Gpu, JoinToken, Node, Quota, Session
+from scheduling.services.nodes import do_create_join_token
 from tests.conftest import gpu_inventory, registration
 
 HUGE = "99999999999999999999"  # over any integer column
@@ -195,8 +201,6 @@ def test_oversized_numbers_in_api_json_fields_are_a_400(owner, profile):
 
 @pytest.mark.django_db
 def test_oversized_numbers_in_a_registration_are_a_400_and_change_nothing(register_node):
-    from scheduling.services.nodes import do_create_join_token
-
     body = registration("node-big", [gpu_inventory("GPU-big", 0, mig_slices=1)])
     body["join_token"] = do_create_join_token("node-big", actor="test")
     for field, where in (("cpu_count", body), ("memory_mb", body["gpus"][0])):
@@ -284,12 +288,6 @@ def all_subclasses(cls: type) -> list[type]:
 def test_every_number_field_of_every_form_and_admin_takes_ascii_digits_only(rf, admin_user):
     """The bound holds beyond the forms tested above: every form class of the portal, and
     every model form the admin builds."""
-    from django import forms
-    from django.contrib import admin
-    from django.urls import get_resolver
-
-    from scheduling.form_fields import AsciiFloatField, AsciiIntegerField
-
     get_resolver().url_patterns  # noqa: B018 - imports every view, so every form class
     ascii_fields = (AsciiIntegerField, AsciiFloatField)
     wrong = []
@@ -428,8 +426,6 @@ def test_invalid_frames_on_the_updates_socket_are_dropped_and_it_still_listens(o
 
 @pytest.mark.django_db(transaction=True)
 def test_invalid_frames_on_the_live_class_socket_are_dropped_and_it_still_listens(owner):
-    from portal.models import Course
-
     course = Course.objects.create(code="cs101", title="GPU 101")
     course.instructors.add(owner)
     event = {"type": "session.update", "session": {"id": 424242}}
