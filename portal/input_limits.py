@@ -31,6 +31,7 @@ from django.core.exceptions import RequestDataTooBig, SuspiciousFileOperation
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.utils.translation import gettext as _
 from django.views import defaults
+from rest_framework.utils.mediatypes import media_type_matches
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,12 @@ def json_depth_over(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
 
 
 def is_json(request: HttpRequest) -> bool:
-    content_type = request.content_type or ""
-    return content_type == "application/json" or content_type.endswith("+json")
+    """Whether a JSON parser would read the body: DRF picks its parser by this same match,
+    so ``application/*`` and ``*/*`` count too."""
+    content_type = request.META.get("CONTENT_TYPE", "")
+    return media_type_matches("application/json", content_type) or (
+        request.content_type or ""
+    ).endswith("+json")
 
 
 class JsonDepthLimit:

@@ -91,6 +91,15 @@ def test_deeply_nested_json_is_a_400(url, who, kind, owner, register_node):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    "content_type", ["application/*", "*/*", "Application/JSON; charset=utf-8", "text/json"]
+)
+def test_deeply_nested_json_under_another_content_type_is_a_400_or_415(content_type):
+    answer = Client().post("/api/v1/auth/token/", nested(DEEP, "list"), content_type=content_type)
+    assert answer.status_code in (400, 415), answer.content[:300]
+
+
+@pytest.mark.django_db
 def test_json_nested_within_the_bound_still_reaches_the_view(owner):
     body = json.dumps({"profile": [[[[1]]]], "purpose": "hobby"})
     answer = signed_in(owner).post("/api/v1/sessions/", body, content_type="application/json")
