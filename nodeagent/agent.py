@@ -192,9 +192,17 @@ class Agent:
     # -- the loop ------------------------------------------------------------------------
 
     def heartbeat_message(self) -> Heartbeat:
-        running = [c.session_id for c in self.runtime.list_managed() if c.running]
+        managed = [c for c in self.runtime.list_managed() if c.running]
+        running = [c.session_id for c in managed]
         busy = self.reconciler.busy_devices(running)
-        return Heartbeat(gpus=self.probe.metrics(busy), running_sessions=running)
+        # Each desktop's own GPU and CPU use (idle detection); left out when there is none,
+        # so a heartbeat without desktops is what an older agent sends.
+        usage = self.runtime.usage(managed)
+        return Heartbeat(
+            gpus=self.probe.metrics(busy),
+            running_sessions=running,
+            **({"usage": usage} if usage else {}),
+        )
 
     def heartbeat(self) -> None:
         self.client.heartbeat(self.heartbeat_message())

@@ -274,9 +274,41 @@ class GpuMetrics(AgentMessage):
     )
 
 
+# At most this many sessions' usage in one heartbeat (a node runs far fewer desktops).
+USAGE_MAX = 500
+
+
+class SessionUsage(AgentMessage):
+    """One running session's own utilisation, for idle detection (docs/lifecycle.md);
+    ``None`` where the agent has no figure. The simulated runtime sends SIMULATED figures."""
+
+    session_id: int = Field(ge=1)
+    gpu_pct: float | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="The session's own GPU slice: its MIG instance's activity where NVML "
+        "reports it, else the summed utilisation of its container's processes on its GPUs.",
+    )
+    cpu_pct: float | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="The container's CPU use in percent of its CPU limit (of the node's CPUs "
+        "without a limit), between two readings.",
+    )
+
+
 class Heartbeat(AgentMessage):
     gpus: list[GpuMetrics]
     running_sessions: list[Annotated[int, Field(ge=0)]]
+    # Optional within protocol version 1: an older agent leaves it out.
+    usage: list[SessionUsage] | None = Field(
+        default=None,
+        max_length=USAGE_MAX,
+        description="Per running session: its GPU and CPU use since the previous heartbeat. "
+        "The portal records it only for sessions placed on this node.",
+    )
 
 
 class HeartbeatAnswer(PortalMessage):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from nodeagent.protocol import DesiredSession, DesiredWarm, RuntimeKind
+from nodeagent.protocol import DesiredSession, DesiredWarm, RuntimeKind, SessionUsage
 
 _NAME_UNSAFE = re.compile(r"[^a-z0-9_.-]+")
 _NODE_PART_MAX = 40
@@ -71,6 +72,8 @@ class ManagedContainer:
     simulated: bool = False  # True: no container exists, the simulated runtime made it up
     placement: str = ""  # its deskpool.placement label; "" when made without one
     memory_limit_mb: int | None = None  # the container's memory limit, when it has one
+    cpu_limit: float | None = None  # its CPU limit in CPUs (--cpus), when it has one
+    gpu_devices: tuple[str, ...] = ()  # the GPU or MIG UUIDs it sees (real GPUs only)
 
     def exit_reason(self) -> str:
         """Why a container is not running, in words for the portal and the user.
@@ -118,6 +121,10 @@ class DesktopRuntime(Protocol):
 
     def stop(self, session_id: int) -> None:
         """Stop (with a grace period) and remove the container; keep the home volume."""
+        ...
+
+    def usage(self, containers: Sequence[ManagedContainer]) -> list[SessionUsage]:
+        """Each running desktop's own GPU and CPU use (for the heartbeat; idle detection)."""
         ...
 
     # -- the warm pool (see docs/agent-protocol.md, "Warm pool") --

@@ -36,6 +36,7 @@ from nodeagent.readiness import DesktopNotReady, wait_for_desktop
 from nodeagent.runtime.base import ManagedContainer, RuntimeUnavailable, StartFailed
 from nodeagent.runtime.claims import ClaimRecord, ClaimRecords
 from nodeagent.runtime.desktop_network import DESKTOP_SYSCTLS, ensure_network
+from nodeagent.runtime.usage import cpu_limit, gpu_devices
 
 logger = logging.getLogger(__name__)
 
@@ -152,6 +153,8 @@ class DesktopContainers:
             error=str(state.get("Error") or ""),
             placement=placement,
             memory_limit_mb=memory_limit_mb(container.attrs),
+            cpu_limit=cpu_limit(container.attrs),
+            gpu_devices=gpu_devices(container.attrs) if self.gpu_enabled else (),
         )
 
     def exit_reason(self, container: Container) -> str | None:

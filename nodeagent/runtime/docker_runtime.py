@@ -38,6 +38,7 @@ from nodeagent.protocol import (
     DesiredSession,
     DesiredWarm,
     RuntimeKind,
+    SessionUsage,
 )
 from nodeagent.readiness import wait_for_desktop
 from nodeagent.runtime.base import ManagedContainer, StartFailed, WarmContainer, container_name
@@ -51,6 +52,7 @@ from nodeagent.runtime.docker_desktops import (
     start_error_text,
 )
 from nodeagent.runtime.docker_warm import DockerWarmDesktops
+from nodeagent.runtime.usage import DockerUsage, NvmlUsage
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +95,8 @@ class DockerRuntime:
             blocked_networks=blocked_networks,
         )
         self._warm = DockerWarmDesktops(self._desktops)
+        # NVML only where the engine can give containers a GPU at all.
+        self._usage = DockerUsage(client, NvmlUsage() if self.gpu_enabled else None)
 
     @classmethod
     def from_config(cls, config: AgentConfig, client: docker.DockerClient) -> DockerRuntime:
@@ -237,6 +241,9 @@ class DockerRuntime:
             self._warm.remove(key)
 
     # -- the warm pool (docker_warm) -----------------------------------------------------
+
+    def usage(self, containers: Sequence[ManagedContainer]) -> list[SessionUsage]:
+        return self._usage.read(containers)
 
     def list_warm(self) -> list[WarmContainer]:
         return self._warm.find()

@@ -4,6 +4,11 @@ Sessions "start" after a short pause and are reported RUNNING with no port, so t
 portal's queue, placement and lifecycle can be exercised end to end; a user gets no
 real desktop. State is kept in a JSON file under the state directory so an agent
 restart adopts its simulated sessions just as it adopts real containers.
+
+Usage figures for idle detection are SIMULATED too: a session's GPU and CPU use is
+:data:`SIMULATED_USAGE` (an idle desktop) unless set with :meth:`SimulatedRuntime.set_usage`
+or in the usage file (:func:`usage_file`: ``{"<session id>": [gpu %, cpu %]}``, read at every
+heartbeat, so a test or a demo can make a session's GPU busy or idle from outside the agent).
 """
 
 from __future__ import annotations
@@ -12,16 +17,24 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
 from nodeagent.config import AgentConfig
-from nodeagent.protocol import DesiredSession, DesiredWarm, RuntimeKind
+from nodeagent.protocol import DesiredSession, DesiredWarm, RuntimeKind, SessionUsage
 from nodeagent.runtime.base import ManagedContainer, StartFailed, WarmContainer
 
 logger = logging.getLogger(__name__)
 
 SIMULATED_STATUS = "running (simulated, no container)"
+# A simulated desktop nobody set figures for: an idle GPU, a nearly idle CPU (SIMULATED).
+SIMULATED_USAGE = (0.0, 1.0)
+
+
+def usage_file(state_dir: Path, node_name: str) -> Path:
+    """Where a simulated node's usage figures are set (the module's docstring)."""
+    return state_dir / f"simulated-usage-{node_name}.json"
 
 
 class SimulatedRuntime:
@@ -41,6 +54,11 @@ class SimulatedRuntime:
         self._node = node_name
         self._publish_address = publish_address
         self._state_file = state_file
+        # Usage figures live beside the state file; without one (tests), in memory only.
+        self._usage_file = (
+            usage_file(state_file.parent, node_name) if state_file is not None else None
+        )
+        self._usage: dict[int, tuple[float | None, float | None]] = {}
         self.start_delay_s = start_delay_s
         # None: every image "exists"; a set lets tests simulate a missing image.
         self._known_images = known_images
@@ -87,6 +105,50 @@ class SimulatedRuntime:
         with self._lock:
             self._containers.pop(session_id, None)
             self._save()
+
+    def usage(self, containers: Sequence[ManagedContainer]) -> list[SessionUsage]:
+        """SIMULATED figures for each running desktop (the module's docstring)."""
+        figures = {**self._usage, **self._read_usage_file()}
+        return [
+            SessionUsage(
+                session_id=container.session_id,
+                gpu_pct=figures.get(container.session_id, SIMULATED_USAGE)[0],
+                cpu_pct=figures.get(container.session_id, SIMULATED_USAGE)[1],
+            )
+            for container in containers
+            if container.running
+        ]
+
+    def set_usage(self, session_id: int, gpu_pct: float | None, cpu_pct: float | None) -> None:
+        """Make a simulated session's GPU (and CPU) busy or idle, in percent (None: unknown)."""
+        with self._lock:
+            self._usage[session_id] = (gpu_pct, cpu_pct)
+            if self._usage_file is not None:
+                rows = {str(key): list(value) for key, value in self._usage.items()}
+                self._usage_file.parent.mkdir(parents=True, exist_ok=True)
+                temporary = self._usage_file.with_suffix(".tmp")
+                temporary.write_text(json.dumps({**self._file_rows(), **rows}))
+                temporary.replace(self._usage_file)
+
+    def _file_rows(self) -> dict[str, list]:
+        if self._usage_file is None or not self._usage_file.exists():
+            return {}
+        try:
+            rows = json.loads(self._usage_file.read_text())
+        except (OSError, ValueError) as error:
+            logger.warning("ignoring unreadable usage file %s: %s", self._usage_file, error)
+            return {}
+        return rows if isinstance(rows, dict) else {}
+
+    def _read_usage_file(self) -> dict[int, tuple[float | None, float | None]]:
+        figures = {}
+        for key, value in self._file_rows().items():
+            try:
+                gpu, cpu = (None if v is None else min(100.0, max(0.0, float(v))) for v in value)
+                figures[int(key)] = (gpu, cpu)
+            except (TypeError, ValueError):
+                logger.warning("ignoring usage %r: %r in %s", key, value, self._usage_file)
+        return figures
 
     def list_warm(self) -> list[WarmContainer]:
         with self._lock:

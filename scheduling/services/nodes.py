@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -11,17 +11,25 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from nodeagent.protocol import PROTOCOL_VERSION, GpuInventory, Heartbeat, Registration, to_wire
+from nodeagent.protocol import (
+    PROTOCOL_VERSION,
+    GpuInventory,
+    Heartbeat,
+    Registration,
+    SessionUsage,
+    to_wire,
+)
 
-from ..choices import AuditKind, SliceKind
+from ..choices import OPENABLE_STATES, AuditKind, SliceKind
 from ..engine import gpu_compute_units, slice_milli
 from ..locks import lock_unused_join_token
-from ..models import Gpu, JoinToken, Node, Slice, hash_token
+from ..models import Gpu, JoinToken, Node, Session, Slice, hash_token
 from ..models.pool import join_token_expiry
 from . import Conflict, ServiceError
 from .audit import record
 from .kick import schedule_soon
 from .metric_history import record_heartbeat_metrics
+from .session_activity import record_usage
 
 
 def check_join_token(hostname: str, *, any_host: bool, hours: float, may_replace: bool) -> str:
@@ -362,6 +370,18 @@ def do_heartbeat(node: Node, payload: Heartbeat | Mapping[str, Any]) -> None:
         record_heartbeat_metrics(node, payload.gpus, now)  # history (docs/monitoring.md)
         if not was_healthy:
             _after_commit_schedule()
+    record_node_usage(node, payload.usage or [], now)
+
+
+def record_node_usage(node: Node, usage: Sequence[SessionUsage], at: datetime) -> None:
+    """Each session's GPU and CPU use as its agent reported it (idle detection,
+    docs/lifecycle.md). A node speaks only for itself: figures about a session that is not
+    running on this node are ignored."""
+    figures = {entry.session_id: entry for entry in usage}
+    own = Session.objects.filter(node=node, pk__in=figures, state__in=OPENABLE_STATES)
+    for session_id in own.values_list("pk", flat=True):
+        entry = figures[session_id]
+        record_usage(session_id, entry.gpu_pct, entry.cpu_pct, at)
 
 
 __all__ = [

@@ -39,7 +39,16 @@ from nodeagent.protocol import (
 )
 from nodeagent.runtime.simulated_runtime import SimulatedRuntime
 from portal.models import Course
-from scheduling.models import Booking, Gpu, JoinToken, Node, Session, WarmDesktop, hash_token
+from scheduling.models import (
+    Booking,
+    Gpu,
+    JoinToken,
+    Node,
+    Session,
+    SessionActivity,
+    WarmDesktop,
+    hash_token,
+)
 from scheduling.services.agent_sessions import placement_id
 from scheduling.services.cycle import do_scheduling_cycle
 from scheduling.services.nodes import do_create_join_token
@@ -123,10 +132,20 @@ def stored_registration(node: Node, sent_join_token: str | None) -> dict[str, An
 
 
 def stored_heartbeat(node: Node) -> dict[str, Any]:
-    return {
+    stored = {
         "gpus": [g.metrics for g in node.gpus.filter(present=True).order_by("index")],
         "running_sessions": node.running_sessions,
     }
+    # usage: the latest sample of each of the node's sessions, where there is one (recorded
+    # for the node's own sessions only: tests/scheduling/test_idle_usage.py)
+    activity = SessionActivity.objects.filter(session__node=node).order_by("session_id")
+    if usage := [
+        {"session_id": a.session_id, "gpu_pct": a.samples[-1][1], "cpu_pct": a.samples[-1][2]}
+        for a in activity
+        if a.samples
+    ]:
+        stored["usage"] = usage
+    return stored
 
 
 def register(registration: Registration) -> tuple[Node, str]:
@@ -203,12 +222,14 @@ def test_a_fully_populated_registration_and_heartbeat_are_stored_field_by_field(
     node, token = register(registration)
 
     heartbeat = Heartbeat(
-        gpus=[full_metrics("GPU-f0", 0), full_metrics("GPU-f1", 1)], running_sessions=[5, 9]
+        gpus=[full_metrics("GPU-f0", 0), full_metrics("GPU-f1", 1)],
+        running_sessions=[5, 9],
+        usage=[],  # sessions 5 and 9 do not exist: no usage to store
     )
     assert_fully_populated(heartbeat)
     post("heartbeat/", heartbeat, token)
     node.refresh_from_db()
-    assert stored_heartbeat(node) == heartbeat.model_dump(mode="json")
+    assert stored_heartbeat(node) == heartbeat.model_dump(mode="json", exclude={"usage"})
 
 
 def simulated_agent(node: str, tmp_path: Path, join_token: str) -> Agent:
