@@ -12,6 +12,12 @@ The relay lives as long as the sign-in it was opened with: every :data:`SIGN_IN_
 asks whether that login session still exists, still belongs to this user (Django's own
 check, password changes included) and whether the user is still active; when not (logout,
 an admin ending the user's sessions, a disabled account) it closes with 4401.
+
+Idle detection (docs/lifecycle.md): an accepted relay is a viewer
+(``session_activity.viewer_opened``, and ``viewer_closed`` when it ends). Past the handshake
+the browser's bytes go through :class:`portal.rfb_input.InputCounter`, which counts keyboard
+and mouse events (never their content); every :data:`INPUT_FLUSH_S` with events, and at
+the end, the count goes to ``session_activity.record_input`` with the time of the latest.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import asyncio
 import contextlib
 import logging
 import struct
+import time
+from datetime import UTC, datetime
 from importlib import import_module
 from types import SimpleNamespace
 
@@ -37,8 +45,10 @@ from nodeagent.readiness import (
     parse_banner,
     vnc_auth_response,
 )
+from portal.rfb_input import InputCounter
 from scheduling.choices import OPENABLE_STATES
 from scheduling.models import Session
+from scheduling.services import session_activity
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +56,12 @@ SIGN_IN_CHECK_S = 2.0  # how often an open relay checks that its sign-in still s
 UPSTREAM_TIMEOUT_S = 5.0  # connect and log in to the desktop within this
 RFB_38 = b"RFB 003.008\n"
 CLOSE_FORBIDDEN, CLOSE_SIGNED_OUT, CLOSE_UNREACHABLE = 4403, 4401, 4502
+INPUT_FLUSH_S = 5.0  # how often counted input goes to the activity store (while there is any)
+CLIENT_INIT_LENGTH = 1  # the browser's first byte past the handshake, before any message
+
+record_input = database_sync_to_async(session_activity.record_input)
+viewer_opened = database_sync_to_async(session_activity.viewer_opened)
+viewer_closed = database_sync_to_async(session_activity.viewer_closed)
 
 
 class RfbError(Exception):
@@ -177,6 +193,10 @@ class DesktopProxyConsumer(AsyncWebsocketConsumer):
     handshake: BrowserHandshake | None = None
     pending = b""  # what the desktop sent past its SecurityResult, for after the handshake
     tasks: tuple[asyncio.Task, ...] = ()
+    session_id = 0
+    viewing = False  # viewer_opened was called: viewer_closed is owed
+    counter: InputCounter | None = None
+    input_at = 0.0  # time.time() of the latest counted event
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -213,11 +233,16 @@ class DesktopProxyConsumer(AsyncWebsocketConsumer):
             return
         self.pending = pending
         self.handshake = BrowserHandshake()
+        self.session_id = session_id
+        self.counter = InputCounter(skip=CLIENT_INIT_LENGTH)
         await self.accept()
         await self.send(bytes_data=RFB_38)
+        self.viewing = True
+        await viewer_opened(session_id)
         self.tasks = (
             asyncio.create_task(self._from_desktop()),
             asyncio.create_task(self._watch_sign_in(session_key, user.pk)),
+            asyncio.create_task(self._flush_input_regularly()),
         )
 
     async def _from_desktop(self) -> None:
@@ -260,14 +285,31 @@ class DesktopProxyConsumer(AsyncWebsocketConsumer):
                 await self.send(bytes_data=self.pending)
             if not data:
                 return
+        if self.counter is not None and self.counter.feed(data):
+            self.input_at = time.time()
         with contextlib.suppress(websockets.ConnectionClosed):
             await self.upstream.send(data)
+
+    async def _flush_input_regularly(self) -> None:
+        while True:
+            await asyncio.sleep(INPUT_FLUSH_S)
+            await self._flush_input()
+
+    async def _flush_input(self) -> None:
+        events = self.counter.take() if self.counter is not None else 0
+        if events:
+            at = datetime.fromtimestamp(self.input_at, tz=UTC)
+            await record_input(self.session_id, events, at)
 
     async def disconnect(self, code: int) -> None:
         for task in self.tasks:
             if task is not asyncio.current_task():
                 task.cancel()
         await self._close_upstream()
+        if self.viewing:
+            self.viewing = False
+            await self._flush_input()
+            await viewer_closed(self.session_id)
 
     async def _close_upstream(self) -> None:
         if self.upstream is not None:
