@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import pynvml
 import pytest
 
 from nodeagent.protocol import Heartbeat, to_wire
 from nodeagent.runtime.docker_runtime import DockerRuntime
 from nodeagent.runtime.simulated_runtime import SIMULATED_USAGE, SimulatedRuntime, usage_file
-from nodeagent.runtime.usage import CpuReading, cpu_limit, cpu_percent, gpu_devices
+from nodeagent.runtime.usage import CpuReading, NvmlUsage, cpu_limit, cpu_percent, gpu_devices
 
 from .conftest import desired_session
 from .test_agent_loop import TinyPortal, make_agent
@@ -113,3 +115,45 @@ def test_docker_reads_a_real_desktops_cpu_busy_and_idle(
     container.exec_run(["sh", "-c", "while :; do :; done"], detach=True)
     # A busy loop under a 0.5-CPU limit: about all of its limit.
     assert cpu_until(runtime, lambda pct: pct > 70, "busy") <= 100
+
+
+class FakeNvml:
+    """NVML as a GPU node's driver answers (no GPU here): per-process samples on a whole GPU,
+    utilisation not supported on one MIG instance and reported on another."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.asked_since: list[int] = []
+        monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByUUID", lambda uuid: uuid)
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetProcessUtilization", self.processes)
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetUtilizationRates", self.rates)
+
+    def processes(self, handle: str, since: int) -> list[SimpleNamespace]:
+        self.asked_since.append(since)
+        if handle == "GPU-quiet":
+            raise pynvml.NVMLError_NotFound()  # no process sampled since then
+        return [
+            SimpleNamespace(pid=100, timeStamp=5_000, smUtil=30),
+            SimpleNamespace(pid=101, timeStamp=6_000, smUtil=45),
+            SimpleNamespace(pid=999, timeStamp=7_000, smUtil=90),  # another container's
+        ]
+
+    def rates(self, handle: str) -> SimpleNamespace:
+        if handle == "MIG-reported":
+            return SimpleNamespace(gpu=12)
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+
+def test_the_gpu_figure_from_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    nvml = FakeNvml(monkeypatch)
+    gpu = NvmlUsage()
+    assert gpu.available
+    pids = {1, 100, 101}
+    assert gpu.percent(["GPU-whole"], pids) == 75.0  # the container's two processes only
+    assert gpu.percent(["GPU-whole"], pids) == 75.0
+    assert nvml.asked_since == [0, 7_000]  # each call asks for what came since the last
+    assert gpu.percent(["GPU-quiet"], pids) == 0.0
+    assert gpu.percent(["GPU-whole", "GPU-whole"], pids) == 100.0  # capped
+    assert gpu.percent(["MIG-unsupported"], pids) is None  # most drivers: no figure
+    assert gpu.percent(["MIG-reported"], pids) == 12.0
+    assert gpu.percent([], pids) is None
