@@ -153,7 +153,7 @@ def web_session(user: User) -> str:
     """A logged-in web session for ``user`` (what the login form makes), for the WebSocket."""
     store = SessionStore()
     store[SESSION_KEY] = str(user.pk)
-    store[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
+    store[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"  # a password sign-in
     store[HASH_SESSION_KEY] = user.get_session_auth_hash()
     store.save(must_create=True)
     return store.session_key

@@ -43,8 +43,12 @@ def _api_error(error: ServiceError) -> APIException:
 
 class ThesisGrantSerializer(serializers.ModelSerializer):
     student = serializers.CharField(source="student.username", read_only=True)
-    granted_by = serializers.CharField(source="granted_by.username", read_only=True, default=None)
-    revoked_by = serializers.CharField(source="revoked_by.username", read_only=True, default=None)
+    granted_by = serializers.CharField(
+        source="granted_by.username", read_only=True, default=None, allow_null=True
+    )
+    revoked_by = serializers.CharField(
+        source="revoked_by.username", read_only=True, default=None, allow_null=True
+    )
     active = serializers.SerializerMethodField()
 
     class Meta:

@@ -185,7 +185,9 @@ class PriceRuleSerializer(serializers.ModelSerializer):
     profile: serializers.SlugRelatedField = serializers.SlugRelatedField(
         slug_field="slug", read_only=True, allow_null=True
     )
-    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+    created_by = serializers.CharField(
+        source="created_by.username", read_only=True, default=None, allow_null=True
+    )
 
     class Meta:
         model = PriceRule

@@ -194,6 +194,8 @@ class MultiHost:
         self.http_port = free_port()
         self.https_port = free_port()
         self.url = f"https://{HOST_ADDRESS}:{self.https_port}"
+        # The session cookie's name behind the TLS proxy (portal/hardening.py)
+        self.session_cookie = "__Host-sessionid"
         self.cert = workdir / "tls" / "cert.pem"
         self.key = workdir / "tls" / "key.pem"
         self.static_root = workdir / "var" / "static"
@@ -212,6 +214,8 @@ class MultiHost:
             "DESKPOOL_VAR_DIR": str(workdir / "var"),
             "DESKPOOL_SERVE_STATIC": "0",  # nginx serves /static/
             "DESKPOOL_TRUSTED_PROXIES": "1",
+            # As deployed (deploy/env/deskpool.env): nginx ends TLS, cookies are Secure.
+            "DESKPOOL_BEHIND_TLS_PROXY": "1",
             "ALLOWED_HOSTS": f"{HOST_ADDRESS},127.0.0.1,localhost",
             "DESKPOOL_AGENT_POLL_INTERVAL_S": "0.25",
             "DESKPOOL_SCHEDULER_BEAT_SECONDS": "2",

@@ -99,7 +99,6 @@ def running_events(session_ids) -> dict[int, int]:
 @pytest.mark.multihost
 @pytest.mark.integration
 def test_session_through_nginx_runs_and_its_update_arrives_on_the_websocket(multihost, orm):
-    from django.conf import settings
     from websockets.sync.client import connect as ws_connect
     from websockets.typing import Origin
 
@@ -121,7 +120,7 @@ def test_session_through_nginx_runs_and_its_update_arrives_on_the_websocket(mult
 
     def journey():
         url = multihost.url.replace("https://", "wss://", 1) + "/ws/updates/"
-        cookie = {"Cookie": f"{settings.SESSION_COOKIE_NAME}={student.cookie}"}
+        cookie = {"Cookie": f"{multihost.session_cookie}={student.cookie}"}
         with (
             ws_connect(
                 url,
@@ -204,7 +203,6 @@ class Asker:
 
 def updates_socket(stack, student):
     """The student's live updates (``/ws/updates/``) through nginx, as their browser has it."""
-    from django.conf import settings
     from websockets.sync.client import connect as ws_connect
     from websockets.typing import Origin
 
@@ -212,7 +210,7 @@ def updates_socket(stack, student):
         stack.url.replace("https://", "wss://", 1) + "/ws/updates/",
         ssl=stack.ssl_context(),
         origin=Origin(stack.url),
-        additional_headers={"Cookie": f"{settings.SESSION_COOKIE_NAME}={student.cookie}"},
+        additional_headers={"Cookie": f"{stack.session_cookie}={student.cookie}"},
         open_timeout=10,
     )
     # Entered by hand (it outlives this frame, and is replaced on reconnecting); the caller
@@ -578,9 +576,14 @@ def env_names(path: Path) -> set[str]:
 
 
 def test_environment_files_name_only_variables_that_are_read():
-    read = (ROOT / "portal" / "settings.py").read_text() + (
-        ROOT / "nodeagent" / "config.py"
-    ).read_text()
+    # The settings, the modules they take their parts from, and the agent's configuration.
+    sources = [
+        ROOT / "portal" / "settings.py",
+        ROOT / "portal" / "hardening.py",
+        *sorted((ROOT / "portal" / "signin").glob("*_config.py")),
+        ROOT / "nodeagent" / "config.py",
+    ]
+    read = "".join(source.read_text() for source in sources)
     # Read by libpq (the database password file) and by httpx (a private CA), not by us.
     others = {"PGPASSFILE", "SSL_CERT_FILE"}
     for path in sorted((DEPLOY / "env").glob("*.env")):

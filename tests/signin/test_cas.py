@@ -272,7 +272,10 @@ def test_a_student_signs_in_through_cas_and_logging_out_ends_the_cas_session(
         page.click("#login_form button[type=submit]")
     assert page.locator("header nav").inner_text().startswith("cas-student"), page.content()
 
-    try:  # Playwright's event loop runs in this thread: the ORM gets a connection of its own
+    # Playwright's event loop runs in this thread: the ORM gets a connection of its own,
+    # taken fresh from the pool (one left from an earlier test may have been cut since).
+    connections.close_all()
+    try:
         user = User.objects.get(username="cas-student")
         member = Member.objects.get(user=user)
     finally:

@@ -314,7 +314,10 @@ def test_a_student_signs_in_with_single_sign_on_and_logging_out_ends_the_provide
         page.click("#idp-login button[type=submit]")
     assert page.locator("header nav").inner_text().startswith("oidc-student"), page.content()
 
-    try:  # Playwright's event loop runs in this thread: the ORM gets a connection of its own
+    # Playwright's event loop runs in this thread: the ORM gets a connection of its own,
+    # taken fresh from the pool (one left from an earlier test may have been cut since).
+    connections.close_all()
+    try:
         user = User.objects.get(username="oidc-student")
         member = Member.objects.get(user=user)
     finally:
