@@ -41,6 +41,11 @@ def fragment_context(payload: Mapping[str, Any], variant: str) -> dict[str, Any]
         "desktop_url": reverse("desktop", args=[session_id]),
         "stop_url": reverse("session-page-stop", args=[session_id]),
         "cancel_url": reverse("session-cancel", args=[session_id]),
+        "running": state == SessionState.RUNNING,
+        "suspended": state == SessionState.SUSPENDED,
+        "idle_state": (payload.get("idle") or {}).get("state", "active"),
+        "extend_url": reverse("session-extend", args=[session_id]),
+        "resume_url": reverse("session-resume", args=[session_id]),
     }
 
 

@@ -24,6 +24,8 @@ from scheduling.models import Session
 from scheduling.services import ServiceError
 from scheduling.services.catalogue import profile_offers
 from scheduling.services.eligibility import eligible_courses, eligible_purposes
+from scheduling.services.extend import do_extend
+from scheduling.services.idle import do_resume
 from scheduling.services.quota_view import quota_left
 from scheduling.services.sessions import do_stop, do_submit
 
@@ -134,6 +136,37 @@ def stop_session(request: HttpRequest, session_id: int) -> HttpResponse:
         do_stop(signed_in(request.user), session)
     except ServiceError as error:
         messages.warning(request, error.message)
+    return redirect("session-page", session_id=session.pk)
+
+
+@login_required
+@require_POST
+def extend_session(request: HttpRequest, session_id: int) -> HttpResponse:
+    """One more step of time (``do_extend``); the new limit or the refusal's reason."""
+    session = _my_session(request, session_id, to_open=True)
+    try:
+        extended = do_extend(signed_in(request.user), session.pk)
+    except ServiceError as error:
+        messages.warning(request, error.message)
+    else:
+        when = timezone.localtime(extended.ends_at).strftime("%H:%M") if extended.ends_at else ""
+        messages.success(
+            request, _("Extended: this desktop now ends at %(time)s.") % {"time": when}
+        )
+    return redirect("session-page", session_id=session.pk)
+
+
+@login_required
+@require_POST
+def resume_session(request: HttpRequest, session_id: int) -> HttpResponse:
+    """Requeue a suspended session (``do_resume``)."""
+    session = _my_session(request, session_id, to_open=True)
+    try:
+        do_resume(signed_in(request.user), session.pk)
+    except ServiceError as error:
+        messages.warning(request, error.message)
+    else:
+        messages.success(request, _("Resumed: your desktop is back in the queue."))
     return redirect("session-page", session_id=session.pk)
 
 
