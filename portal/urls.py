@@ -29,6 +29,7 @@ urlpatterns = [
     path("desktop/<int:session_id>/", never_cache(student_views.desktop), name="desktop"),
     path("history/", student_views.history, name="history"),
     path("account/", views.account, name="account"),
+    path("account/notices/", views.account_notices, name="account-notices"),
     path("account/tokens/", include("portal.token_urls")),
     path("courses/", include("portal.course_urls")),
     path("console/", include("portal.console_urls")),

@@ -10,6 +10,9 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from scheduling.services.lifecycle_notices import email_warnings_of, set_email_warnings
 
 from .forms import PreferencesForm
 from .models import Member
@@ -39,5 +42,19 @@ def account(request: HttpRequest) -> HttpResponse:
         "form": form,
         "time_zones": sorted(available_timezones()),
         "campus_zone": settings.TIME_ZONE,
+        "email_warnings": email_warnings_of(person),
     }
     return render(request, "portal/account.html", context, status=status)
+
+
+@login_required
+@require_POST
+def account_notices(request: HttpRequest) -> HttpResponse:
+    """The e-mail opt-in for time-limit and idle warnings (a checkbox: absent is off)."""
+    wanted = request.POST.get("email_warnings") == "on"
+    set_email_warnings(signed_in(request.user), wanted)
+    if wanted:
+        messages.success(request, _("You will get the time-limit and idle warnings by e-mail too."))
+    else:
+        messages.success(request, _("The warnings now only show on the pages."))
+    return redirect("account")

@@ -7,6 +7,7 @@ import pytest
 from django.test import Client
 
 from scheduling.models import DesktopProfile, Session
+from scheduling.services.idle import wants_email
 
 from ..scheduling.test_lifecycle import run_desktop, suspend
 
@@ -57,3 +58,16 @@ def test_another_persons_session_is_404_and_a_get_is_refused(owner, stranger, pr
         assert other.post(f"/sessions/{session.pk}/{verb}/").status_code == 404
     assert signed_in(owner).get(f"/sessions/{session.pk}/extend/").status_code == 405
     assert Session.objects.get(pk=session.pk).extended_minutes == 0
+
+
+def test_the_account_page_sets_the_email_opt_in(owner):
+    client = signed_in(owner)
+    assert 'id="email-warnings"' in client.get("/account/").content.decode()
+    assert not wants_email(owner.pk)
+    client.post("/account/notices/", {"email_warnings": "on"})
+    assert wants_email(owner.pk)
+    page = client.get("/account/").content.decode()
+    assert "checked" in page.split('id="email-warnings"')[1][:40]
+    client.post("/account/notices/", {})
+    assert not wants_email(owner.pk)
+    assert client.get("/account/notices/").status_code == 405
