@@ -9,30 +9,37 @@ a page, a live update and the API never disagree.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from scheduling.choices import OPENABLE_STATES, TERMINAL_STATES, WAITING_STATES, SessionState
+from scheduling.services.idle import LIMIT_WARNINGS
 
 FRAGMENT = "portal/_session.html"
 # The two forms it takes: the session's own page (the ids its scripts and tests use) and
 # an entry of a list (no ids, so several fit on one page).
 DETAIL, ITEM = "detail", "item"
+# From the first time-limit warning on (the sweep's broadcast then re-renders the fragment).
+ENDS_SOON = timedelta(minutes=max(LIMIT_WARNINGS))
 
 
 def fragment_context(payload: Mapping[str, Any], variant: str) -> dict[str, Any]:
     """What the template needs from a payload: times as datetimes, labels, links."""
     session_id = payload["id"]
     state = payload["state"]
+    ends_at = parse_datetime(payload["ends_at"]) if payload.get("ends_at") else None
     return {
         "s": payload,
         "detail": variant == DETAIL,
         "state_label": SessionState(state).label if state in SessionState.values else state,
         "eta": parse_datetime(payload["eta"]) if payload.get("eta") else None,
-        "ends_at": parse_datetime(payload["ends_at"]) if payload.get("ends_at") else None,
+        "ends_at": ends_at,
+        "ends_soon": ends_at is not None and ends_at - timezone.now() <= ENDS_SOON,
         "waiting": state in WAITING_STATES,
         "terminal": state in TERMINAL_STATES,
         "openable": state in OPENABLE_STATES and not payload["simulated"],

@@ -9,7 +9,7 @@ from django.test import Client
 from scheduling.models import DesktopProfile, Session
 from scheduling.services.idle import wants_email
 
-from ..scheduling.test_lifecycle import run_desktop, suspend
+from ..scheduling.test_lifecycle import run_desktop, started_ago, suspend
 
 pytestmark = [pytest.mark.django_db, pytest.mark.lifecycle]
 
@@ -71,3 +71,12 @@ def test_the_account_page_sets_the_email_opt_in(owner):
     client.post("/account/notices/", {})
     assert not wants_email(owner.pk)
     assert client.get("/account/notices/").status_code == 405
+
+
+def test_the_time_limit_warning_shows_in_the_last_15_minutes(owner, profile, pool):
+    session = run_desktop(owner, profile)
+    client = signed_in(owner)
+    assert 'id="limit-warning"' not in client.get(f"/sessions/{session.pk}/").content.decode()
+    started_ago(session, 240 - 14)
+    page = client.get(f"/sessions/{session.pk}/").content.decode()
+    assert 'id="limit-warning"' in page and "reaches its time limit at" in page
