@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from scheduling.models import DesktopProfile, Session
 from scheduling.services.idle import wants_email
@@ -80,3 +81,12 @@ def test_the_time_limit_warning_shows_in_the_last_15_minutes(owner, profile, poo
     started_ago(session, 240 - 14)
     page = client.get(f"/sessions/{session.pk}/").content.decode()
     assert 'id="limit-warning"' in page and "reaches its time limit at" in page
+
+
+def test_the_console_lists_idle_sessions_for_admins_only(owner, admin_user, profile, pool):
+    session = run_desktop(owner, profile)
+    Session.objects.filter(pk=session.pk).update(idle_state="warned", idle_since=timezone.now())
+    assert signed_in(owner).get("/console/idle/").status_code in (403, 404)
+    page = signed_in(admin_user).get("/console/idle/").content.decode()
+    assert f'data-session-id="{session.pk}" data-idle="warned"' in page
+    assert owner.get_username() in page and str(session.node) in page
