@@ -19,6 +19,7 @@ CONSOLE_PAGES: list[tuple[str, Any]] = [
     ("console-quotas", gettext_lazy("Quotas")),
     ("console-profiles", gettext_lazy("Desktop profiles")),
     ("console-alerts", gettext_lazy("Alerts")),
+    ("console-idle", gettext_lazy("Idle desktops")),
     ("console-reports", gettext_lazy("Reports")),
     ("console-audit", gettext_lazy("Audit")),
 ]
