@@ -7,25 +7,16 @@ No Django import here: the test process has the portal's settings, the server it
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
-import urllib.request
-from contextlib import suppress
 from pathlib import Path
 
 import requests
 
-from tests.integration.stack import ROOT, free_port
-
-# Stripped from the server's environment: they describe the portal, not the CAS server.
-PORTAL_VARIABLES = ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "REDIS_URL", "DESKPOOL_VAR_DIR")
+from tests.integration.stack import free_port
+from tests.signin.django_server import DjangoServer
 
 
-class CasServer:
+class CasServer(DjangoServer):
     """A django-cas-server on 127.0.0.1 with its own SQLite database under ``workdir``.
 
     ``users``: dicts of username, password, email, first_name, last_name, groups and
@@ -40,48 +31,14 @@ class CasServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/cas/"
         self.log = workdir / "cas-server.log"
-        self.process: subprocess.Popen | None = None
+        self.process = None
 
-    def start(self, timeout: float = 60.0) -> None:
-        env = {k: v for k, v in os.environ.items() if k not in PORTAL_VARIABLES}
-        env.update(
-            DJANGO_SETTINGS_MODULE="tests.signin.cas_server.settings",
-            CAS_TEST_DIR=str(self.workdir),
-            PYTHONPATH=str(ROOT),
-            PYTHONUNBUFFERED="1",
-        )
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.signin.cas_server.serve", str(self.port)],
-                cwd=ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the CAS server exited early:\n{self.log_tail()}")
-            with suppress(OSError), urllib.request.urlopen(self.url + "login", timeout=2):
-                return
-            time.sleep(0.2)
-        raise TimeoutError(f"the CAS server did not answer in {timeout} s:\n{self.log_tail()}")
+    package = "tests.signin.cas_server"
+    dir_variable = "CAS_TEST_DIR"
+    what = "the CAS server"
 
-    def log_tail(self, lines: int = 40) -> str:
-        if not self.log.exists():
-            return ""
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+    def ready_url(self) -> str:
+        return self.url + "login"
 
     def service_ticket(
         self, username: str, password: str, service: str, browser: requests.Session | None = None

@@ -7,22 +7,14 @@ No Django import here: the test process has the portal's settings, the provider 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 import urllib.request
-from contextlib import suppress
 from pathlib import Path
 
-from tests.integration.stack import ROOT, free_port
-
-# Stripped from the provider's environment: they describe the portal, not the provider.
-PORTAL_VARIABLES = ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "REDIS_URL", "DESKPOOL_VAR_DIR")
+from tests.integration.stack import free_port
+from tests.signin.django_server import DjangoServer
 
 
-class OidcProvider:
+class OidcProvider(DjangoServer):
     """An OpenID Connect provider on 127.0.0.1 with its own SQLite database under ``workdir``.
 
     ``users``: dicts of username, password, email, first_name, last_name, groups, department
@@ -49,7 +41,14 @@ class OidcProvider:
         self.url = f"http://127.0.0.1:{self.port}"
         self.issuer = f"{self.url}/o"
         self.log = workdir / "oidc-provider.log"
-        self.process: subprocess.Popen | None = None
+        self.process = None
+
+    package = "tests.signin.oidc_provider"
+    dir_variable = "OIDC_TEST_DIR"
+    what = "the OIDC provider"
+
+    def ready_url(self) -> str:
+        return f"{self.issuer}/.well-known/openid-configuration"
 
     def portal_env(self) -> dict[str, str]:
         """The portal's DESKPOOL_OIDC_* variables for this provider (its discovery document's
@@ -66,49 +65,7 @@ class OidcProvider:
             "DESKPOOL_OIDC_SCOPES": "openid email profile groups",
         }
 
-    def start(self, timeout: float = 60.0) -> None:
-        env = {k: v for k, v in os.environ.items() if k not in PORTAL_VARIABLES}
-        env.update(
-            DJANGO_SETTINGS_MODULE="tests.signin.oidc_provider.settings",
-            OIDC_TEST_DIR=str(self.workdir),
-            PYTHONPATH=str(ROOT),
-            PYTHONUNBUFFERED="1",
-        )
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.signin.oidc_provider.serve", str(self.port)],
-                cwd=ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        discovery = f"{self.issuer}/.well-known/openid-configuration"
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the OIDC provider exited early:\n{self.log_tail()}")
-            with suppress(OSError), urllib.request.urlopen(discovery, timeout=2):
-                return
-            time.sleep(0.2)
-        raise TimeoutError(f"the OIDC provider did not answer in {timeout} s:\n{self.log_tail()}")
-
     def discovery(self) -> dict:
         url = f"{self.issuer}/.well-known/openid-configuration"
         with urllib.request.urlopen(url, timeout=10) as answer:
             return json.loads(answer.read())
-
-    def log_tail(self, lines: int = 40) -> str:
-        if not self.log.exists():
-            return ""
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
