@@ -30,13 +30,18 @@ from django_cas_ng.models import SessionTicket
 from django_cas_ng.utils import RedirectException, get_cas_client
 
 from portal.signin.cas_config import DEFAULT_ATTRIBUTES, DEFAULT_TIMEOUT_S
-from portal.signin.identity import CampusIdentity, SigninRefused, sync_person
+from portal.signin.identity import (
+    CampusIdentity,
+    SigninRefused,
+    refusal_of,
+    refuse,
+    sync_person,
+)
 
 logger = logging.getLogger(__name__)
 
 # The request attribute on which the backend leaves why it refused a sign-in: Django's
 # authenticate() swallows the PermissionDenied, the login view shows this instead.
-_REFUSAL = "signin_cas_refusal"
 
 Attributes = Mapping[str, Any]
 
@@ -82,12 +87,6 @@ def identity_from(cas_user: str, attributes: Attributes) -> CampusIdentity:
     )
 
 
-def _refuse(request: HttpRequest | None, message: str) -> SigninRefused:
-    if request is not None:
-        setattr(request, _REFUSAL, message)
-    return SigninRefused(message)
-
-
 class CampusCASBackend(CASBackend):
     """Validates the service ticket, then creates or updates the account through
     sync_person with the released attributes; never creates users by itself."""
@@ -112,12 +111,12 @@ class CampusCASBackend(CASBackend):
                 client.server_url,
                 error.__class__.__name__,
             )
-            raise _refuse(
+            raise refuse(
                 request,
                 _("The campus CAS could not be reached to confirm your sign-in. Try again."),
             ) from error
         if not cas_user:
-            raise _refuse(
+            raise refuse(
                 request,
                 _(
                     "The campus CAS did not confirm this sign-in (the ticket is invalid or has "
@@ -128,7 +127,7 @@ class CampusCASBackend(CASBackend):
             return sync_person(identity_from(cas_user, attributes or {}))
         except SigninRefused as refused:
             logger.info("CAS sign-in of %r refused: %s", cas_user, refused)
-            raise _refuse(request, str(refused)) from refused
+            raise refuse(request, str(refused)) from refused
 
 
 def _next_is_local(request: HttpRequest) -> bool:
@@ -166,7 +165,7 @@ class LoginView(cas_views.LoginView):
         try:
             return super().get(request)
         except PermissionDenied:
-            message = getattr(request, _REFUSAL, "") or _("The campus sign-in failed. Try again.")
+            message = refusal_of(request) or _("The campus sign-in failed. Try again.")
             messages.error(request, message)
             return redirect("login")
 

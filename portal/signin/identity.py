@@ -18,6 +18,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.http import HttpRequest
 from django.utils.translation import gettext as _
 
 from portal.models import Member, Role
@@ -27,6 +28,22 @@ from scheduling.services import audit
 
 class SigninRefused(PermissionDenied):
     """The identity provider vouched for someone the portal will not let in."""
+
+
+# Where a backend leaves the reason of a refusal for the login page that shows it.
+_REFUSAL = "signin_refusal"
+
+
+def refuse(request: HttpRequest | None, message: str) -> SigninRefused:
+    """The refusal to raise, its message kept on the request for :func:`refusal_of`."""
+    if request is not None:
+        setattr(request, _REFUSAL, message)
+    return SigninRefused(message)
+
+
+def refusal_of(request: HttpRequest) -> str:
+    """Why this request's campus sign-in was refused ("" when it was not)."""
+    return getattr(request, _REFUSAL, "")
 
 
 @dataclass(frozen=True)

@@ -33,13 +33,19 @@ from mozilla_django_oidc.views import (
     get_next_url,
 )
 
-from portal.signin.identity import CampusIdentity, SigninRefused, clean_username, sync_person
+from portal.signin.identity import (
+    CampusIdentity,
+    SigninRefused,
+    clean_username,
+    refusal_of,
+    refuse,
+    sync_person,
+)
 
 logger = logging.getLogger(__name__)
 
 # The request attribute on which the backend leaves why it refused a sign-in: Django's
 # authenticate() swallows the PermissionDenied, the callback view shows this instead.
-_REFUSAL = "signin_oidc_refusal"
 
 Claims = Mapping[str, Any]
 
@@ -75,12 +81,6 @@ def identity_from(claims: Claims) -> CampusIdentity:
     )
 
 
-def _refuse(request: HttpRequest | None, message: str) -> SigninRefused:
-    if request is not None:
-        setattr(request, _REFUSAL, message)
-    return SigninRefused(message)
-
-
 def _unconfirmed() -> str:
     return _("The campus single sign-on did not confirm this sign-in. Try again.")
 
@@ -97,13 +97,13 @@ class CampusOIDCBackend(OIDCAuthenticationBackend):
             return super().authenticate(request, **kwargs)  # type: ignore[no-any-return]
         except SigninRefused as refused:
             logger.info("OIDC sign-in refused: %s", refused)
-            raise _refuse(request, str(refused)) from refused
+            raise refuse(request, str(refused)) from refused
         except requests.HTTPError as error:  # the provider refused the code or the token
             logger.warning("OIDC provider refused: %s", str(error)[:300])
-            raise _refuse(request, _unconfirmed()) from error
+            raise refuse(request, _unconfirmed()) from error
         except requests.RequestException as error:
             logger.warning("OIDC provider request failed: %s", error.__class__.__name__)
-            raise _refuse(
+            raise refuse(
                 request,
                 _(
                     "The campus single sign-on could not be reached to confirm your sign-in. "
@@ -112,7 +112,7 @@ class CampusOIDCBackend(OIDCAuthenticationBackend):
             ) from error
         except (SuspiciousOperation, jwt.PyJWTError, ValueError, KeyError, TypeError) as error:
             logger.warning("OIDC sign-in not confirmed: %s: %s", error.__class__.__name__, error)
-            raise _refuse(request, _unconfirmed()) from error
+            raise refuse(request, _unconfirmed()) from error
 
     def verify_token(self, token: str, **kwargs: Any) -> dict[str, Any]:
         """The ID token's signature and nonce (mozilla-django-oidc), then its audience and,
@@ -152,7 +152,7 @@ class CampusOIDCBackend(OIDCAuthenticationBackend):
 
 
 def _failed(request: HttpRequest) -> HttpResponse:
-    messages.error(request, getattr(request, _REFUSAL, "") or _unconfirmed())
+    messages.error(request, refusal_of(request) or _unconfirmed())
     return redirect("login")
 
 

@@ -19,7 +19,7 @@ from django.urls import path
 
 from portal.models import Member, Role
 from portal.signin import oidc, oidc_config
-from portal.signin.identity import SigninRefused
+from portal.signin.identity import SigninRefused, refusal_of
 from scheduling.models import AuditEvent
 from tests.e2e.conftest import browser, new_page  # noqa: F401 - fixtures
 from tests.integration.conftest import database_url
@@ -209,7 +209,7 @@ def test_a_code_the_provider_never_issued_is_refused(db, provider, oidc_settings
     request = RequestFactory().get("/oidc/callback/", {"code": "forged", "state": "s"})
     with pytest.raises(SigninRefused, match="did not confirm"):
         oidc.CampusOIDCBackend().authenticate(request, nonce="n", code_verifier="v" * 64)
-    assert "did not confirm" in request.signin_oidc_refusal  # type: ignore[attr-defined]
+    assert "did not confirm" in refusal_of(request)
     # Password sign-ins are not this backend's.
     assert oidc.CampusOIDCBackend().authenticate(request, username="a", password="b") is None
 
@@ -235,7 +235,7 @@ def test_failed_sign_ins_do_not_lock_single_sign_on_out_for_an_address(db, oidc_
         for _attempt in range(settings.AXES_FAILURE_LIMIT + 1):
             request = RequestFactory().get("/oidc/callback/", {"code": "forged", "state": "s"})
             assert authenticate(request=request, nonce="n", code_verifier="v" * 64) is None
-            refusals.append(getattr(request, "signin_oidc_refusal", ""))
+            refusals.append(refusal_of(request))
     # Each one was judged by the provider's answer, none refused for the address.
     assert all("did not confirm" in refusal for refusal in refusals), refusals
 
