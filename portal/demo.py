@@ -12,6 +12,7 @@ import argparse
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -41,9 +42,15 @@ class Supervisor:
         self.env = env
         self.children: list[tuple[str, subprocess.Popen]] = []
 
-    def start(self, name: str, argv: list[str], **env: str) -> subprocess.Popen:
+    def start(
+        self, name: str, argv: list[str], pass_fds: tuple[int, ...] = (), **env: str
+    ) -> subprocess.Popen:
         process = subprocess.Popen(
-            argv, cwd=BASE_DIR, env={**self.env, **env}, start_new_session=True
+            argv,
+            cwd=BASE_DIR,
+            env={**self.env, **env},
+            start_new_session=True,
+            pass_fds=pass_fds,
         )
         self.children.append((name, process))
         return process
@@ -118,6 +125,14 @@ def wait_for_http(url: str, supervisor: Supervisor, timeout: float = 60.0) -> No
     raise SystemExit(f"[demo] the portal did not answer at {url} within {timeout:.0f} s")
 
 
+def listening_socket(port: int) -> socket.socket:
+    """The portal's port, opened once here and handed to every ASGI process (``daphne
+    --fd``): the kernel spreads the connections over them, as behind nginx in production."""
+    listener = socket.create_server(("127.0.0.1", port), backlog=4096)
+    listener.set_inheritable(True)
+    return listener
+
+
 def private_var_dir(path: Path) -> Path:
     """var/ (the database, the Redis socket, the demo agents' node credentials) readable by
     its owner only: the folder and what is in it already, and what the demo's processes
@@ -138,7 +153,17 @@ def private_var_dir(path: Path) -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    parser.add_argument(
+        "--portal-processes",
+        type=int,
+        default=int(
+            os.environ.get("DESKPOOL_DEMO_PORTAL_PROCESSES") or min(4, os.cpu_count() or 1)
+        ),
+        help="ASGI processes sharing the port (default: the CPUs, at most 4)",
+    )
     args = parser.parse_args()
+    if not 1 <= args.portal_processes <= 32:
+        parser.error("--portal-processes must be between 1 and 32")
 
     var_dir = private_var_dir(Path(os.environ.get("DESKPOOL_VAR_DIR", BASE_DIR / "var")))
     python = sys.executable
@@ -207,21 +232,15 @@ def main() -> int:
             say(f"Docker engine found: desktops are real containers of {DESKTOP_IMAGE}")
 
         url = f"http://127.0.0.1:{args.port}"
-        supervisor.start(
-            "portal",
-            [
-                python,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(args.port),
-                "--access-log",
-                str(var_dir / "access.log"),
-                "portal.asgi:application",
-            ],
-        )
+        listener = listening_socket(args.port)
+        for n in range(args.portal_processes):
+            supervisor.start(
+                f"portal {n + 1}",
+                [python, "-m", "daphne", "--fd", str(listener.fileno())]
+                + ["--access-log", str(var_dir / "access.log"), "portal.asgi:application"],
+                pass_fds=(listener.fileno(),),
+            )
+        say(f"{args.portal_processes} ASGI processes (daphne) share port {args.port}")
         supervisor.start(
             "celery worker",
             [
