@@ -42,6 +42,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_POLL_INTERVAL_S = 1.0
 DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
+# A heartbeat due within this is sent now; no wait is shorter than MIN_WAIT_S.
+HEARTBEAT_SLACK_S = MIN_WAIT_S = 0.5
 # Longest wait between retries while the portal is unreachable: one request per 10 s per
 # node is no load for a portal coming back, and desktop states catch up within seconds of
 # it answering again (a 60 s cap meant up to a minute more after a one-minute outage).
@@ -325,21 +327,28 @@ class PortalFollower(threading.Thread):
                 logger.exception("asking the portal failed; retry in %.1f s", delay)
                 agent.stopping.wait(delay)
 
-    def _heartbeat_due(self, within_s: float = 0.0) -> Heartbeat | None:
-        """The heartbeat, if one falls due within ``within_s`` (a wait's length: a heartbeat
-        that fell due during a wait would otherwise wait for the next one, up to twice the
-        interval apart)."""
+    def _heartbeat_due(self) -> Heartbeat | None:
+        """The heartbeat, if it is due (within :data:`HEARTBEAT_SLACK_S`). Only then: a wait
+        answered early (a class starting wakes the node again and again) must not bring the
+        next heartbeat forward, or a busy node would heartbeat with every wake-up."""
         now = time.monotonic()
-        if now + within_s < self.next_heartbeat:
+        if now < self.next_heartbeat - HEARTBEAT_SLACK_S:
             return None
         self.next_heartbeat = now + self.heartbeat_s * random.uniform(0.8, 1.0)
         return self.agent.heartbeat_message()
 
+    def _wait_length(self) -> float:
+        """A wait's length: at most ``wait_s`` (spread over the fleet), and over by the time
+        the next heartbeat falls due, so that the wait after it carries the heartbeat in
+        time."""
+        until_due = self.next_heartbeat - time.monotonic()
+        return max(MIN_WAIT_S, min(self.wait_s * random.uniform(0.9, 1.0), until_due))
+
     def _next(self, latest: DesiredState | None) -> DesiredState:
         client = self.agent.client
         if self.wait_s and latest is not None:
-            timeout_s = self.wait_s * random.uniform(0.9, 1.0)  # spread the fleet's waits
-            heartbeat = self._heartbeat_due(within_s=timeout_s)
+            heartbeat = self._heartbeat_due()
+            timeout_s = self._wait_length()
             request = WaitRequest(
                 since=latest.version, timeout_s=timeout_s, heartbeat=heartbeat, unchanged_ok=True
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -208,15 +209,28 @@ def test_cli_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     assert (config.node_name, config.fleet_file) == ("gpu-t01", Path("cli.yaml"))
 
 
-def test_a_heartbeat_falling_due_during_a_wait_goes_with_that_wait(tmp_path: Path) -> None:
+def test_heartbeats_keep_their_interval_however_often_the_waits_are_answered(
+    tmp_path: Path,
+) -> None:
     from nodeagent.agent import PortalFollower
     from nodeagent.protocol import RegistrationAnswer
 
     agent = make_agent(TinyPortal(), tmp_path)
     answer = RegistrationAnswer(node_id=7, heartbeat_interval_s=25, poll_interval_s=1, wait_s=25)
     follower = PortalFollower(agent, answer, poll_s=1)
-    assert follower._heartbeat_due(within_s=24) is not None  # the first one: at once
-    # Next due in 20-25 s: a 25 s wait starting now carries it rather than the next wait...
-    assert follower._heartbeat_due(within_s=25) is not None
-    # ...but one just sent is not due again within a short wait.
-    assert follower._heartbeat_due(within_s=1) is None
+    assert follower._heartbeat_due() is not None  # the first one: at once
+    # Waits answered at once, one after another (a class starting): no heartbeat goes with
+    # them until the interval has passed...
+    assert [follower._heartbeat_due() for _ in range(20)] == [None] * 20
+    # ...and each wait ends by the time the next one falls due (20-25 s from now), so that
+    # the wait after it carries it in time.
+    lengths = [follower._wait_length() for _ in range(20)]
+    assert all(
+        0.5 <= length <= follower.next_heartbeat - time.monotonic() + 0.01 for length in lengths
+    )
+    follower.next_heartbeat = time.monotonic() + 3
+    assert follower._wait_length() <= 3
+    assert follower._heartbeat_due() is None
+    follower.next_heartbeat = time.monotonic() + 0.2  # within the slack: due now
+    assert follower._heartbeat_due() is not None
+    assert follower.next_heartbeat - time.monotonic() >= 0.8 * 25 - 0.1
