@@ -5,6 +5,7 @@ the stack is up and the environment names its database and Redis; prints the fig
 
 from __future__ import annotations
 
+import logging
 import os
 import statistics
 import sys
@@ -17,6 +18,7 @@ import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 django.setup()
+logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request hides the figures
 
 from portal.bench_class import (  # noqa: E402
     Student,

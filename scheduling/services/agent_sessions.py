@@ -161,35 +161,47 @@ def do_report(node: Node, session_id: int, report: SessionReport | Mapping[str, 
 def do_report_batch(node: Node, reports: Sequence[BatchedReport]) -> list[BatchResult]:
     """Apply an agent's reports in order, in one transaction (one commit, one broadcast of
     every session they changed); each in a savepoint of its own, so one that conflicts
-    rolls back alone and is answered ``conflict`` (stop that desktop), as a 409 would be."""
-    results: list[BatchResult] = []
+    rolls back alone and is answered ``conflict`` (stop that desktop), as a 409 would be.
+
+    A STARTING followed in the same batch by another report about the same placement (a
+    desktop that started between two sends: the usual case in a class start) is not
+    applied on its own: PLACED goes straight to the later state, one transition and one
+    broadcast instead of two, and the STARTING is answered as the later report is."""
+    superseded = _superseded(reports)
+    applied: dict[int, BatchResult] = {}
     with transaction.atomic():
-        for report in reports:
-            try:
-                with transaction.atomic():
-                    session = do_report(node, report.session_id, report)
-            except Conflict as error:
-                current = Session.objects.filter(pk=report.session_id).values_list(
-                    "state", flat=True
-                )
-                results.append(
-                    BatchResult(
-                        session_id=report.session_id,
-                        outcome="conflict",
-                        state=current.first(),
-                        detail=error.message,
-                    )
-                )
-            except ServiceError as error:
-                results.append(
-                    BatchResult(
-                        session_id=report.session_id, outcome="refused", detail=error.message
-                    )
-                )
-            else:
-                results.append(
-                    BatchResult(
-                        session_id=report.session_id, outcome="applied", state=session.state
-                    )
-                )
-    return results
+        for index, report in enumerate(reports):
+            if index not in superseded:
+                applied[index] = _apply(node, report)
+    return [applied[superseded.get(index, index)].model_copy() for index in range(len(reports))]
+
+
+def _superseded(reports: Sequence[BatchedReport]) -> dict[int, int]:
+    """STARTING reports with a later report about the same placement: their position, and
+    the position of the last report about that placement (the one applied)."""
+    last: dict[tuple[int, str], int] = {}
+    superseded: dict[int, int] = {}
+    for index in range(len(reports) - 1, -1, -1):
+        key = (reports[index].session_id, reports[index].placement)
+        if reports[index].state == "STARTING" and key in last:
+            superseded[index] = last[key]
+        last.setdefault(key, index)
+    return superseded
+
+
+def _apply(node: Node, report: BatchedReport) -> BatchResult:
+    """One report of a batch, in a savepoint of its own."""
+    try:
+        with transaction.atomic():
+            session = do_report(node, report.session_id, report)
+    except Conflict as error:
+        current = Session.objects.filter(pk=report.session_id).values_list("state", flat=True)
+        return BatchResult(
+            session_id=report.session_id,
+            outcome="conflict",
+            state=current.first(),
+            detail=error.message,
+        )
+    except ServiceError as error:
+        return BatchResult(session_id=report.session_id, outcome="refused", detail=error.message)
+    return BatchResult(session_id=report.session_id, outcome="applied", state=session.state)

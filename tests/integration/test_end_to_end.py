@@ -99,5 +99,8 @@ def test_submitted_session_runs_in_a_real_container_and_stops_cleanly(
             "data__to", flat=True
         )
     )
-    assert transitions == ["PLACED", "STARTING", "RUNNING", "STOPPING", "ENDED"]
+    # STARTING only when the agent's STARTING went out before its RUNNING; in one batch
+    # PLACED goes straight to RUNNING (services.agent_sessions.do_report_batch).
+    assert [t for t in transitions if t != "STARTING"] == ["PLACED", "RUNNING", "STOPPING", "ENDED"]
+    assert transitions.count("STARTING") <= 1 and transitions[0] == "PLACED"
     volume.remove(force=True)

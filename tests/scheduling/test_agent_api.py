@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from scheduling.choices import SessionState
+from scheduling.choices import AuditKind, SessionState
 from scheduling.engine.reasons import Code, Reason
-from scheduling.models import Allocation, Node, Session
+from scheduling.models import Allocation, AuditEvent, Node, Session
 from scheduling.services.cycle import do_scheduling_cycle
 from scheduling.services.lifecycle import do_transition
 from scheduling.services.nodes import do_create_join_token
@@ -185,10 +185,17 @@ def test_batched_reports_apply_in_order_and_a_desktop_is_reached_on_the_register
     }
     answer = agent(token).post("/api/agent/v1/reports/", batch, format="json")
     assert answer.status_code == 200, answer.content
+    # The STARTING and RUNNING of one desktop in one batch: PLACED goes straight to RUNNING
+    # (one transition, one broadcast), and the STARTING is answered as the RUNNING.
     assert [(r["outcome"], r.get("state")) for r in answer.json()["results"]] == [
-        ("applied", "STARTING"),
+        ("applied", "RUNNING"),
         ("applied", "RUNNING"),
         ("refused", None),
+    ]
+    moves = AuditEvent.objects.filter(session=session, kind=AuditKind.SESSION_TRANSITION)
+    assert [(e.data["from"], e.data["to"]) for e in moves.order_by("pk")] == [
+        ("QUEUED", "PLACED"),
+        ("PLACED", "RUNNING"),
     ]
     session.refresh_from_db()
     assert (session.state, session.desktop_host, session.desktop_port) == (
