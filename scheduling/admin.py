@@ -42,6 +42,12 @@ from .services.catalogue_changes import (
     do_save_quota,
 )
 from .services.health import do_clear_cordon
+from .services.idle_policies import (
+    POLICY_FIELDS,
+    check_idle_policy,
+    do_delete_idle_policy,
+    do_save_idle_policy,
+)
 
 
 class AuditedAdmin(NumbersAdmin):
@@ -157,12 +163,35 @@ class SessionAdmin(NumbersAdmin):
         return False  # sessions are created through the services, never by hand
 
 
-@admin.register(IdlePolicy)
-class IdlePolicyAdmin(AuditedAdmin):
-    """The idle policy per profile and purpose (docs/lifecycle.md); audited like the pool's."""
+class IdlePolicyForm(CatalogueForm):
+    """Checked by ``idle_policies.check_idle_policy``, as the console's idle policy form."""
 
+    class Meta:
+        model = IdlePolicy
+        fields = list(POLICY_FIELDS)
+
+    def check(self, data: dict[str, Any]) -> Any:
+        return check_idle_policy(data, policy=self.instance)
+
+
+@admin.register(IdlePolicy)
+class IdlePolicyAdmin(NumbersAdmin):
+    """The idle policy per profile and purpose (docs/lifecycle.md): saved and deleted through
+    ``services.idle_policies`` (audited with before and after), as in the console."""
+
+    form = IdlePolicyForm
     list_display = ["__str__", "enabled", "warn_after", "suspend_after", "end_after"]
     list_filter = ["enabled", "purpose"]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        do_save_idle_policy(f"user:{request.user.get_username()}", form.checked, obj)
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        do_delete_idle_policy(f"user:{request.user.get_username()}", obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[IdlePolicy]) -> None:
+        for policy in queryset:
+            self.delete_model(request, policy)
 
 
 @admin.register(LifecycleNotices)

@@ -51,6 +51,11 @@ class UsageRecord(models.Model):
     utilisation_pct = models.FloatField(
         null=True, blank=True, help_text="The GPU reading used for idle hours; empty: none."
     )
+    gpu_idle_seconds = models.FloatField(
+        default=0.0,
+        help_text="GPU-seconds (GPUs held x seconds) the agent's usage samples found the "
+        "session's GPU idle, under its idle policy's threshold (docs/lifecycle.md).",
+    )
 
     class Meta:
         ordering = ["started_at", "pk"]

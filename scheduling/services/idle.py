@@ -11,7 +11,6 @@ session suspended for too long.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -28,6 +27,7 @@ from ..idle_rules import Context, Idle, Track
 from ..models import IdlePolicy, LifecycleNotices, Session, SessionActivity
 from . import Conflict, NotFound
 from .email_notices import notify
+from .idle_policies import policy_for
 from .lifecycle import do_transition
 from .session_activity import activity_of, forget
 
@@ -42,36 +42,6 @@ class SweepResult:
     suspended: int = 0
     ended: int = 0
     limit_warnings: int = 0
-
-
-def to_policy(row: IdlePolicy | None) -> idle_rules.Policy:
-    if row is None:
-        return idle_rules.Policy()
-    return idle_rules.Policy(
-        enabled=row.enabled,
-        idle_after=row.idle_after,
-        warn_after=row.warn_after,
-        suspend_after=row.suspend_after,
-        end_after=row.end_after,
-        gpu_idle_pct=row.gpu_idle_pct,
-        cpu_idle_pct=row.cpu_idle_pct,
-        gpu_needs_viewer=row.gpu_needs_viewer,
-    )
-
-
-def policy_for(session: Session, rows: Iterable[IdlePolicy]) -> idle_rules.Policy:
-    """The most specific policy: profile and purpose, then profile, then purpose, then any."""
-    best: tuple[int, int] | None = None
-    chosen = None
-    for row in rows:
-        if row.profile_id not in (None, session.profile_id):
-            continue
-        if row.purpose not in ("", session.purpose):
-            continue
-        rank = (2 if row.profile_id else 0) + (1 if row.purpose else 0)
-        if best is None or (rank, -row.pk) > best:
-            best, chosen = (rank, -row.pk), row
-    return to_policy(chosen)
 
 
 def in_class(session: Session, now: datetime) -> bool:

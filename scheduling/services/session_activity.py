@@ -1,25 +1,30 @@
 """The activity store (docs/lifecycle.md): what the portal's VNC relay and the node agents
 tell about a running session, kept in one ``SessionActivity`` row per session, updated in
 place. Input is counted and time-stamped, never stored; viewers are counted; utilisation
-samples are kept for :data:`SAMPLE_WINDOW` (at most :data:`MAX_SAMPLES`).
+samples are kept for :data:`SAMPLE_WINDOW` (at most :data:`MAX_SAMPLES`). Each GPU sample
+also adds to the open run's GPU-idle seconds (:func:`count_gpu_idle`, ``UsageRecord``), which
+outlive the samples and the session (the console's idle hours, ``services.idle_hours``).
 
 The relay calls :func:`record_input` with a batch (say every few seconds, not per event),
 :func:`viewer_opened` and :func:`viewer_closed`; the agent's usage report calls
-:func:`record_usage`. Each is one or two small queries; none raises for a session that has
-gone (the row simply is not written).
+:func:`record_usage`. Each is one or two small queries (a usage sample with a GPU figure
+three more: the open run, its policy, the update); none raises for a session that has gone
+(the row simply is not written).
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from ..idle_rules import Activity, Sample
-from ..models import Session, SessionActivity
+from ..models import Session, SessionActivity, UsageRecord
+from .idle_policies import policy_of
 
 SAMPLE_WINDOW = timedelta(hours=2)
 MAX_SAMPLES = 480
@@ -76,9 +81,44 @@ def record_usage(
     row = SessionActivity.objects.get(session_id=session_id)
     horizon = at - SAMPLE_WINDOW
     kept = [s for s in row.samples if (t := parse_datetime(s[0])) is not None and t >= horizon]
+    previous = parse_datetime(kept[-1][0]) if kept else None
     kept.append([at.isoformat(), _pct(gpu_pct), _pct(cpu_pct)])
     row.samples = kept[-MAX_SAMPLES:]
     row.save(update_fields=["samples"])
+    count_gpu_idle(session_id, gpu_pct, previous, at)
+
+
+def sample_gap() -> timedelta:
+    """The longest stretch one sample speaks for: two heartbeats. A longer silence (an agent
+    away, a portal restarted) counts this much, not the whole gap."""
+    return timedelta(seconds=2 * settings.AGENT_HEARTBEAT_INTERVAL_S)
+
+
+def count_gpu_idle(
+    session_id: int, gpu_pct: float | None, previous: datetime | None, at: datetime
+) -> None:
+    """Add the time since the previous sample (or the run's start), at most
+    :func:`sample_gap`, to the open run's GPU-idle seconds, times the GPUs it holds
+    (``UsageRecord.gpu_share``, as accounting counts GPU-hours), when the GPU was under its
+    policy's ``gpu_idle_pct``. A CPU-only run, or a sample without a GPU figure, adds
+    nothing."""
+    if gpu_pct is None:
+        return
+    run = (
+        UsageRecord.objects.filter(session_id=session_id, ended_at=None, gpu_share__gt=0)
+        .select_related("session")
+        .first()
+    )
+    if run is None or run.session is None:
+        return
+    if gpu_pct >= policy_of(run.session).gpu_idle_pct:
+        return
+    since = max(previous, run.started_at) if previous is not None else run.started_at
+    seconds = min(max(at - since, timedelta(0)), sample_gap()).total_seconds()
+    if seconds > 0:
+        UsageRecord.objects.filter(pk=run.pk, ended_at=None).update(
+            gpu_idle_seconds=F("gpu_idle_seconds") + run.gpu_share * seconds
+        )
 
 
 def _pct(value: float | None) -> float | None:
