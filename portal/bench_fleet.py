@@ -45,6 +45,7 @@ from django.db import connection  # noqa: E402
 from django.db.models import Min  # noqa: E402
 
 from portal.bench_class import bench_profile, percentile  # noqa: E402
+from portal.bench_cpu import cpu_s  # noqa: E402
 from scheduling.models import Node, Session  # noqa: E402
 from scheduling.services.nodes import do_create_join_token  # noqa: E402
 from scheduling.services.sessions import check_submit, do_stop, do_submit  # noqa: E402
@@ -195,12 +196,6 @@ class Fleet:
                 state = answer
                 for session in answer["sessions"]:
                     self.seen.setdefault(session["session_id"], now)
-
-
-def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def oldest_heartbeat_s(silent: set[str]) -> float:
