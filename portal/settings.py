@@ -112,8 +112,16 @@ DATABASES = {
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several processes share the embedded database: wait for locks instead of failing.
+    # Write-ahead logging, so that readers never wait for the writer nor it for them (the
+    # default rollback journal locks the whole file for either), and commits that do not
+    # wait for the disk (safe in WAL mode: a crash loses at most the last commits, never
+    # the file).
     DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+        {
+            "timeout": 20,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
     )
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # One bounded pool of connections per process (psycopg's pool, through Django), instead

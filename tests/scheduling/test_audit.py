@@ -100,6 +100,8 @@ def test_sqlite_refuses_update_and_delete_after_the_migrations(tmp_path):
     assert done.returncode == 0, done.stderr
 
     db = sqlite3.connect(database, isolation_level=None)
+    # The embedded default runs in write-ahead-log mode (portal/settings.py), kept in the file.
+    assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     insert = (
         "INSERT INTO scheduling_auditevent (at, kind, actor, data) "
         "VALUES (datetime('now', ?), 'policy.changed', 'user:test', '{}')"
