@@ -7,11 +7,13 @@ period of 1 to 90 days. Everyone but an admin gets 404, as on every console page
 from __future__ import annotations
 
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.test import Client
 from django.utils import timezone
 
+from portal.models import Member
 from scheduling.choices import AuditKind
 from scheduling.models import AuditEvent, IdlePolicy, UsageRecord
 
@@ -252,3 +254,25 @@ def test_a_shorter_period_leaves_older_runs_out(admin_user):
     client = logged_in(admin_user)
     assert 'data-key="ART101"' in client.get(HOURS, {"days": "2"}).content.decode()
     assert 'data-key="ART101"' not in client.get(HOURS, {"days": "1"}).content.decode()
+
+
+def test_the_period_is_shown_in_the_admins_time_zone(admin_user):
+    Member.objects.create(user=admin_user, time_zone="Asia/Shanghai")
+    html = logged_in(admin_user).get(HOURS, {"days": "3"}).content.decode()
+    period = html.split('id="idle-hours-period">')[1].split("</p>")[0]
+    until = timezone.now().astimezone(ZoneInfo("Asia/Shanghai"))
+    since = until - timedelta(days=3)
+    # The minute may turn between the page and here: either reading is the page's.
+    shown = {f"{moment:%Y-%m-%d %H:%M}" for moment in (since, since - timedelta(minutes=1))}
+    assert any(f"from {text} to" in period for text in shown), period
+
+
+def test_changes_need_the_csrf_token(admin_user, profile):
+    policy = IdlePolicy.objects.create(profile=profile)
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(admin_user)
+    assert client.post(POLICIES, POLICY).status_code == 403
+    assert client.post(f"{POLICIES}{policy.pk}/", POLICY).status_code == 403
+    assert client.post(f"{POLICIES}{policy.pk}/delete/").status_code == 403
+    assert list(IdlePolicy.objects.values_list("pk", flat=True)) == [policy.pk]
+    assert not policy_events()
