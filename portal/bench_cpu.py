@@ -34,17 +34,16 @@ def _role(pid: str) -> str | None:
     return next((role for word, role in ROLES if word in cmdline), None)
 
 
-def cpu_by_role() -> dict[str, float]:
-    """CPU seconds so far of every process on the machine with a role, summed per role
-    (processes that ended meanwhile drop out: compare snapshots of long-lived ones)."""
-    totals: dict[str, float] = defaultdict(float)
+def cpu_by_process() -> dict[int, tuple[str, float]]:
+    """Every process on the machine with a role: pid -> (role, CPU seconds so far)."""
+    found: dict[int, tuple[str, float]] = {}
     for pid in os.listdir("/proc"):
         if pid.isdigit() and (role := _role(pid)) is not None:
             try:
-                totals[role] += cpu_s(int(pid))
+                found[int(pid)] = (role, cpu_s(int(pid)))
             except OSError:
                 continue
-    return dict(totals)
+    return found
 
 
 def children_cpu_s() -> float:
@@ -54,19 +53,24 @@ def children_cpu_s() -> float:
 
 
 def cpu_line(
-    before: dict[str, float], after: dict[str, float], wall_s: float, **more: float
+    before: dict[int, tuple[str, float]],
+    after: dict[int, tuple[str, float]],
+    wall_s: float,
+    **more: float,
 ) -> str:
-    """Each role's CPU seconds between two snapshots (and ``more``: role -> seconds), and
-    the share of the machine."""
-    used = {role: after[role] - before.get(role, 0.0) for role in after}
+    """Each role's CPU seconds between two snapshots (a process started between them counts
+    whole; one that ended is lost), ``more`` (role -> seconds) beside them, and the share of
+    the machine."""
+    used: dict[str, float] = defaultdict(float)
+    for pid, (role, seconds) in after.items():
+        then = before.get(pid)
+        used[role] += seconds - (then[1] if then and then[0] == role else 0.0)
     used.update({role.replace("_", " "): seconds for role, seconds in more.items()})
     cores = os.cpu_count() or 1
-    parts = [
-        f"{role} {seconds:.1f} s" for role, seconds in sorted(used.items(), key=lambda kv: -kv[1])
-    ]
+    ranked = sorted(used.items(), key=lambda kv: -kv[1])
     total = sum(used.values())
     return (
         f"CPU over {wall_s:.0f} s: "
-        + ", ".join(parts)
+        + ", ".join(f"{role} {seconds:.1f} s" for role, seconds in ranked)
         + f"; in all {total:.1f} s of the {cores} CPUs' {cores * wall_s:.0f} s"
     )

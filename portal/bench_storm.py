@@ -33,7 +33,7 @@ from pathlib import Path
 import psycopg
 import yaml
 
-from portal.bench_cpu import children_cpu_s, cpu_by_role, cpu_line
+from portal.bench_cpu import children_cpu_s, cpu_by_process, cpu_line
 
 ROOT = Path(__file__).resolve().parent.parent
 SLICES_PER_GPU = 7
@@ -155,13 +155,13 @@ def main() -> int:
         # The storm itself runs in a process of its own, on the stack's settings.
         storm = [sys.executable, "-m", "portal.storm_run", url, str(args.students)]
         storm += [str(args.spread), str(args.timeout)]
-        cpu_before, students_before = cpu_by_role(), children_cpu_s()
+        cpu_before, students_before = cpu_by_process(), children_cpu_s()
         storm_started = time.monotonic()
         failed = subprocess.run(storm, cwd=ROOT, env=env).returncode != 0
         # The whole storm run: the students connecting (20 s), asking, waiting.
         wall = time.monotonic() - storm_started
         students = children_cpu_s() - students_before
-        print(cpu_line(cpu_before, cpu_by_role(), wall, the_students=students))
+        print(cpu_line(cpu_before, cpu_by_process(), wall, the_students=students))
     finally:
         demo.send_signal(signal.SIGTERM)
         try:
