@@ -51,6 +51,7 @@ from .model import (
 from .planner import effective_tier, plan
 from .quotas import (
     admission_block,
+    admission_may_block,
     alert_for,
     count_session,
     index_quotas,
@@ -94,6 +95,7 @@ __all__ = [
     "Snapshot",
     "TargetShape",
     "admission_block",
+    "admission_may_block",
     "alert_for",
     "count_session",
     "effective_tier",

@@ -116,12 +116,22 @@ def utilisation(free: Iterable[FreeSlice], held: Iterable[FreeSlice]) -> float:
     return held_milli / total if total else 0.0
 
 
+# The first tier the pool's utilisation can refuse at submit: hobby.
+FIRST_BLOCKABLE_TIER = 3
+
+
+def admission_may_block(tier: int) -> bool:
+    """Whether :func:`admission_block` can refuse this tier at all (else the caller need
+    not work out the pool's utilisation)."""
+    return tier >= FIRST_BLOCKABLE_TIER
+
+
 def admission_block(tier: int, pool_utilisation: float, policy: Policy) -> Reason | None:
     """Why a new request of this tier is refused at submit, or None (only hobby is refused).
 
     ``Code.POOL_BLOCK`` with ``utilisation`` and ``limit`` as ratios 0..1.
     """
-    if tier >= 3 and pool_utilisation >= policy.block_utilisation:
+    if admission_may_block(tier) and pool_utilisation >= policy.block_utilisation:
         return Reason(
             Code.POOL_BLOCK,
             {

@@ -112,14 +112,16 @@ def _check_admission(
     user: User, profile: DesktopProfile, purpose: Purpose, course: Course | None
 ) -> None:
     """Refuse what the pool's thresholds or the quotas refuse now, saying why."""
-    policy = engine_policy(PoolPolicy.current())
-    refused = engine.admission_block(PURPOSE_TIER[purpose], pool_utilisation(), policy)
-    if refused:
-        raise ServiceError(refusal(refused), field="purpose")
+    tier = PURPOSE_TIER[purpose]
+    if engine.admission_may_block(tier):  # the pool's utilisation is read only for hobby
+        policy = engine_policy(PoolPolicy.current())
+        refused = engine.admission_block(tier, pool_utilisation(), policy)
+        if refused:
+            raise ServiceError(refusal(refused), field="purpose")
     probe = Session(user=user, profile=profile, purpose=purpose, course=course)
     request = profile_request(
         profile,
-        tier=PURPOSE_TIER[purpose],
+        tier=tier,
         user=user.get_username(),
         course=course.code if course else "",
         department=department_of(probe),

@@ -19,6 +19,7 @@ from scheduling.engine import (
     RunningSession,
     Snapshot,
     admission_block,
+    admission_may_block,
     alert_for,
     index_quotas,
     plan,
@@ -219,6 +220,8 @@ def test_admission_refuses_hobby_above_the_block_threshold_and_alerts_above_warn
     )
     assert admission_block(3, 2 / 3 + 0.3, policy).params["utilisation"] == 0.9667
     assert admission_block(2, 0.99, policy) is None and admission_block(1, 0.99, policy) is None
+    # So the portal reads the pool's utilisation for hobby requests only.
+    assert [admission_may_block(tier) for tier in (1, 2, 3)] == [False, False, True]
     assert admission_block(3, 0.85, policy) is None
     warn = alert_for(0.85, policy)
     assert warn.level == "warn"
