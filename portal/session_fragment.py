@@ -33,6 +33,8 @@ def fragment_context(payload: Mapping[str, Any], variant: str) -> dict[str, Any]
     session_id = payload["id"]
     state = payload["state"]
     ends_at = parse_datetime(payload["ends_at"]) if payload.get("ends_at") else None
+    idle = payload.get("idle") or {}
+    suspends_at = parse_datetime(idle["suspends_at"]) if idle.get("suspends_at") else None
     return {
         "s": payload,
         "detail": variant == DETAIL,
@@ -50,9 +52,10 @@ def fragment_context(payload: Mapping[str, Any], variant: str) -> dict[str, Any]
         "cancel_url": reverse("session-cancel", args=[session_id]),
         "running": state == SessionState.RUNNING,
         "suspended": state == SessionState.SUSPENDED,
-        "idle_state": (payload.get("idle") or {}).get("state", "active"),
-        "extend_url": reverse("session-extend", args=[session_id]),
-        "resume_url": reverse("session-resume", args=[session_id]),
+        "idle_state": idle.get("state", "active"),
+        "suspends_at": suspends_at,  # warned: when it is suspended unless used
+        "extend_url": reverse("session-page-extend", args=[session_id]),
+        "resume_url": reverse("session-page-resume", args=[session_id]),
     }
 
 

@@ -25,7 +25,7 @@ from scheduling.services import ServiceError
 from scheduling.services.catalogue import profile_offers
 from scheduling.services.eligibility import eligible_courses, eligible_purposes
 from scheduling.services.extend import do_extend
-from scheduling.services.idle import do_resume
+from scheduling.services.idle import LIMIT_WARNINGS, do_resume
 from scheduling.services.quota_view import quota_left
 from scheduling.services.sessions import do_stop, do_submit
 
@@ -203,6 +203,12 @@ def desktop(request: HttpRequest, session_id: int) -> HttpResponse:
         session=session_payload(session),
         proxy_url=DESKTOP_PROXY_PATH.format(id=session.pk),
         session_api=reverse("session-detail", args=[session.pk]),
+        # The banner's Extend: the API's action (JSON: the session, or 409 and its reason).
+        extend_api=reverse("session-extend", args=[session.pk]),
+        can_extend=session.profile.extend_step_minutes > 0,
+        warn_minutes=sorted(LIMIT_WARNINGS, reverse=True),
+        # The banner writes times (HH:MM) in the reader's zone, as the pages do.
+        time_zone=timezone.get_current_timezone_name(),
         openable=sorted(OPENABLE_STATES),
         words=_desktop_words(),
     )
@@ -227,8 +233,24 @@ def _desktop_words() -> dict[str, str]:
         "refused": _("the desktop refused its password: stop and start a new session"),
         "time_left": _("Time left: %(time)s"),
         "limit_soon": _(
-            "This desktop reaches its time limit in less than %(minutes)s minutes: save your work."
+            "This desktop reaches its time limit in less than %(minutes)s minutes, at "
+            "%(time)s: save your work."
         ),
+        "extended": _("Extended: this desktop now ends at %(time)s."),
+        "extend_failed": _("The desktop could not be given more time; try again in a moment."),
+        "idle_warned": _(
+            "This desktop has not been used for a while: it will be suspended at %(time)s "
+            "unless you use it."
+        ),
+        "idle_warned_soon": _(
+            "This desktop has not been used for a while: it will be suspended soon unless you "
+            "use it."
+        ),
+        "suspended": _(
+            "This desktop was suspended because nobody used it. Resume it to get back in the "
+            "queue with your place kept."
+        ),
+        "suspended_status": _("the desktop is suspended"),
         "preempting": _(
             "This desktop stops in about %(minutes)s min to make room for a higher-priority "
             "request: save your work now. It goes back to the queue with its place kept."

@@ -23,8 +23,17 @@ urlpatterns = [
     ),
     path("sessions/<int:session_id>/stop/", student_views.stop_session, name="session-page-stop"),
     path("sessions/<int:session_id>/cancel/", student_views.cancel_session, name="session-cancel"),
-    path("sessions/<int:session_id>/extend/", student_views.extend_session, name="session-extend"),
-    path("sessions/<int:session_id>/resume/", student_views.resume_session, name="session-resume"),
+    # Not "session-extend"/"session-resume": those are the API's actions (portal.api.urls).
+    path(
+        "sessions/<int:session_id>/extend/",
+        student_views.extend_session,
+        name="session-page-extend",
+    ),
+    path(
+        "sessions/<int:session_id>/resume/",
+        student_views.resume_session,
+        name="session-page-resume",
+    ),
     # Never cached (Cache-Control: no-store): the page of a live desktop.
     path("desktop/<int:session_id>/", never_cache(student_views.desktop), name="desktop"),
     path("history/", student_views.history, name="history"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal, TypedDict
 
@@ -36,6 +37,7 @@ ADMIN_GROUP = "pool-admins"
 class IdlePayload(TypedDict):
     state: str  # active | idle | warned | suspended | ended
     since: str | None  # when it changed
+    suspends_at: str | None  # warned: when it is suspended unless used; else None
 
 
 class SessionPayload(TypedDict):
@@ -154,6 +156,27 @@ def _time(value: datetime | None) -> str | None:
     return None if value is None else _TIME.to_representation(value)
 
 
+# When a warned session is suspended depends on its idle policy, which the services resolve
+# (``services.idle_view.suspends_at``); they import this module, never the reverse, so
+# ``scheduling.apps`` plugs that function in at start-up. Without it: None.
+SuspendsAt = Callable[[Session], datetime | None]
+_suspends_at: list[SuspendsAt] = []
+
+
+def use_suspension_clock(clock: SuspendsAt) -> None:
+    """Set how the payload finds a warned session's suspension time (``scheduling.apps``)."""
+    _suspends_at[:] = [clock]
+
+
+def _idle(session: Session) -> IdlePayload:
+    clock = _suspends_at[0] if _suspends_at else None
+    return IdlePayload(
+        state=session.idle_state,
+        since=_time(session.idle_since),
+        suspends_at=_time(clock(session)) if clock is not None else None,
+    )
+
+
 def session_payload(session: Session) -> SessionPayload:
     """A session as pages and the API show it. Prefetch ``allocations__slice__gpu``."""
     held = [a.slice for a in session.allocations.all() if a.slice and not a.released_at]
@@ -181,7 +204,7 @@ def session_payload(session: Session) -> SessionPayload:
         started_at=_time(session.started_at),
         ended_at=_time(session.ended_at),
         ends_at=_time(session.ends_at),
-        idle=IdlePayload(state=session.idle_state, since=_time(session.idle_since)),
+        idle=_idle(session),
     )
 
 

@@ -37,6 +37,11 @@ class SessionCreateSerializer(serializers.Serializer):
 class IdleSerializer(serializers.Serializer):
     state = serializers.ChoiceField(choices=IdleState.choices)
     since = serializers.DateTimeField(allow_null=True)
+    suspends_at = serializers.DateTimeField(
+        allow_null=True,
+        help_text="Warned: when it is suspended unless it is used (the warning + the policy's "
+        "suspend_after); otherwise null.",
+    )
 
 
 class SessionSerializer(serializers.Serializer):

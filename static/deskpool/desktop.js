@@ -1,6 +1,6 @@
 // The desktop page: noVNC through the portal's authenticated WebSocket proxy, full screen,
 // the clipboard both ways, reconnection after a network blip, the session's timer and live
-// banners (preemption grace, the time limit coming). Addresses and words come from the page
+// banner (the time limit with Extend, the idle verdict, a preemption's grace). Addresses and words come from the page
 // (#page-config, in the reader's language).
 import RFB from "../vendor/novnc/core/rfb.js";
 
@@ -15,6 +15,8 @@ let session = config.session;
 
 const say = (template, values) =>
   template.replace(/%\((\w+)\)s/g, (_, key) => String(values[key]));
+// What the status says once the desktop cannot be opened: suspended (it can be resumed) or ended.
+const endedWord = () => (session.state === "SUSPENDED" ? words.suspended_status : words.ended);
 const clock = (seconds) => {
   const s = Math.max(0, Math.round(seconds));
   const h = Math.floor(s / 3600);
@@ -71,7 +73,7 @@ function retry() {
     if (await stillOpenable()) {
       connect();
     } else {
-      status.textContent = words.ended;
+      status.textContent = endedWord();
     }
   }, retryDelay);
   retryDelay = Math.min(retryDelay * 2, 30000);
@@ -109,32 +111,117 @@ $("clipboard-send").addEventListener("click", () => {
   note.textContent = words.sent;
 });
 
-// --- the session's timer and banners -------------------------------------------------------
+// --- the session's timer and banner ---------------------------------------------------------
+// The banner: the time limit from 15 minutes before it (the time left, the end time, Extend;
+// louder from 5 minutes), the idle verdict (warned: the suspension time; suspended), and a
+// preemption's grace. Times as HH:MM in the reader's zone (config.time_zone).
 const timer = $("session-timer");
 const banner = $("desktop-banner");
-const WARN_MINUTES = [15, 5];
+const bannerText = $("banner-text");
+const bannerLeft = $("banner-left");
+const extendButton = $("banner-extend");
+const resumeLink = $("banner-resume");
+const answer = $("banner-answer");
+const WARN_MINUTES = config.warn_minutes; // [15, 5]
+const LOUD_MINUTES = Math.min(...WARN_MINUTES);
+const ANSWER_MS = 60000; // how long the Extend's answer stays
+
+function hhmm(iso) {
+  const options = { hour: "2-digit", minute: "2-digit", hourCycle: "h23" };
+  const lang = document.documentElement.lang || undefined;
+  try {
+    return new Intl.DateTimeFormat(lang, { ...options, timeZone: config.time_zone }).format(
+      new Date(iso),
+    );
+  } catch {
+    return new Intl.DateTimeFormat(lang, options).format(new Date(iso)); // an unknown zone
+  }
+}
+
+function bannerState(now) {
+  const lines = [];
+  let loud = false;
+  let extend = false;
+  let left = null;
+  const idle = session.idle || {};
+  const endsAt = session.ends_at ? new Date(session.ends_at) : null;
+  if (session.state === "PREEMPTING" && session.preempt_deadline) {
+    const minutes = (new Date(session.preempt_deadline) - now) / 60000;
+    lines.push(say(words.preempting, { minutes: Math.max(1, Math.ceil(minutes)) }));
+    loud = true;
+  } else if (endsAt && session.state === "RUNNING") {
+    const minutes = (endsAt - now) / 60000;
+    const warn = WARN_MINUTES.filter((m) => minutes <= m).pop();
+    if (warn !== undefined && minutes > 0) {
+      lines.push(say(words.limit_soon, { minutes: warn, time: hhmm(session.ends_at) }));
+      loud = warn <= LOUD_MINUTES;
+      extend = config.can_extend;
+      left = say(words.time_left, { time: clock((endsAt - now) / 1000) });
+    }
+  }
+  if (session.state === "SUSPENDED" || idle.state === "suspended") {
+    lines.push(words.suspended);
+  } else if (idle.state === "warned") {
+    const at = idle.suspends_at;
+    lines.push(at ? say(words.idle_warned, { time: hhmm(at) }) : words.idle_warned_soon);
+    if (at && (new Date(at) - now) / 60000 <= LOUD_MINUTES) loud = true;
+  }
+  return { text: lines.join(" "), loud, extend, left };
+}
 
 function showTime() {
-  const now = Date.now();
+  const now = new Date();
   const endsAt = session.ends_at ? new Date(session.ends_at) : null;
   timer.hidden = !endsAt;
   if (endsAt) timer.textContent = say(words.time_left, { time: clock((endsAt - now) / 1000) });
-  let message = "";
-  if (session.state === "PREEMPTING" && session.preempt_deadline) {
-    const left = (new Date(session.preempt_deadline) - now) / 60000;
-    message = say(words.preempting, { minutes: Math.max(1, Math.ceil(left)) });
-  } else if (endsAt) {
-    const minutes = (endsAt - now) / 60000;
-    const warn = WARN_MINUTES.filter((m) => minutes <= m).pop();
-    if (warn !== undefined && minutes > 0) message = say(words.limit_soon, { minutes: warn });
-  }
-  // The banner is an alert: its text changes only when the message does (minutes, not
-  // seconds), so a screen reader is not interrupted every second.
-  if (message !== banner.textContent) banner.textContent = message;
-  banner.hidden = !message;
+  const shown = bannerState(now);
+  // The alert's words change only when the message does (minutes, not seconds), so a
+  // screen reader is not interrupted every second; the countdown beside it is not live.
+  if (shown.text !== bannerText.textContent) bannerText.textContent = shown.text;
+  bannerLeft.hidden = !shown.left;
+  bannerLeft.textContent = shown.left || "";
+  extendButton.hidden = !shown.extend;
+  resumeLink.hidden = session.state !== "SUSPENDED";
+  banner.dataset.level = shown.loud ? "urgent" : "soon";
+  banner.hidden = !shown.text && !answer.textContent;
 }
 setInterval(showTime, 1000);
 showTime();
+
+// Extend: one more step through the API (the session cookie and the CSRF token); the answer
+// is the session with its new limit, or 409 with the refusal's reason in plain words.
+let answerTimer = null;
+function tell(message) {
+  answer.textContent = message;
+  clearTimeout(answerTimer);
+  answerTimer = setTimeout(() => {
+    answer.textContent = "";
+    showTime();
+  }, ANSWER_MS);
+  showTime();
+}
+
+extendButton.addEventListener("click", async () => {
+  extendButton.disabled = true;
+  try {
+    const reply = await fetch(config.extend_api, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "X-CSRFToken": config.csrf_token, Accept: "application/json" },
+    });
+    const body = await reply.json().catch(() => ({}));
+    if (reply.ok && body.id === session.id) {
+      session = body;
+      tell(say(words.extended, { time: hhmm(session.ends_at) }));
+    } else {
+      tell(body.detail || words.extend_failed);
+    }
+  } catch {
+    tell(words.extend_failed); // the network
+  } finally {
+    extendButton.disabled = false;
+  }
+});
 
 // Live updates for this session: its state, grace deadline and time limit.
 let liveDelay = 500;
@@ -148,7 +235,7 @@ function listen() {
     if (msg.type === "session.update" && msg.session.id === session.id) {
       session = msg.session;
       showTime();
-      if (!openable.has(session.state)) status.textContent = words.ended;
+      if (!openable.has(session.state)) status.textContent = endedWord();
     }
   };
   ws.onclose = () => {

@@ -26,7 +26,7 @@ def test_the_session_carries_ends_at_and_the_idle_verdict(owner, profile, pool):
     session = run_desktop(owner, profile)
     body = client_for(owner).get(f"/api/v1/sessions/{session.pk}/").json()
     assert at(body["ends_at"]) == session.started_at + timedelta(minutes=240)
-    assert body["idle"] == {"state": "active", "since": None}
+    assert body["idle"] == {"state": "active", "since": None, "suspends_at": None}
     queued = client_for(owner).post(
         "/api/v1/sessions/", {"profile": profile.pk, "purpose": "hobby"}, format="json"
     )
