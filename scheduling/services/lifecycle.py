@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from ..choices import TERMINAL_STATES, WAITING_STATES, AuditKind, SessionState
+from ..choices import ON_NODE_STATES, TERMINAL_STATES, WAITING_STATES, AuditKind, SessionState
 from ..engine.reasons import Reason
 from ..events import broadcast_session
 from ..models import Allocation, Session
@@ -124,9 +124,22 @@ def do_transition(
             data={"from": current, "to": target, "released": released, **fields_of_reason},
         )
         _after_commit(session_id, capacity_released=released > 0 or target in WAITING_STATES)
-        # The node it was on, and the node it is placed on: what they should run changed.
-        wake_nodes([node_id, changes.get("node_id")])
+        if changes_desired(current, target, node_id, changes.get("node_id", node_id)):
+            # The node it was on, and the node it is placed on: what they should run changed.
+            wake_nodes([node_id, changes.get("node_id")])
     return Session.objects.select_related("profile", "node", "user").get(pk=session_id)
+
+
+def changes_desired(
+    current: str, target: str, node_id: int | None, new_node_id: int | None
+) -> bool:
+    """Whether a transition changes what a node's agent is told to run
+    (``agent_sessions.desired_state``: the node's sessions in an on-node state). Moving
+    between on-node states on the same node (PLACED → STARTING → RUNNING, RUNNING →
+    PREEMPTING) does not: waking the agent for it, once per desktop its reports started,
+    would only make it fetch the same desired state again."""
+    stays = current in ON_NODE_STATES and target in ON_NODE_STATES
+    return not (stays and new_node_id == node_id)
 
 
 def _after_commit(session_id: int, *, capacity_released: bool) -> None:

@@ -8,8 +8,9 @@ from rest_framework.test import APIClient
 from scheduling.choices import AuditKind, SessionState
 from scheduling.engine.reasons import Code, Reason
 from scheduling.models import Allocation, AuditEvent, Node, Session
+from scheduling.services.agent_wake import desired_version
 from scheduling.services.cycle import do_scheduling_cycle
-from scheduling.services.lifecycle import do_transition
+from scheduling.services.lifecycle import changes_desired, do_transition
 from scheduling.services.nodes import do_create_join_token
 from scheduling.services.sessions import check_submit, do_stop, do_submit
 
@@ -212,3 +213,39 @@ def test_batched_reports_apply_in_order_and_a_desktop_is_reached_on_the_register
 
     empty = agent(token).post("/api/agent/v1/reports/", {"reports": []}, format="json")
     assert empty.status_code == 400
+
+
+def test_a_desktop_reaching_running_does_not_wake_its_own_agent_but_its_stop_does(
+    owner, profile, register_node, django_capture_on_commit_callbacks
+):
+    node, token = register_node("gpu-w", [gpu_inventory("GPU-w", 0, mig_slices=2)])
+    session = do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
+    with django_capture_on_commit_callbacks(execute=True):
+        do_scheduling_cycle()
+    placed = desired_version(node.pk)
+    [desired] = agent(token).get("/api/agent/v1/desired/").json()["sessions"]
+    batch = {
+        "reports": [
+            {"session_id": session.pk, "state": state, "port": 32001, "placement": p}
+            for state, p in (("STARTING", desired["placement"]), ("RUNNING", desired["placement"]))
+        ]
+    }
+    with django_capture_on_commit_callbacks(execute=True):
+        assert agent(token).post("/api/agent/v1/reports/", batch, format="json").status_code == 200
+    # What the node should run is the same: its agent is not sent to fetch it again.
+    assert desired_version(node.pk) == placed
+    session.refresh_from_db()
+    assert session.state == SessionState.RUNNING
+    with django_capture_on_commit_callbacks(execute=True):
+        do_stop(owner, session)
+    assert desired_version(node.pk) == placed + 1  # the desktop leaves the desired state
+
+
+def test_which_transitions_change_a_nodes_desired_state():
+    S = SessionState
+    assert not changes_desired(S.PLACED, S.RUNNING, 7, 7)
+    assert not changes_desired(S.RUNNING, S.PREEMPTING, 7, 7)
+    assert changes_desired(S.QUEUED, S.PLACED, None, 7)  # placed
+    assert changes_desired(S.RUNNING, S.STOPPING, 7, 7)  # leaves
+    assert changes_desired(S.RUNNING, S.QUEUED, 7, None)  # requeued off the node
+    assert changes_desired(S.PREEMPTED, S.PLACED, None, 8)
