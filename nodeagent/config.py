@@ -11,6 +11,10 @@ from pathlib import Path
 from typing import Literal
 
 RuntimeChoice = Literal["docker", "simulated", "auto"]
+# SIGTERM to SIGKILL when a desktop is stopped: its save hooks and programs save meanwhile
+# (nodeagent/images/files/deskpool-save). DESKPOOL_AGENT_STOP_GRACE_S; at most this much.
+DEFAULT_STOP_GRACE_S = 20.0
+STOP_GRACE_MAX_S = 300.0
 _RUNTIME_CHOICES: tuple[RuntimeChoice, ...] = ("docker", "simulated", "auto")
 
 
@@ -38,7 +42,7 @@ class AgentConfig:
     poll_interval_s: float | None = None
     # Extra node labels for real (non-simulated) nodes, e.g. {"rack": "r3"}.
     labels: dict[str, str] = field(default_factory=dict)
-    stop_grace_s: float = 10.0
+    stop_grace_s: float = DEFAULT_STOP_GRACE_S
     ready_timeout_s: float = 60.0
     start_workers: int = 10
     # Addresses or CIDR networks elsewhere that desktops must not reach (the management
@@ -69,6 +73,8 @@ class AgentConfig:
             values["poll_interval_s"] = _positive_float("DESKPOOL_POLL_INTERVAL", interval)
         if labels := env.get("DESKPOOL_LABELS"):
             values["labels"] = parse_labels(labels)
+        if grace := env.get("DESKPOOL_AGENT_STOP_GRACE_S"):
+            values["stop_grace_s"] = parse_stop_grace(grace)
         if blocked := env.get("DESKPOOL_DESKTOP_BLOCKED_NETWORKS"):
             values["desktop_blocked_networks"] = parse_networks(blocked)
         return replace(config, **values)  # type: ignore[arg-type]
@@ -114,6 +120,21 @@ def parse_networks(value: str) -> tuple[str, ...]:
                 f"DESKPOOL_DESKTOP_BLOCKED_NETWORKS entries are addresses or networks, not {item!r}"
             ) from None
     return tuple(networks)
+
+
+def parse_stop_grace(value: str) -> float:
+    """Validate ``DESKPOOL_AGENT_STOP_GRACE_S``: seconds, more than 0, at most 300.
+
+    Each stop holds one of the agent's stop workers for up to this long (a desktop whose
+    saving ends sooner is gone sooner), so hours would starve the other stops.
+    """
+    grace = _positive_float("DESKPOOL_AGENT_STOP_GRACE_S", value)
+    if not grace <= STOP_GRACE_MAX_S:  # also NaN
+        raise ConfigError(
+            f"DESKPOOL_AGENT_STOP_GRACE_S must be at most {STOP_GRACE_MAX_S:.0f} seconds, "
+            f"not {value!r}"
+        )
+    return grace
 
 
 def _positive_float(name: str, value: str) -> float:

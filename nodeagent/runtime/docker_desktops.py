@@ -11,6 +11,7 @@ container found by its labels, and removing containers.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 from collections.abc import Callable, Sequence
@@ -21,6 +22,7 @@ import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.models.containers import Container
 
+from nodeagent.config import DEFAULT_STOP_GRACE_S
 from nodeagent.protocol import (
     DESKTOP_WEBSOCKIFY_PORT,
     LABEL_MANAGED,
@@ -78,7 +80,7 @@ class DesktopContainers:
         node_name: str,
         sessions_dir: Path,
         publish_address: str = "127.0.0.1",
-        stop_grace_s: float = 10.0,
+        stop_grace_s: float = DEFAULT_STOP_GRACE_S,
         ready_timeout_s: float = 60.0,
         readiness: ReadinessCheck = wait_for_desktop,
         blocked_networks: Sequence[str] = (),
@@ -88,7 +90,8 @@ class DesktopContainers:
         self.node = node_name
         self.sessions_dir = sessions_dir.resolve()
         self.publish_address = publish_address
-        self.stop_grace_s = stop_grace_s
+        # Docker counts its stop timeout in whole seconds.
+        self.stop_timeout = max(1, math.ceil(stop_grace_s))
         self.ready_timeout_s = ready_timeout_s
         self.readiness = readiness
         self.claims = ClaimRecords(self.sessions_dir)
@@ -232,6 +235,8 @@ class DesktopContainers:
             "sysctls": dict(DESKTOP_SYSCTLS),
             "environment": environment,
         }
+        # deskpool-save (the image's SIGTERM handler) fits the save hooks into this.
+        environment["DESKPOOL_STOP_GRACE_S"] = str(self.stop_timeout)
         devices = spec.gpu_devices
         if devices and self.gpu_enabled:
             args["runtime"] = "nvidia"
@@ -263,11 +268,24 @@ class DesktopContainers:
         )
         return port
 
-    def remove(self, container: Container, *, volumes: bool, force: bool = False) -> None:
-        """Stop (with the grace period) and remove one container; gone already is fine."""
+    def remove(
+        self,
+        container: Container,
+        *,
+        volumes: bool,
+        force: bool = False,
+        grace_s: int | None = None,
+    ) -> None:
+        """Stop and remove one container; gone already is fine.
+
+        A running desktop gets SIGTERM and ``grace_s`` (default: the node's stop grace)
+        before SIGKILL: its image runs the save hooks and asks its programs to close
+        (nodeagent/images/files/deskpool-save), and most are gone in well under a second. A
+        desktop that is not running (crashed, killed, OOM) is only removed.
+        """
         try:
             if container.status == "running":
-                container.stop(timeout=int(self.stop_grace_s))
+                container.stop(timeout=self.stop_timeout if grace_s is None else grace_s)
             container.remove(v=volumes, force=force)
         except NotFound:
             pass

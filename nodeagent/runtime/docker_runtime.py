@@ -25,7 +25,7 @@ import docker
 from docker.errors import DockerException, NotFound
 from docker.models.containers import Container
 
-from nodeagent.config import AgentConfig
+from nodeagent.config import DEFAULT_STOP_GRACE_S, AgentConfig
 from nodeagent.protocol import (
     DESKTOP_HOME,
     DESKTOP_PASSWORD_MOUNT,
@@ -79,7 +79,7 @@ class DockerRuntime:
         node_name: str,
         sessions_dir: Path,
         publish_address: str = "127.0.0.1",
-        stop_grace_s: float = 10.0,
+        stop_grace_s: float = DEFAULT_STOP_GRACE_S,
         ready_timeout_s: float = 60.0,
         readiness: ReadinessCheck = wait_for_desktop,
         blocked_networks: Sequence[str] = (),

@@ -58,6 +58,7 @@ logger = logging.getLogger(__name__)
 WARM_HOMES_DIR_NAME = "warm-homes"  # under the sessions folder: warm desktops' home mounts
 SKELETON = "/etc/skel"  # the image's skeleton home, copied into new homes
 ORPHAN_AFTER_S = 300.0  # a warm home folder without its container this old is removed
+UNCLAIMED_STOP_GRACE_S = 2  # an unclaimed warm desktop's stop: no user, nothing to save
 # In the desktop images: applies a password written into the mounted folder after the start.
 APPLY_PASSWORD_COMMAND = ["/usr/local/bin/deskpool-passwd"]
 _WARM_KEY = re.compile(WARM_KEY_PATTERN)
@@ -195,9 +196,16 @@ class DockerWarmDesktops:
 
     def remove(self, key: str) -> None:
         """Remove the warm desktop ``key``: containers, home mount, password folder, claim."""
+        # A claimed one is a session's desktop: the full grace, its save hooks write to the
+        # student's home (still mounted). An unclaimed one has nothing to save.
+        claimed = key in self._desktops.claims.by_key()
         for container in self.containers(key):
-            # tini -g stops the desktop in about 0.3 s on SIGTERM.
-            self._desktops.remove(container, volumes=True, force=True)
+            self._desktops.remove(
+                container,
+                volumes=True,
+                force=True,
+                grace_s=None if claimed else UNCLAIMED_STOP_GRACE_S,
+            )
         home_mounts.release(self.home(key))  # unmounts first: the volume is kept
         shutil.rmtree(self.password_dir(key), ignore_errors=True)
         self._desktops.claims.remove(key)
