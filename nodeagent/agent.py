@@ -112,6 +112,7 @@ class Agent:
             "labels": merged_labels(self.read_host_labels(), facts.labels, self.config.labels),
             "runtime": self.runtime.kind,
             "gpus": self.probe.inventory(),
+            "home_root_shared": self.config.home_root is not None,
         }
         if join_token:  # the first registration only; absent from the body otherwise
             fields["join_token"] = join_token

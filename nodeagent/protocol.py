@@ -208,6 +208,12 @@ class Registration(AgentMessage):
     labels: dict[str, str] = Field(description="rack, cooling, network_plane, cpu_model, ...")
     runtime: RuntimeKind
     gpus: list[GpuInventory]
+    home_root_shared: bool = Field(
+        default=False,
+        description="True when the agent keeps homes under a root every node shares "
+        "(DESKPOOL_HOME_ROOT): a desktop on another node sees the same home. Older agents "
+        "send nothing: False, homes per node.",
+    )
 
 
 class RegistrationAnswer(PortalMessage):

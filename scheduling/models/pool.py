@@ -56,6 +56,11 @@ class Node(models.Model):
     running_sessions = models.JSONField(
         default=list, blank=True, help_text="Session ids its agent ran at the last heartbeat."
     )
+    home_root_shared = models.BooleanField(
+        default=False,
+        help_text="Its agent keeps homes under a root every node shares (DESKPOOL_HOME_ROOT): "
+        "a desktop on another node sees the same home.",
+    )
 
     class Meta:
         ordering = ["hostname"]
