@@ -48,6 +48,9 @@ class AgentConfig:
     # Addresses or CIDR networks elsewhere that desktops must not reach (the management
     # network); the portal's own addresses are always added (docs/security.md).
     desktop_blocked_networks: tuple[str, ...] = ()
+    # DESKPOOL_HOME_ROOT: a folder every node mounts (NFS) holding the students' homes, so a
+    # desktop started on another node finds the same home. None: homes are per-node volumes.
+    home_root: Path | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AgentConfig:
@@ -77,6 +80,8 @@ class AgentConfig:
             values["stop_grace_s"] = parse_stop_grace(grace)
         if blocked := env.get("DESKPOOL_DESKTOP_BLOCKED_NETWORKS"):
             values["desktop_blocked_networks"] = parse_networks(blocked)
+        if home_root := env.get("DESKPOOL_HOME_ROOT"):
+            values["home_root"] = parse_home_root(home_root)
         return replace(config, **values)  # type: ignore[arg-type]
 
     def credential_file(self) -> Path:
@@ -120,6 +125,20 @@ def parse_networks(value: str) -> tuple[str, ...]:
                 f"DESKPOOL_DESKTOP_BLOCKED_NETWORKS entries are addresses or networks, not {item!r}"
             ) from None
     return tuple(networks)
+
+
+def parse_home_root(value: str) -> Path:
+    """Validate ``DESKPOOL_HOME_ROOT``: an absolute path to a folder that exists (the shared
+    mount, which the agent never creates: a missing mount must not fill the local disk)."""
+    path = Path(value.strip())
+    if not path.is_absolute():
+        raise ConfigError(f"DESKPOOL_HOME_ROOT must be an absolute path, not {value!r}")
+    if not path.is_dir():
+        raise ConfigError(
+            f"DESKPOOL_HOME_ROOT {value!r} is not an existing directory (is the shared home "
+            "root mounted on this node?)"
+        )
+    return path
 
 
 def parse_stop_grace(value: str) -> float:

@@ -35,6 +35,7 @@ from nodeagent.protocol import (
     DesktopSpec,
 )
 from nodeagent.readiness import DesktopNotReady, wait_for_desktop
+from nodeagent.runtime import home_mounts
 from nodeagent.runtime.base import ManagedContainer, RuntimeUnavailable, StartFailed
 from nodeagent.runtime.claims import ClaimRecord, ClaimRecords
 from nodeagent.runtime.desktop_network import DESKTOP_SYSCTLS, ensure_network
@@ -84,8 +85,12 @@ class DesktopContainers:
         ready_timeout_s: float = 60.0,
         readiness: ReadinessCheck = wait_for_desktop,
         blocked_networks: Sequence[str] = (),
+        home_root: Path | None = None,
     ) -> None:
         self.client = client
+        # DESKPOOL_HOME_ROOT: homes are folders there (shared by the nodes), not engine volumes.
+        self.home_root = home_root
+        self._warned_volumes: set[str] = set()
         self.blocked_networks = tuple(blocked_networks)
         self.node = node_name
         self.sessions_dir = sessions_dir.resolve()
@@ -183,17 +188,67 @@ class DesktopContainers:
             raise StartFailed(f"cannot look up image {image}: {error}") from error
 
     def ensure_home_volume(self, session: DesiredSession) -> bool:
-        """Create the home volume unless it exists; True when this call created it."""
+        """Create the home volume unless it exists; True when this call created it.
+
+        With a home root (``DESKPOOL_HOME_ROOT``, shared by the nodes) the volume is a bind of
+        ``<root>/<home_volume>``, made (uid 1000, 0700) when missing: a desktop on another
+        node with the same root finds the same files, and removing the volume (a failed
+        start) leaves them. A volume of that name made before the root was set is used as
+        it is (its files are on this node only).
+        """
+        name = session.home_volume
         try:
-            self.client.volumes.get(session.home_volume)
-            return False
+            volume = self.client.volumes.get(name)
         except NotFound:
-            pass
+            volume = None
+        if volume is not None:
+            if self.home_root is not None:
+                self._warn_unshared(volume)
+            return False
+        labels = {LABEL_MANAGED: "true", LABEL_USER: session.user, LABEL_NODE: self.node}
+        if self.home_root is None:
+            self.client.volumes.create(name=name, labels=labels)
+            return True
+        folder = self.shared_home(name)
+        make_home_folder(folder)
         self.client.volumes.create(
-            name=session.home_volume,
-            labels={LABEL_MANAGED: "true", LABEL_USER: session.user, LABEL_NODE: self.node},
+            name=name,
+            driver="local",
+            driver_opts={"type": "none", "o": "bind", "device": str(folder)},
+            labels=labels,
         )
         return True
+
+    def shared_home(self, volume_name: str) -> Path:
+        """The folder under the home root that holds the home volume ``volume_name``."""
+        assert self.home_root is not None
+        if "/" in volume_name or volume_name in (".", "..") or "\0" in volume_name:
+            raise StartFailed(f"home volume name {volume_name!r} cannot be a folder name")
+        return self.home_root / volume_name
+
+    def home_dir(self, volume: Any) -> Path:
+        """Where a home volume's files are on this host: the bound folder of a bind volume
+        (its ``Mountpoint`` is only mounted while a container uses it), else ``Mountpoint``."""
+        options = volume.attrs.get("Options") or {}
+        if options.get("o") == "bind" and options.get("device"):
+            return Path(options["device"])
+        return Path(volume.attrs.get("Mountpoint") or "")
+
+    def _warn_unshared(self, volume: Any) -> None:
+        assert self.home_root is not None
+        options = volume.attrs.get("Options") or {}
+        wanted = str(self.shared_home(volume.name))
+        if options.get("o") == "bind" and options.get("device") == wanted:
+            return
+        if volume.name not in self._warned_volumes:
+            self._warned_volumes.add(volume.name)
+            logger.warning(
+                "home volume %s on node %s is not a bind of %s (made before "
+                "DESKPOOL_HOME_ROOT was set): used as it is, its files stay on this node",
+                volume.name,
+                self.node,
+                wanted,
+            )
 
     def write_password(self, directory: Path, password: str) -> None:
         # The parent is root-only (0700) so host users cannot read passwords; the container
@@ -292,6 +347,25 @@ class DesktopContainers:
         except APIError as error:
             if error.status_code != 409:  # 409: removal already in progress
                 raise
+
+
+def make_home_folder(folder: Path) -> None:
+    """Make a shared home folder (mode 0700, owned by the desktop user) unless it exists."""
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        if not folder.is_dir():
+            raise StartFailed(f"home folder {folder} exists and is not a folder") from None
+        return
+    try:
+        os.chmod(folder, 0o700)
+        os.chown(folder, home_mounts.DESKTOP_UID, home_mounts.DESKTOP_GID)
+    except OSError as error:
+        if folder.stat().st_uid != home_mounts.DESKTOP_UID:
+            raise StartFailed(
+                f"cannot give home folder {folder} to uid {home_mounts.DESKTOP_UID}: {error} "
+                "(an NFS export with root_squash: see docs/deploy.md)"
+            ) from error
 
 
 def archive(container: Container, path: str) -> bytes:

@@ -83,6 +83,7 @@ class DockerRuntime:
         ready_timeout_s: float = 60.0,
         readiness: ReadinessCheck = wait_for_desktop,
         blocked_networks: Sequence[str] = (),
+        home_root: Path | None = None,
     ) -> None:
         self._desktops = DesktopContainers(
             client,
@@ -93,6 +94,7 @@ class DockerRuntime:
             ready_timeout_s=ready_timeout_s,
             readiness=readiness,
             blocked_networks=blocked_networks,
+            home_root=home_root,
         )
         self._warm = DockerWarmDesktops(self._desktops)
         # NVML only where the engine can give containers a GPU at all.
@@ -112,6 +114,7 @@ class DockerRuntime:
                 *config.desktop_blocked_networks,
                 *portal_addresses(config.portal_url),
             ),
+            home_root=config.home_root,
         )
 
     @property

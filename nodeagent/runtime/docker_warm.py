@@ -222,8 +222,9 @@ class DockerWarmDesktops:
         desktops = self._desktops
         created = desktops.ensure_home_volume(session)
         volume = desktops.client.volumes.get(session.home_volume)
-        volume_dir = Path(volume.attrs.get("Mountpoint") or "")
-        if created and volume_dir.is_dir():
+        volume_dir = desktops.home_dir(volume)  # a shared home's folder, or the Mountpoint
+        # Only an empty one: a shared home made on another node keeps what its owner deleted.
+        if created and volume_dir.is_dir() and not any(volume_dir.iterdir()):
             home_mounts.seed(volume_dir, archive(container, SKELETON))
         home_mounts.attach(volume_dir, self.home(key))
 
