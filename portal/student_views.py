@@ -25,6 +25,7 @@ from scheduling.services import ServiceError
 from scheduling.services.catalogue import profile_offers
 from scheduling.services.eligibility import eligible_courses, eligible_purposes
 from scheduling.services.extend import do_extend
+from scheduling.services.home_place import home_place
 from scheduling.services.idle import LIMIT_WARNINGS, do_resume
 from scheduling.services.quota_view import quota_left
 from scheduling.services.sessions import do_stop, do_submit
@@ -115,6 +116,7 @@ def session_detail(request: HttpRequest, session_id: int) -> HttpResponse:
         {
             "session": session,
             "card": fragment_context(data, DETAIL),
+            "home": home_place(session),
             "config": _page_config(request),
         },
     )
