@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal, TypedDict
 
@@ -24,6 +23,7 @@ from rest_framework.fields import DateTimeField
 
 from . import engine
 from .choices import OPENABLE_STATES
+from .idle_lookup import suspends_at
 from .layer_sender import sender
 from .models import Alert, Session
 from .models.policy import QuotaRequest
@@ -156,24 +156,11 @@ def _time(value: datetime | None) -> str | None:
     return None if value is None else _TIME.to_representation(value)
 
 
-# When a warned session is suspended depends on its idle policy, which the services resolve
-# (``services.idle_view.suspends_at``); they import this module, never the reverse, so
-# ``scheduling.apps`` plugs that function in at start-up. Without it: None.
-SuspendsAt = Callable[[Session], datetime | None]
-_suspends_at: list[SuspendsAt] = []
-
-
-def use_suspension_clock(clock: SuspendsAt) -> None:
-    """Set how the payload finds a warned session's suspension time (``scheduling.apps``)."""
-    _suspends_at[:] = [clock]
-
-
 def _idle(session: Session) -> IdlePayload:
-    clock = _suspends_at[0] if _suspends_at else None
     return IdlePayload(
         state=session.idle_state,
         since=_time(session.idle_since),
-        suspends_at=_time(clock(session)) if clock is not None else None,
+        suspends_at=_time(suspends_at(session)),
     )
 
 

@@ -23,11 +23,11 @@ from .. import idle_rules
 from ..choices import IdleState, Purpose, SessionState
 from ..engine.reasons import Code, Reason
 from ..events import broadcast_session
+from ..idle_lookup import policy_for
 from ..idle_rules import Context, Idle, Track
 from ..models import IdlePolicy, LifecycleNotices, Session, SessionActivity
 from . import Conflict, NotFound
 from .email_notices import notify
-from .idle_policies import policy_for
 from .lifecycle import do_transition
 from .session_activity import activity_of, forget
 

@@ -9,18 +9,17 @@ specific row applies, and with none the defaults of ``idle_rules.Policy``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils.translation import gettext as _
 
 from .. import idle_rules
 from ..choices import Purpose
-from ..models import DesktopProfile, IdlePolicy, Session
+from ..models import DesktopProfile, IdlePolicy
 from . import ServiceError
 from .catalogue_changes import _audit
 
@@ -42,47 +41,6 @@ class IdlePolicyChange:
     """A checked idle policy row: the fields to save."""
 
     values: dict[str, Any]
-
-
-# Which row applies
-
-
-def to_policy(row: IdlePolicy | None) -> idle_rules.Policy:
-    if row is None:
-        return idle_rules.Policy()
-    return idle_rules.Policy(
-        enabled=row.enabled,
-        idle_after=row.idle_after,
-        warn_after=row.warn_after,
-        suspend_after=row.suspend_after,
-        end_after=row.end_after,
-        gpu_idle_pct=row.gpu_idle_pct,
-        cpu_idle_pct=row.cpu_idle_pct,
-        gpu_needs_viewer=row.gpu_needs_viewer,
-    )
-
-
-def policy_for(session: Session, rows: Iterable[IdlePolicy]) -> idle_rules.Policy:
-    """The most specific policy: profile and purpose, then profile, then purpose, then any."""
-    best: tuple[int, int] | None = None
-    chosen = None
-    for row in rows:
-        if row.profile_id not in (None, session.profile_id):
-            continue
-        if row.purpose not in ("", session.purpose):
-            continue
-        rank = (2 if row.profile_id else 0) + (1 if row.purpose else 0)
-        if best is None or (rank, -row.pk) > best:
-            best, chosen = (rank, -row.pk), row
-    return to_policy(chosen)
-
-
-def policy_of(session: Session) -> idle_rules.Policy:
-    """The policy for one session, reading only the rows that could apply to it."""
-    rows = IdlePolicy.objects.filter(
-        Q(profile=None) | Q(profile_id=session.profile_id), purpose__in=["", session.purpose]
-    )
-    return policy_for(session, rows)
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from ..idle_lookup import policy_of
 from ..idle_rules import Activity, Sample
 from ..models import Session, SessionActivity, UsageRecord
-from .idle_policies import policy_of
 
 SAMPLE_WINDOW = timedelta(hours=2)
 MAX_SAMPLES = 480

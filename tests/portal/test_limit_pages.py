@@ -18,9 +18,9 @@ from django.utils import timezone, translation
 from portal.preferences import save_preferences
 from portal.session_fragment import render_session
 from scheduling.events import session_payload
+from scheduling.idle_lookup import suspends_at
 from scheduling.models import IdlePolicy, Node, Session
 from scheduling.services.idle import do_idle_sweep
-from scheduling.services.idle_view import suspends_at
 from scheduling.services.session_activity import record_usage
 
 from ..scheduling.test_lifecycle import run_desktop, started_ago

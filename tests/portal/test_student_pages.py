@@ -249,7 +249,9 @@ def test_the_session_page_says_plainly_that_the_home_is_per_node(owner, profile,
         started_at=timezone.now(),
     )
     page = signed_in(owner).get(f"/sessions/{running.pk}/").content.decode()
-    assert 'id="home-note"' in page
-    assert "Your home folder is kept on gpu-home" in page
+    assert page.count('id="home-notice"') == 1  # one notice (services.home_place), no other
+    assert "Your home folder is kept on node gpu-home only" in page
     waiting = queued(owner, profile)  # not on a node yet: nothing to say
-    assert 'id="home-note"' not in signed_in(owner).get(f"/sessions/{waiting.pk}/").content.decode()
+    assert (
+        'id="home-notice"' not in signed_in(owner).get(f"/sessions/{waiting.pk}/").content.decode()
+    )
