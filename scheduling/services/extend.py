@@ -21,7 +21,7 @@ from ..models import Allocation, DesktopProfile, Session
 from . import Conflict, NotFound
 from .audit import record
 from .quota_requests import extra_gpu_hours
-from .snapshot import engine_quota, quota_row
+from .snapshot import engine_quota, quota_rows
 from .usage import collect_usage, scope_keys
 
 
@@ -82,9 +82,9 @@ def _check_quota(session: Session, step: int, now: datetime) -> None:
     if not session.compute_units or ends_at is None:
         return
     rows = {
-        (scope, key): row
-        for scope, key in scope_keys(session)
-        if (row := quota_row(scope, key)) is not None and row.max_gpu_hours_week is not None
+        member: row
+        for member, row in quota_rows(scope_keys(session)).items()
+        if row.max_gpu_hours_week is not None
     }
     if not rows:
         return

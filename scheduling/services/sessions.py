@@ -34,7 +34,7 @@ from .kick import schedule_soon
 from .lifecycle import do_transition
 from .pool import pool_utilisation
 from .quota_requests import extra_gpu_hours
-from .snapshot import engine_policy, engine_quota, profile_request, quota_row
+from .snapshot import engine_policy, engine_quota, profile_request, quota_rows
 from .usage import collect_usage, department_of
 
 MAX_OPEN_SESSIONS_PER_USER = 3
@@ -126,15 +126,13 @@ def _check_admission(
         course=course.code if course else "",
         department=department_of(probe),
     )
-    rows = {
-        (scope, key): row
-        for scope, key in (
+    rows = quota_rows(
+        [
             ("user", request.user),
             ("course", request.course),
             ("department", request.department),
-        )
-        if key and (row := quota_row(scope, key)) is not None
-    }
+        ]
+    )
     if not rows:
         return  # no quota covers this request: no usage to read
     now = timezone.now()

@@ -223,10 +223,30 @@ def _quotas(
     return tuple(out)
 
 
+def quota_rows(members: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Quota]:
+    """The quota rows that cover these (scope, key) members (a user, a course, a
+    department), in one query: each member's own row, else its scope's ``*``; members
+    without either are left out."""
+    wanted = [(scope, key) for scope, key in members if key]
+    if not wanted:
+        return {}
+    scopes = {scope for scope, _ in wanted}
+    keys = {key for _, key in wanted} | {"*"}
+    found = {
+        (row.scope, row.key): row
+        for row in Quota.objects.filter(scope__in=scopes, key__in=keys).order_by("pk")
+    }
+    covered = {}
+    for scope, key in wanted:
+        row = found.get((scope, key)) or found.get((scope, "*"))
+        if row is not None:
+            covered[(scope, key)] = row
+    return covered
+
+
 def quota_row(scope: str, key: str) -> Quota | None:
     """The quota row that covers one user, course or department: its own, else ``*``."""
-    row = Quota.objects.filter(scope=scope, key=key).first()
-    return row or Quota.objects.filter(scope=scope, key="*").first()
+    return quota_rows([(scope, key)]).get((scope, key))
 
 
 def engine_quota(

@@ -28,6 +28,7 @@ from scheduling.services import ServiceError
 from scheduling.services.cycle import do_scheduling_cycle
 from scheduling.services.lifecycle import do_transition
 from scheduling.services.sessions import check_submit, do_submit
+from scheduling.services.snapshot import quota_row, quota_rows
 
 pytestmark = pytest.mark.django_db
 
@@ -244,3 +245,20 @@ def test_a_booking_holds_capacity_and_short_requests_backfill(
     assert seat.booking is not None
     do_scheduling_cycle()
     assert Session.objects.get(pk=seat.pk).state == S.PLACED
+
+
+def test_the_quotas_covering_a_request_are_read_in_one_query(db, django_assert_num_queries):
+    own = Quota.objects.create(scope="user", key="ada", max_sessions=2)
+    every_user = Quota.objects.create(scope="user", key="*", max_sessions=1)
+    physics = Quota.objects.create(scope="department", key="physics", max_gpu_hours_week=10)
+    members = [("user", "ada"), ("user", "ben"), ("course", "cs101"), ("department", "physics")]
+    with django_assert_num_queries(1):
+        rows = quota_rows(members + [("department", "")])
+    # Own row first, else the scope's "*"; a member with neither (no course quota) is left
+    # out, and so is an empty key.
+    assert rows == {
+        ("user", "ada"): own,
+        ("user", "ben"): every_user,
+        ("department", "physics"): physics,
+    }
+    assert quota_row("user", "ben") == every_user and quota_row("course", "cs101") is None
