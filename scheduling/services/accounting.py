@@ -64,7 +64,10 @@ def _joined(values: Iterable[str]) -> str:
 
 def open_run(session_id: int, start: datetime) -> UsageRecord | None:
     """A new record for the run that starts now, from the session's live holds."""
-    if UsageRecord.objects.filter(session_id=session_id, ended_at=None).exists():
+    runs = list(
+        UsageRecord.objects.filter(session_id=session_id).values_list("ended_at", flat=True)
+    )
+    if None in runs:
         return None  # already running (a repeated report): one record per run
     session = Session.objects.select_related(
         "user", "user__member", "course", "profile", "node"
@@ -78,7 +81,7 @@ def open_run(session_id: int, start: datetime) -> UsageRecord | None:
     hosts = _joined(h.node.hostname for h in holds)
     return UsageRecord.objects.create(
         session=session,
-        run=UsageRecord.objects.filter(session_id=session_id).count() + 1,
+        run=len(runs) + 1,
         user=session.user,
         username=session.user.get_username(),
         course_code=session.course_code,
