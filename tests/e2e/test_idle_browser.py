@@ -67,12 +67,10 @@ def session_of(session_id: int) -> Session:
     return Session.objects.get(pk=session_id)
 
 
-def test_moving_the_mouse_keeps_the_desktop_and_an_untouched_one_is_warned_then_suspended(
-    stack, idle_session, docker_engine, require_image, tmp_path, new_page
-) -> None:  # type: ignore[no-untyped-def]
-    require_image(DESKTOP_IMAGE)
-    session_id = idle_session.pk
-    stack._spawn(  # the beat, for the idle sweep
+def start_sweep_and_desktop(stack, tmp_path, session_id: int) -> None:  # type: ignore[no-untyped-def]
+    """Beat (for the idle sweep) and an agent beside the stack; the session's real desktop
+    RUNNING."""
+    stack._spawn(
         "beat",
         [sys.executable, "-m", "celery", "-A", "portal", "beat", "--loglevel", "INFO"]
         + ["--schedule", str(tmp_path / "beat-schedule")],
@@ -82,6 +80,14 @@ def test_moving_the_mouse_keeps_the_desktop_and_an_untouched_one_is_warned_then_
         write_fleet(tmp_path / "fleet.yaml", stack.node, 1),
     )
     wait_for(lambda: session_of(session_id).state == "RUNNING", 120, "RUNNING")
+
+
+def test_moving_the_mouse_keeps_the_desktop_and_an_untouched_one_is_warned_then_suspended(
+    stack, idle_session, docker_engine, require_image, tmp_path, new_page
+) -> None:  # type: ignore[no-untyped-def]
+    require_image(DESKTOP_IMAGE)
+    session_id = idle_session.pk
+    start_sweep_and_desktop(stack, tmp_path, session_id)
     # The agent's usage reports make the session judgeable (no fresh sample: never idle).
     wait_for(
         lambda: SessionActivity.objects.filter(session_id=session_id).exclude(samples=[]).exists(),

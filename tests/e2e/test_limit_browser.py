@@ -13,7 +13,6 @@ another person's request for the same profile waits.
 
 from __future__ import annotations
 
-import sys
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -23,11 +22,10 @@ from django.utils import timezone
 from portal.preferences import save_preferences
 from scheduling.choices import AuditKind
 from scheduling.models import AuditEvent, IdlePolicy, Session, SessionActivity
-from scheduling.services.nodes import do_create_join_token
 from scheduling.services.sessions import check_submit, do_submit
 from tests.conftest import give_thesis_grant
 
-from ..integration.stack import wait_for, write_fleet
+from ..integration.stack import wait_for
 from .axe import check_axe, describe
 from .conftest import log_in, wait_js
 from .test_browser import (  # noqa: F401 - desktop_profile is a fixture
@@ -37,6 +35,7 @@ from .test_browser import (  # noqa: F401 - desktop_profile is a fixture
     desktop_profile,
     open_desktop,
 )
+from .test_idle_browser import session_of, start_sweep_and_desktop
 
 pytestmark = [
     pytest.mark.browser,
@@ -91,10 +90,6 @@ def limit_session(stack, owner, desktop_profile):  # noqa: F811
     return do_submit(owner, check_submit(owner, desktop_profile.pk, "thesis", None))
 
 
-def session_of(session_id: int) -> Session:
-    return Session.objects.get(pk=session_id)
-
-
 def hhmm(moment: datetime) -> str:
     return moment.astimezone(ZoneInfo(ZONE)).strftime("%H:%M")
 
@@ -117,16 +112,7 @@ def test_the_desktop_page_warns_extends_and_says_why_not(
 ) -> None:  # type: ignore[no-untyped-def]
     require_image(DESKTOP_IMAGE)
     session_id = limit_session.pk
-    stack._spawn(  # the beat, for the idle sweep
-        "beat",
-        [sys.executable, "-m", "celery", "-A", "portal", "beat", "--loglevel", "INFO"]
-        + ["--schedule", str(tmp_path / "beat-schedule")],
-    )
-    stack.start_agent(
-        do_create_join_token(stack.node, actor="test"),
-        write_fleet(tmp_path / "fleet.yaml", stack.node, 1),
-    )
-    wait_for(lambda: session_of(session_id).state == "RUNNING", 120, "RUNNING")
+    start_sweep_and_desktop(stack, tmp_path, session_id)
 
     page = new_page()
     page.set_viewport_size(PHONE)

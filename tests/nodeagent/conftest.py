@@ -59,16 +59,21 @@ def tiny_image(docker_client) -> str:  # type: ignore[no-untyped-def]
             time.sleep(10)
 
 
-@pytest.fixture
-def node_name(docker_client) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    """A node name unique to the test; every container and volume labelled with it is removed."""
-    name = f"test-{uuid.uuid4().hex[:10]}"
-    yield name
+def remove_node_objects(docker_client, name: str) -> None:  # type: ignore[no-untyped-def]
+    """Remove every container and volume the agent made for node ``name``."""
     labels = [f"{LABEL_MANAGED}=true", f"{LABEL_NODE}={name}"]
     for container in docker_client.containers.list(all=True, filters={"label": labels}):
         container.remove(force=True)
     for volume in docker_client.volumes.list(filters={"label": labels}):
         volume.remove(force=True)
+
+
+@pytest.fixture
+def node_name(docker_client) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """A node name unique to the test; every container and volume labelled with it is removed."""
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    yield name
+    remove_node_objects(docker_client, name)
     # The node's sealed desktop network, and those of nodes named after it ("<name>-b").
     for network in docker_client.networks.list(filters={"label": f"{LABEL_MANAGED}=true"}):
         if network.attrs.get("Labels", {}).get(LABEL_NODE, "").startswith(name):

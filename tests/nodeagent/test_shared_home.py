@@ -32,7 +32,7 @@ from nodeagent.runtime import StartFailed
 from nodeagent.runtime.docker_desktops import DesktopContainers
 from nodeagent.runtime.docker_runtime import DockerRuntime
 from nodeagent.runtime.simulated_runtime import SimulatedRuntime
-from tests.nodeagent.conftest import desired_warm
+from tests.nodeagent.conftest import desired_warm, remove_node_objects
 from tests.nodeagent.test_warm import converge, node_containers
 
 DEMO_FLEET = Path(nodeagent.__file__).parent / "fleets" / "demo.yaml"
@@ -50,11 +50,7 @@ def node_b(docker_client, node_name: str) -> Iterator[str]:  # type: ignore[no-u
     """A second node's name; its containers and volumes are removed afterwards."""
     name = f"{node_name}-b"
     yield name
-    labels = [f"{LABEL_MANAGED}=true", f"{LABEL_NODE}={name}"]
-    for container in docker_client.containers.list(all=True, filters={"label": labels}):
-        container.remove(force=True)
-    for volume in docker_client.volumes.list(filters={"label": labels}):
-        volume.remove(force=True)
+    remove_node_objects(docker_client, name)
 
 
 def runtime_for(client, node: str, sessions_dir: Path, home_root: Path | None) -> DockerRuntime:  # type: ignore[no-untyped-def]
