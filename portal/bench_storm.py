@@ -3,8 +3,8 @@
 ``--students`` (200) students of one course each open their live updates (the WebSocket
 ``/ws/updates/``, as the home page does), then all ask for a desktop within ``--spread``
 (1 s) through the API, and wait for RUNNING on the socket. The stack is ``make demo``'s own
-(``python -m portal.demo``: daphne, a Celery worker, beat, one agent per node) on a
-SIMULATED fleet of ``--nodes`` nodes × 8 A100 × 7 MIG slices, with the simulated desktop
+(``python -m portal.demo``: one daphne per CPU up to 4, a Celery worker, beat, one agent per
+node) on a SIMULATED fleet of ``--nodes`` nodes × 8 A100 × 7 MIG slices, with the simulated desktop
 runtime, so that only the control plane is measured.
 
 - With ``DATABASE_URL`` and ``REDIS_URL`` set: on that PostgreSQL server (a database of its
