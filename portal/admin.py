@@ -7,6 +7,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from .api_tokens import end_every_session
+from .console_access import actor_of
 from .models import Course
 
 
@@ -23,7 +24,7 @@ class PersonAdmin(UserAdmin):
 
     @admin.action(description=_("End every session (sign out of all browsers, revoke API tokens)"))
     def end_every_session(self, request: HttpRequest, queryset: QuerySet[User]) -> None:
-        actor = f"user:{request.user.get_username()}"
+        actor = actor_of(request)
         for person in queryset:
             ended = end_every_session(person, actor)
             self.message_user(

@@ -25,6 +25,11 @@ CONSOLE_PAGES: list[tuple[str, Any]] = [
 ]
 
 
+def actor_of(request: HttpRequest) -> str:
+    """The admin acting, as the audit trail names them."""
+    return f"user:{request.user.get_username()}"
+
+
 def is_admin(user: Any) -> bool:
     return bool(user is not None and user.is_authenticated and user.is_staff)
 

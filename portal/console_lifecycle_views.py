@@ -21,12 +21,8 @@ from scheduling.services.idle_policies import (
 )
 from scheduling.services.idle_view import sessions_idle_now
 
-from .console_access import admin_only
+from .console_access import actor_of, admin_only
 from .console_lifecycle_forms import IdleHoursForm, IdlePolicyForm
-
-
-def _actor(request: HttpRequest) -> str:
-    return f"user:{request.user.get_username()}"
 
 
 @admin_only
@@ -43,7 +39,7 @@ def policies(request: HttpRequest) -> HttpResponse:
     """The rows, the defaults that apply where none does, and a form for a new row."""
     form = IdlePolicyForm(request.POST or None)
     if request.method == "POST" and form.is_valid() and form.change is not None:
-        do_save_idle_policy(_actor(request), form.change)
+        do_save_idle_policy(actor_of(request), form.change)
         messages.success(request, _("Idle policy saved."))
         return redirect("console-idle-policies")
     status = 400 if form.is_bound else 200
@@ -56,7 +52,7 @@ def policy_edit(request: HttpRequest, policy_id: int) -> HttpResponse:
     policy = get_object_or_404(IdlePolicy.objects.select_related("profile"), pk=policy_id)
     form = IdlePolicyForm(request.POST or None, policy=policy)
     if request.method == "POST" and form.is_valid() and form.change is not None:
-        do_save_idle_policy(_actor(request), form.change, policy)
+        do_save_idle_policy(actor_of(request), form.change, policy)
         messages.success(request, _("Idle policy saved."))
         return redirect("console-idle-policies")
     status = 400 if form.is_bound else 200
@@ -68,7 +64,7 @@ def policy_edit(request: HttpRequest, policy_id: int) -> HttpResponse:
 @require_POST
 def policy_delete(request: HttpRequest, policy_id: int) -> HttpResponse:
     policy = get_object_or_404(IdlePolicy.objects.select_related("profile"), pk=policy_id)
-    do_delete_idle_policy(_actor(request), policy)
+    do_delete_idle_policy(actor_of(request), policy)
     messages.success(request, _("Idle policy deleted."))
     return redirect("console-idle-policies")
 

@@ -24,7 +24,7 @@ from scheduling.services.drain import do_drain, do_end_drain
 from scheduling.services.health import do_clear_cordon, do_cordon
 from scheduling.services.nodes import do_create_join_token, do_revoke_join_token, join_token_state
 
-from .console_access import admin_only
+from .console_access import actor_of, admin_only
 from .console_pool_forms import CORDON, DRAIN, UNCORDON, UNDRAIN, JoinTokenForm, NodeActionForm
 
 UPDATES_PATH = "/ws/updates/"  # portal.routing
@@ -110,10 +110,6 @@ def token_rows() -> list[tuple[JoinToken, str]]:
     return [(token, join_token_state(token, now)) for token in tokens]
 
 
-def _actor(request: HttpRequest) -> str:
-    return f"user:{request.user.get_username()}"
-
-
 def _page(request: HttpRequest, **forms: Any) -> HttpResponse:
     context: dict[str, Any] = {
         "rows": pool_rows(),
@@ -147,7 +143,7 @@ def node_action(request: HttpRequest) -> HttpResponse:
         return _page(request, action_form=form)
     data = form.cleaned_data
     node, action, reason = data["node"], data["action"], data["reason"]
-    actor = _actor(request)
+    actor = actor_of(request)
     if action == DRAIN:
         done = do_drain(node, actor, reason, data["deadline_at"])
     elif action == CORDON:
@@ -180,7 +176,7 @@ def create_token(request: HttpRequest) -> HttpResponse:
     data = form.cleaned_data
     plain = do_create_join_token(
         data["hostname"],
-        actor=_actor(request),
+        actor=actor_of(request),
         expires_at=data["expires_at"],
         may_replace=data["may_replace"],
     )
@@ -200,7 +196,7 @@ def create_token(request: HttpRequest) -> HttpResponse:
 @require_POST
 def revoke_token(request: HttpRequest, token_id: int) -> HttpResponse:
     token = get_object_or_404(JoinToken, pk=token_id)
-    if do_revoke_join_token(token, _actor(request)):
+    if do_revoke_join_token(token, actor_of(request)):
         messages.success(request, _("The join token was revoked."))
     else:
         messages.warning(request, _("That join token was already used or revoked."))

@@ -23,13 +23,8 @@ from scheduling.services.catalogue_changes import (
 )
 from scheduling.services.console_queue import do_boost_request, do_cancel_request, queue_by_tier
 
-from .console_access import admin_only
+from .console_access import actor_of, admin_only
 from .console_queue_forms import ProfileForm, QueueActionForm, QuotaForm
-
-
-def _actor(request: HttpRequest) -> str:
-    return f"user:{request.user.get_username()}"
-
 
 # Queue
 
@@ -93,7 +88,7 @@ def queue_boost(request: HttpRequest, session_id: int) -> HttpResponse:
 def quotas(request: HttpRequest) -> HttpResponse:
     form = QuotaForm(request.POST or None)
     if request.method == "POST" and form.is_valid() and form.change is not None:
-        do_save_quota(_actor(request), form.change)
+        do_save_quota(actor_of(request), form.change)
         messages.success(request, _("Quota saved."))
         return redirect("console-quotas")
     status = 400 if form.is_bound else 200
@@ -106,7 +101,7 @@ def quota_edit(request: HttpRequest, quota_id: int) -> HttpResponse:
     quota = get_object_or_404(Quota, pk=quota_id)
     form = QuotaForm(request.POST or None, quota=quota)
     if request.method == "POST" and form.is_valid() and form.change is not None:
-        do_save_quota(_actor(request), form.change, quota)
+        do_save_quota(actor_of(request), form.change, quota)
         messages.success(request, _("Quota saved."))
         return redirect("console-quotas")
     status = 400 if form.is_bound else 200
@@ -119,7 +114,7 @@ def quota_edit(request: HttpRequest, quota_id: int) -> HttpResponse:
 @require_POST
 def quota_delete(request: HttpRequest, quota_id: int) -> HttpResponse:
     quota = get_object_or_404(Quota, pk=quota_id)
-    do_delete_quota(_actor(request), quota)
+    do_delete_quota(actor_of(request), quota)
     messages.success(request, _("Quota deleted."))
     return redirect("console-quotas")
 
@@ -131,7 +126,7 @@ def quota_delete(request: HttpRequest, quota_id: int) -> HttpResponse:
 def profiles(request: HttpRequest) -> HttpResponse:
     form = ProfileForm(request.POST or None)
     if request.method == "POST" and form.is_valid() and form.change is not None:
-        do_save_profile(_actor(request), form.change)
+        do_save_profile(actor_of(request), form.change)
         messages.success(request, _("Profile saved."))
         return redirect("console-profiles")
     status = 400 if form.is_bound else 200
@@ -144,7 +139,7 @@ def profile_edit(request: HttpRequest, profile_id: int) -> HttpResponse:
     profile = get_object_or_404(DesktopProfile, pk=profile_id)
     form = ProfileForm(request.POST or None, profile=profile)
     if request.method == "POST" and form.is_valid() and form.change is not None:
-        do_save_profile(_actor(request), form.change, profile)
+        do_save_profile(actor_of(request), form.change, profile)
         messages.success(request, _("Profile saved."))
         return redirect("console-profiles")
     status = 400 if form.is_bound else 200
@@ -157,6 +152,6 @@ def profile_edit(request: HttpRequest, profile_id: int) -> HttpResponse:
 @require_POST
 def profile_deactivate(request: HttpRequest, profile_id: int) -> HttpResponse:
     profile = get_object_or_404(DesktopProfile, pk=profile_id)
-    do_deactivate_profile(_actor(request), profile)
+    do_deactivate_profile(actor_of(request), profile)
     messages.success(request, _("%(name)s is no longer offered.") % {"name": profile.name})
     return redirect("console-profiles")

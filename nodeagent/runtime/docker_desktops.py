@@ -235,10 +235,8 @@ class DesktopContainers:
         return Path(volume.attrs.get("Mountpoint") or "")
 
     def _warn_unshared(self, volume: Any) -> None:
-        assert self.home_root is not None
-        options = volume.attrs.get("Options") or {}
-        wanted = str(self.shared_home(volume.name))
-        if options.get("o") == "bind" and options.get("device") == wanted:
+        wanted = self.shared_home(volume.name)
+        if self.home_dir(volume) == wanted:
             return
         if volume.name not in self._warned_volumes:
             self._warned_volumes.add(volume.name)

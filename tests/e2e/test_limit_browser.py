@@ -35,7 +35,11 @@ from .test_browser import (  # noqa: F401 - desktop_profile is a fixture
     desktop_profile,
     open_desktop,
 )
-from .test_idle_browser import session_of, start_sweep_and_desktop
+from .test_idle_browser import (  # noqa: F401 - stack_options is a fixture
+    session_of,
+    stack_options,
+    start_sweep_and_desktop,
+)
 
 pytestmark = [
     pytest.mark.browser,
@@ -57,16 +61,6 @@ WAITING = (
     "Someone is waiting for this kind of desktop, so yours cannot be given more time. "
     "Save your work before it ends."
 )
-
-
-@pytest.fixture
-def stack_options() -> dict:
-    return {
-        "extra_env": {
-            "DESKPOOL_IDLE_SWEEP_SECONDS": "2",
-            "DESKPOOL_AGENT_HEARTBEAT_INTERVAL_S": "3",
-        }
-    }
 
 
 @pytest.fixture

@@ -66,16 +66,26 @@ class DjangoServer:
         raise TimeoutError(f"{self.what} did not answer in {timeout} s:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 40) -> str:
-        if not self.log.exists():
-            return ""
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        return log_tail(self.log, lines)
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process)
+
+
+def log_tail(path: Path, lines: int) -> str:
+    """The last ``lines`` of a server's log ("" before it has one)."""
+    if not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def stop_process(process: subprocess.Popen | None) -> None:
+    """SIGTERM, 20 s to go, then SIGKILL; one already gone (or never started) is fine."""
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -18,7 +18,6 @@ The directory (base ``dc=campus,dc=test``):
 from __future__ import annotations
 
 import shutil
-import signal
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.stack import free_port, wait_for
+from tests.signin.django_server import log_tail, stop_process
 
 SLAPD = Path("/usr/sbin/slapd")
 LDAPADD = Path("/usr/bin/ldapadd")
@@ -175,20 +175,10 @@ class Slapd:
         )
 
     def log_tail(self, lines: int = 30) -> str:
-        path = self.workdir / "slapd.log"
-        if not path.exists():
-            return ""
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        return log_tail(self.workdir / "slapd.log", lines)
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process)
 
 
 def ldap_env(uri: str) -> dict[str, str]:
