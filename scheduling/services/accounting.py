@@ -1,8 +1,7 @@
 """Accounting and chargeback: a usage record per run, the price list, and the usage reports.
 
-``lifecycle.do_transition`` calls :func:`on_transition` inside its transaction, before a run's
-holds are released: RUNNING opens a record, leaving RUNNING (a terminal state, or back to the
-queue: preempted, requeued off a lost node) closes it. Bookings are billed on what they held,
+Usage records are opened and closed by ``usage_runs`` (one per run, written inside the
+transition's transaction). Bookings are billed on what they held,
 elastic use (sessions outside a booking) on what it used. Prices come from ``scheduling.pricing``.
 """
 
@@ -24,122 +23,22 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from .. import pricing
-from ..choices import TERMINAL_STATES, WAITING_STATES, AuditKind, SessionState, SliceKind
+from ..choices import AuditKind, SliceKind
 from ..models import (
-    Allocation,
     Booking,
     DesktopProfile,
     PriceRule,
     PriceUnit,
-    Session,
     Slice,
     UsageRecord,
 )
 from . import ServiceError
 from .audit import record
-from .usage import department_of
+from .usage_runs import measures
 
-RUN_ENDS = TERMINAL_STATES | WAITING_STATES | {SessionState.SUSPENDED}
 GROUPS = ("department", "course", "user")
 PERIODS = ("week", "month")
 LONGEST_REPORT = timedelta(days=2 * 366)
-
-
-# -- usage records ----------------------------------------------------------------------------
-
-
-def on_transition(
-    session_id: int, target: SessionState, at: datetime, started_at: datetime | None = None
-) -> None:
-    """Open or close the session's usage record for a transition to ``target``."""
-    if target == SessionState.RUNNING:
-        open_run(session_id, started_at or at)
-    elif target in RUN_ENDS:
-        close_run(session_id, at, target)
-
-
-def _joined(values: Iterable[str]) -> str:
-    return ",".join(sorted({v for v in values if v}))
-
-
-def open_run(session_id: int, start: datetime) -> UsageRecord | None:
-    """A new record for the run that starts now, from the session's live holds."""
-    runs = list(
-        UsageRecord.objects.filter(session_id=session_id).values_list("ended_at", flat=True)
-    )
-    if None in runs:
-        return None  # already running (a repeated report): one record per run
-    session = Session.objects.select_related(
-        "user", "user__member", "course", "profile", "node"
-    ).get(pk=session_id)
-    holds = list(
-        Allocation.objects.filter(session_id=session_id, released_at=None).select_related(
-            "slice__gpu", "node"
-        )
-    )
-    slices = [h.slice for h in holds if h.slice is not None]
-    hosts = _joined(h.node.hostname for h in holds)
-    return UsageRecord.objects.create(
-        session=session,
-        run=len(runs) + 1,
-        user=session.user,
-        username=session.user.get_username(),
-        course_code=session.course_code,
-        department=department_of(session),
-        purpose=session.purpose,
-        profile_slug=session.profile.slug,
-        booking_id=session.booking_id,
-        slice_kind=_joined(s.kind for s in slices),
-        mig_profile=_joined(s.profile for s in slices),
-        gpu_model=_joined(s.gpu.model for s in slices),
-        node_hostname=hosts or (session.node.hostname if session.node else ""),
-        slices=len(slices),
-        gpu_share=round(sum(s.milli for s in slices) / 1000, 4),
-        compute_units=session.compute_units,
-        started_at=start,
-    )
-
-
-def _utilisation(session_id: int) -> float | None:
-    """The mean utilisation the agent last reported for the GPUs of the session's slices;
-    None when any of them has no figure (a MIG instance's GPU often has none)."""
-    holds = Allocation.objects.filter(
-        session_id=session_id, released_at=None, slice__isnull=False
-    ).select_related("slice__gpu")
-    readings = [(h.slice.gpu.metrics or {}).get("utilization_pct") for h in holds if h.slice]
-    numbers = [float(r) for r in readings if isinstance(r, int | float)]
-    if not readings or len(numbers) != len(readings):
-        return None
-    return sum(numbers) / len(numbers)
-
-
-def close_run(session_id: int, end: datetime, end_state: str) -> UsageRecord | None:
-    """Close the session's open record at ``end`` with its hours; None if none is open."""
-    record = UsageRecord.objects.filter(session_id=session_id, ended_at=None).first()
-    if record is None:
-        return None
-    record.utilisation_pct = _utilisation(session_id)
-    record.ended_at = max(end, record.started_at)
-    record.end_state = end_state
-    record.gpu_hours, record.cu_hours, record.idle_gpu_hours = _count(record, record.ended_at)
-    stored = ["utilisation_pct", "ended_at", "end_state", "gpu_hours", "cu_hours"]
-    record.save(update_fields=[*stored, "idle_gpu_hours"])
-    return record
-
-
-def measures(record: UsageRecord, until: datetime) -> tuple[Decimal, Decimal, Decimal]:
-    """GPU-hours, CU-hours and idle GPU-hours of a record: as stored once closed, counted to
-    ``until`` while open (idle hours are known only at the end of the run)."""
-    if record.ended_at is not None:
-        return record.gpu_hours, record.cu_hours, record.idle_gpu_hours
-    return _count(record, until)
-
-
-def _count(record: UsageRecord, until: datetime) -> tuple[Decimal, Decimal, Decimal]:
-    hours = pricing.hours_between(record.started_at, record.ended_at or until)
-    gpu_hours = pricing.held_hours(record.gpu_share, hours)
-    cu_hours = pricing.held_hours(record.compute_units, hours)
-    return gpu_hours, cu_hours, pricing.idle_hours(gpu_hours, record.utilisation_pct)
 
 
 def records_matching(filters: Mapping[str, Any]) -> QuerySet[UsageRecord]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,7 +25,7 @@ from ..models import Allocation, Node, Session
 from . import Conflict, NotFound, ServiceError
 from .agent_wake import desired_version
 from .health import do_record_session_failed, do_record_session_running
-from .lifecycle import do_transition
+from .lifecycle import Start, do_start_many, do_transition
 from .warm import desired_warm
 
 S = SessionState
@@ -90,6 +91,10 @@ def _desired(s: Session) -> DesiredSession:
     )
 
 
+def _actor(node: Node) -> str:
+    return f"node:{node.hostname}"
+
+
 def do_report(node: Node, session_id: int, report: SessionReport | Mapping[str, Any]) -> Session:
     """Apply an agent's report; Conflict means the portal no longer wants that desktop.
 
@@ -119,7 +124,7 @@ def do_report(node: Node, session_id: int, report: SessionReport | Mapping[str, 
             )
             % {"id": session_id, "current": current, "reported": reported_placement}
         )
-    actor = f"node:{node.hostname}"
+    actor = _actor(node)
     state = report.state
     # The agent's own words (a start failure, a SIMULATED desktop), kept with the state.
     why = Reason(Code.AGENT, {"detail": report.reason}) if report.reason else None
@@ -166,14 +171,73 @@ def do_report_batch(node: Node, reports: Sequence[BatchedReport]) -> list[BatchR
     A STARTING followed in the same batch by another report about the same placement (a
     desktop that started between two sends: the usual case in a class start) is not
     applied on its own: PLACED goes straight to the later state, one transition and one
-    broadcast instead of two, and the STARTING is answered as the later report is."""
+    broadcast instead of two, and the STARTING is answered as the later report is.
+
+    The usual RUNNING reports (a desktop of the current placement, PLACED or STARTING on
+    this node, reported once in the batch) are applied together by
+    ``lifecycle.do_start_many``, in a fixed number of queries; a run of them is applied
+    where the next other report comes, so the order the agent sent is kept."""
     superseded = _superseded(reports)
     applied: dict[int, BatchResult] = {}
     with transaction.atomic():
+        plain = _plain_starts(node, reports, superseded)
+        run: dict[int, Start] = {}
         for index, report in enumerate(reports):
-            if index not in superseded:
-                applied[index] = _apply(node, report)
+            if index in superseded:
+                continue
+            if index in plain:
+                run[index] = plain[index]
+                continue
+            applied |= _apply_starts(node, reports, run)
+            run = {}
+            applied[index] = _apply(node, report)
+        applied |= _apply_starts(node, reports, run)
     return [applied[superseded.get(index, index)].model_copy() for index in range(len(reports))]
+
+
+def _plain_starts(
+    node: Node, reports: Sequence[BatchedReport], superseded: Mapping[int, int]
+) -> dict[int, Start]:
+    """The batch's RUNNING reports that can be applied together: by position."""
+    kept = [i for i in range(len(reports)) if i not in superseded]
+    mentions = Counter(reports[i].session_id for i in kept)
+    wanted = {reports[i].session_id for i in kept if reports[i].state == "RUNNING"}
+    sessions = {
+        s.pk: s
+        for s in Session.objects.filter(pk__in=wanted, node=node).prefetch_related("allocations")
+    }
+    plain: dict[int, Start] = {}
+    for index in kept:
+        report, session = reports[index], sessions.get(reports[index].session_id)
+        if (
+            report.state != "RUNNING"
+            or session is None
+            or mentions[session.pk] != 1
+            or session.state not in (S.PLACED, S.STARTING)
+            or (report.placement and report.placement != placement_id(session))
+        ):
+            continue
+        why = Reason(Code.AGENT, {"detail": report.reason}) if report.reason else None
+        plain[index] = Start(session.pk, session.state, report.port, report.container_id, why)
+    return plain
+
+
+def _apply_starts(
+    node: Node, reports: Sequence[BatchedReport], run: Mapping[int, Start]
+) -> dict[int, BatchResult]:
+    """A run of plain RUNNING reports, together; one by one if any changed meanwhile."""
+    if not run:
+        return {}
+    try:
+        with transaction.atomic():
+            do_start_many(node.pk, list(run.values()), actor=_actor(node), host=node.address)
+            do_record_session_running(node)
+    except Conflict:
+        return {index: _apply(node, reports[index]) for index in run}
+    return {
+        index: BatchResult(session_id=start.session_id, outcome="applied", state=S.RUNNING)
+        for index, start in run.items()
+    }
 
 
 def _superseded(reports: Sequence[BatchedReport]) -> dict[int, int]:
