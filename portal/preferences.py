@@ -28,9 +28,10 @@ def saved_preferences(user: User | AnonymousUser) -> tuple[str, ZoneInfo | None]
     """A signed-in person's saved language ("" for the browser's) and time zone."""
     if not user.is_authenticated:
         return "", None
-    member = Member.objects.filter(user=user).only("language", "time_zone").first()
+    member = Member.objects.filter(user=user).first()
     if member is None:
         return "", None
+    user.member = member  # the rest of the request reads it (a department, for quotas)
     language = member.language if translation.check_for_language(member.language) else ""
     return language, zone_of(member.time_zone)
 

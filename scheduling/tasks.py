@@ -20,13 +20,13 @@ from .services.audit import do_prune_audit
 from .services.cycle import do_scheduling_cycle
 from .services.health import do_sweep_silent_nodes
 from .services.idle import do_idle_sweep
+from .services.kick import CYCLE_ASKED, CYCLE_DIRTY
 from .services.metric_history import do_metric_rollups
 from .services.metrics import observe_cycle_duration
 
 log = logging.getLogger(__name__)
 
 CYCLE_LOCK = "deskpool:cycle:lock"
-CYCLE_DIRTY = "deskpool:cycle:dirty"
 # The lock expires this long after its holder stops renewing it (renewed every third of it
 # while a cycle runs): a worker killed mid-cycle holds cycles up for at most this long.
 CYCLE_LOCK_S = 15.0
@@ -59,6 +59,9 @@ def run_scheduling_cycle() -> int:
 
     Services ask for it by name (``services.kick.schedule_soon``)."""
     client = shared_redis()
+    # Asks from now on send a task of their own (services.kick): this one may have read
+    # the pool before their commit.
+    client.delete(CYCLE_ASKED)
     client.set(CYCLE_DIRTY, 1)
     cycles = 0
     while client.get(CYCLE_DIRTY):

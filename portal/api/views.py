@@ -65,8 +65,11 @@ class SessionViewSet(
             session = do_submit(signed_in(request.user), submit)
         except ServiceError as error:
             raise as_api_error(error) from error
+        # Their own session, just created: read back without the visibility query.
+        created = Session.objects.filter(user=request.user, pk=session.pk)
+        created = created.select_related("profile", "node", "user")
         return Response(
-            SessionSerializer(self.get_queryset().get(pk=session.pk)).data,
+            SessionSerializer(created.prefetch_related("allocations__slice__gpu").get()).data,
             status=status.HTTP_201_CREATED,
         )
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pytest
+import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from scheduling import tasks
 from scheduling.choices import SessionState
 from scheduling.models import Session
 from scheduling.redis_client import shared_redis
+from scheduling.services import kick
 from scheduling.services.metrics import render_metrics
 from scheduling.services.sessions import check_submit, do_submit
 
@@ -66,3 +68,24 @@ def test_the_cycle_lock_is_renewed_while_a_cycle_runs_and_expires_after_a_dead_h
     time.sleep(0.8)
     assert not lock.owned()
     assert lock_client.lock(tasks.CYCLE_LOCK, timeout=1, blocking=False).acquire()
+
+
+def test_asks_for_a_cycle_while_one_is_queued_send_one_task_message(lock_client, settings):
+    """Two hundred submissions send a handful of task messages, not two hundred: an ask
+    while a cycle task waits to begin only marks the pool dirty; once the task begins (and
+    may have read the pool already), the next ask sends a message of its own."""
+    if settings.EMBEDDED:
+        pytest.skip("the embedded broker is not the Redis list counted here")
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    broker.delete("celery")
+    lock_client.delete(kick.CYCLE_ASKED)
+    for _ in range(5):
+        kick._send()
+    assert broker.llen("celery") == 1
+    assert lock_client.get(tasks.CYCLE_DIRTY) == b"1"
+    assert tasks.run_scheduling_cycle() == 1  # the queued task begins (run here)
+    assert lock_client.get(kick.CYCLE_ASKED) is None
+    kick._send()
+    assert broker.llen("celery") == 2
+    broker.delete("celery")
+    lock_client.delete(kick.CYCLE_ASKED)
