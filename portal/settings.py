@@ -243,6 +243,12 @@ CHANNEL_LAYERS = {
                 {"address": _redis_url_for(1), "socket_timeout": 15, "max_connections": 2000}
             ],
             "prefix": "deskpool",
+            # The pages served by one ASGI process share one Redis list, and a message past
+            # ``capacity`` is dropped without an error (channels-redis's default is 100).
+            # A class start sends each student's page an update at once, while the process
+            # that serves them is busy: room for a few thousand (a KB or two each, kept at
+            # most ``expiry``, 60 s) per process. docs/deploy.md, "Sizing".
+            "capacity": env.int("DESKPOOL_CHANNEL_CAPACITY", default=5000),
         },
     }
 }

@@ -123,3 +123,26 @@ def test_an_audit_event_tells_the_admins_console_after_commit(sent):
     assert [(group, payload) for group, payload, _ in sent] == [
         (events.ADMIN_GROUP, {"type": "admin.audit", "kind": "policy.changed"})
     ]
+
+
+def test_a_class_of_updates_to_one_process_is_not_dropped(settings):
+    """The pages served by one ASGI process share one Redis list (channels-redis keys a
+    process's channels by its prefix), and a message over the layer's capacity is dropped
+    without an error. A class start sends an update to each of its students at once, while
+    that process is busy: all of them must arrive (the default capacity of 100 lost pushes,
+    and students waited for the silence fallback)."""
+    if settings.EMBEDDED:
+        pytest.skip("the embedded layer is not channels-redis")
+    students = 250
+
+    async def burst() -> int:
+        layer = get_channel_layer()
+        channels = [await layer.new_channel() for _ in range(students)]
+        for n, channel in enumerate(channels):
+            await layer.group_add(f"burst-{n}", channel)
+        for n in range(students):  # nobody reads while they are sent
+            await layer.group_send(f"burst-{n}", {"type": "session.update", "n": n})
+        received = [await asyncio.wait_for(layer.receive(c), 5) for c in channels]
+        return sum(1 for n, message in enumerate(received) if message["n"] == n)
+
+    assert async_to_sync(burst)() == students
