@@ -2,11 +2,11 @@
 
 A 40-seat class (``--seats``) booked on a tiny-image profile; its window opens a minute
 after the booking (inside the warm lead), so the worker's cycles start warm desktops ahead.
-Every student asks within one second of the window opening (one thread and one API token
-each) and waits for RUNNING on the WebSocket ``/ws/updates/`` (the API is asked only if
-the socket stays silent for 5 s). Prints each student's submit → RUNNING, p50, p95
-and max, and how many were placed on warm desktops; then ends the class and removes every
-container it started.
+Every student asks within one second of the window opening (one coroutine, its own
+connections and one API token each: ``portal.bench_students``) and waits for RUNNING on
+the WebSocket ``/ws/updates/`` (the API is asked only if the socket stays silent for 5 s).
+Prints each student's submit → RUNNING, p50, p95 and max, and how many were placed on warm
+desktops; then ends the class and removes every container it started.
 
 Everything is real and on this machine: daphne, a Celery worker and a node agent on the
 real Docker engine (``tests/integration/stack.py``), on the PostgreSQL server and Redis of
@@ -18,7 +18,6 @@ give it a Redis database that no running portal uses. Run it from the repository
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
@@ -35,8 +34,6 @@ from pathlib import Path
 
 import django
 import httpx
-from websockets.sync.client import connect as ws_connect
-from websockets.typing import Origin
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 django.setup()
@@ -54,6 +51,7 @@ from django.utils import timezone  # noqa: E402
 
 from nodeagent.runtime import home_mounts  # noqa: E402
 from portal.api_tokens import issue_token  # noqa: E402
+from portal.bench_students import Student, run_students  # noqa: E402
 from portal.models import Course  # noqa: E402
 from scheduling.models import (  # noqa: E402
     Booking,
@@ -81,30 +79,8 @@ from tests.integration.stack import (  # noqa: E402
 
 TINY_IMAGE = "deskpool/tiny:latest"
 SLICES_PER_GPU = 7  # 1g.10gb MIG instances on each simulated A100
-SILENT_S = 5.0
 LOGS = ROOT / "test-output" / "bench-class-logs"
-END_STATES = {"FAILED", "LOST", "EXPIRED", "CANCELLED", "ENDED"}
 SessionStore = import_module(settings.SESSION_ENGINE).SessionStore
-
-
-@dataclass
-class Student:
-    """One student of the class, with their own API token and logged-in web session."""
-
-    user: User
-    token: str
-    cookie: str
-    session_id: int | None = None
-    submitted: float = 0.0  # time.monotonic() just before the POST
-    submitted_wall: float = 0.0  # time.time() then, to compare with the session's timestamps
-    running: float | None = None
-    via: str = ""  # "ws" (pushed) or "api" (asked after SILENT_S without an update)
-    states: list[str] = field(default_factory=list)
-    error: str = ""
-
-    @property
-    def elapsed(self) -> float | None:
-        return None if self.running is None else self.running - self.submitted
 
 
 @dataclass
@@ -207,57 +183,6 @@ def book(teacher: User, course: Course, profile: DesktopProfile, seats: int, ope
     return do_create_booking(teacher, request)
 
 
-def ask(url: str, student: Student, body: dict, connected, at: float, timeout_s: float):
-    """One student of the portal at ``url``: open the live updates, ask at ``at``
-    (monotonic), wait for RUNNING."""
-    ws_url = url.replace("http://", "ws://", 1) + "/ws/updates/"
-    cookie = {"Cookie": f"{settings.SESSION_COOKIE_NAME}={student.cookie}"}
-    headers = {"Authorization": f"Token {student.token}"}
-    try:
-        with (
-            ws_connect(ws_url, origin=Origin(url), additional_headers=cookie) as ws,
-            httpx.Client(base_url=url, headers=headers, timeout=30) as api,
-        ):
-            connected.wait(timeout=120)
-            time.sleep(max(0.0, at - time.monotonic()))
-            student.submitted, student.submitted_wall = time.monotonic(), time.time()
-            created = api.post("/api/v1/sessions/", json=body)
-            if created.status_code != 201:
-                student.error = f"submit answered {created.status_code}: {created.text}"
-                return
-            student.session_id = created.json()["id"]
-            wait_running(ws, api, student, time.monotonic() + timeout_s)
-    except Exception as error:  # a thread's failure is reported with the figures
-        student.error = f"{type(error).__name__}: {error}"
-
-
-def wait_running(ws, api: httpx.Client, student: Student, deadline: float) -> None:
-    """Read the student's live updates until their session is RUNNING (or ends).
-
-    Only after ``SILENT_S`` without an update is the API asked (a missed push must not hang
-    the run; asking more often would load the portal that is being measured)."""
-    while time.monotonic() < deadline:
-        try:
-            message = json.loads(ws.recv(timeout=SILENT_S))
-        except TimeoutError:
-            state = api.get(f"/api/v1/sessions/{student.session_id}/").json()["state"]
-            if state == "RUNNING":
-                student.running, student.via = time.monotonic(), "api"
-                return
-            continue
-        session = message.get("session") or {}
-        if message.get("type") != "session.update" or session.get("id") != student.session_id:
-            continue
-        student.states.append(session["state"])
-        if session["state"] == "RUNNING":
-            student.running, student.via = time.monotonic(), "ws"
-            return
-        if session["state"] in END_STATES:
-            student.error = f"session ended {session['state']}: {session.get('reason', '')}"
-            return
-    student.error = "no RUNNING before the timeout"
-
-
 def run_class(
     stack: Stack,
     profile: DesktopProfile,
@@ -276,24 +201,22 @@ def run_class(
     booking = book(teacher, course, profile, seats, opens_in_s)
     opens = time.monotonic() + (booking.starts_at - timezone.now()).total_seconds()
     body = {"profile": profile.pk, "purpose": "coursework", "course": course.code}
-    connected = threading.Event()
-    threads = [
-        threading.Thread(
-            target=ask,
-            args=(stack.url, s, body, connected, opens + spread_s * n / seats, timeout_s),
-            name=f"student-{n}",
-        )
-        for n, s in enumerate(students)
-    ]
-    for thread in threads:
-        thread.start()
-    connected.set()
+    asks = dict(
+        cookie_name=settings.SESSION_COOKIE_NAME,
+        connect_at=[time.monotonic()] * seats,
+        ask_at=[opens + spread_s * n / seats for n in range(seats)],
+        timeout_s=timeout_s,
+    )
+    # The students run in a thread of their own (one event loop), this one looks on.
+    runner = threading.Thread(
+        target=run_students, args=(stack.url, students, body), kwargs=asks, name="students"
+    )
+    runner.start()
     time.sleep(max(0.0, opens - 0.1 - time.monotonic()))
     # What the worker's cycles started (the stack has its own settings): at the opening.
     warm = WarmDesktop.objects.filter(booking=booking)
     warm_ready, warm_total = warm.filter(state=WarmState.READY).count(), warm.count()
-    for thread in threads:
-        thread.join()
+    runner.join()
     run = ClassRun(course, booking, students, warm_ready, warm_total)
     ids = [s.session_id for s in students if s.session_id]
     run.placed_warm = Session.objects.filter(pk__in=ids).exclude(warm_key="").count()

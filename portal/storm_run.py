@@ -9,7 +9,6 @@ import logging
 import os
 import statistics
 import sys
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -20,15 +19,16 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 django.setup()
 logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request hides the figures
 
+from django.conf import settings  # noqa: E402
+
 from portal.bench_class import (  # noqa: E402
-    Student,
-    ask,
     bench_profile,
     make_class,
     percentile,
     phase_lines,
     phases,
 )
+from portal.bench_students import Student, run_students  # noqa: E402
 from scheduling.models import Slice  # noqa: E402
 from scheduling.redis_client import shared_redis  # noqa: E402
 from scheduling.services.metrics import CYCLE_HISTOGRAM_KEY  # noqa: E402
@@ -68,25 +68,20 @@ def run_storm(url: str, seats: int, spread_s: float, timeout_s: float) -> StormR
     course, _, students = make_class("storm", seats)
     profile = bench_profile()
     body = {"profile": profile.pk, "purpose": "coursework", "course": course.code}
-    connected = threading.Event()
     # The students open their home pages over the minutes before class (here over
     # CONNECT_SPREAD_S), then all ask within ``spread_s`` of the start.
-    opens = time.monotonic() + CONNECT_SPREAD_S + 5.0
-
-    def student(n: int, s: Student) -> None:
-        time.sleep(CONNECT_SPREAD_S * n / seats)
-        ask(url, s, body, connected, opens + spread_s * n / seats, timeout_s)
-
-    threads = [
-        threading.Thread(target=student, args=(n, s), name=f"student-{n}")
-        for n, s in enumerate(students)
-    ]
+    now = time.monotonic()
+    opens = now + CONNECT_SPREAD_S + 5.0
     before = cycle_histogram()
-    for thread in threads:
-        thread.start()
-    connected.set()
-    for thread in threads:
-        thread.join()
+    run_students(
+        url,
+        students,
+        body,
+        cookie_name=settings.SESSION_COOKIE_NAME,
+        connect_at=[now + CONNECT_SPREAD_S * n / seats for n in range(seats)],
+        ask_at=[opens + spread_s * n / seats for n in range(seats)],
+        timeout_s=timeout_s,
+    )
     wall = time.monotonic() - opens
     after = cycle_histogram()
     delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
