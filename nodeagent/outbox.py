@@ -71,19 +71,24 @@ class ReportOutbox:
 
     def send(self, session_id: int, report: SessionReport) -> SendOutcome:
         """Send after the earlier reports; the outcome is this report's."""
+        return self.outcome(self.post(session_id, report))
+
+    def post(self, session_id: int, report: SessionReport) -> _Ticket:
+        """Queue a report without waiting: it goes out with the next batch, before any
+        report queued after it (the session's RUNNING, say). :meth:`outcome` waits for the
+        portal's answer to it."""
         ticket = _Ticket(session_id, report)
         with self._queue_lock:
             self._pending.append(ticket)
+        return ticket
+
+    def outcome(self, ticket: _Ticket) -> SendOutcome:
+        """The portal's answer to a posted report: sent now (with everything queued before
+        and since) unless a batch that held it was answered meanwhile."""
         with self._lock:
             if ticket.outcome is None:
                 self._flush_sessions()
         return ticket.outcome or "queued"
-
-    def post(self, session_id: int, report: SessionReport) -> None:
-        """Queue a report without waiting: it goes out with the next batch, before any
-        report queued after it (the session's RUNNING, say)."""
-        with self._queue_lock:
-            self._pending.append(_Ticket(session_id, report))
 
     def send_warm(self, key: str, report: WarmReport) -> SendOutcome:
         """Report about a warm desktop; the latest one is kept while the portal is down."""

@@ -59,6 +59,19 @@ class StepSummary:
         )
 
 
+# What is left of an action once its desktop started: waiting for the portal's answer.
+FollowUp = Callable[[], None]
+
+
+def _logged(session_id: int, step: Callable[[], FollowUp | None]) -> FollowUp | None:
+    try:
+        return step()
+    except Exception:
+        # Level-triggered: the next step sees the same difference and tries again.
+        logger.exception("session %s: reconcile action failed", session_id)
+        return None
+
+
 def is_earlier_placement(container: ManagedContainer, session: DesiredSession) -> bool:
     """True when the container was made for another placement of this session.
 
@@ -86,6 +99,8 @@ class Reconciler:
         self._warm = WarmDesktops(runtime, self._outbox, workers=warm_workers)
         self._starts = ThreadPoolExecutor(start_workers, thread_name_prefix="desktop-start")
         self._stops = ThreadPoolExecutor(stop_workers, thread_name_prefix="desktop-stop")
+        # Waiting for the portal's answers to RUNNING reports (one batch answers many).
+        self._reports = ThreadPoolExecutor(start_workers, thread_name_prefix="desktop-report")
         self._lock = threading.Lock()
         self._in_flight: dict[int, Future[None]] = {}
         # Placements this process will not start again while they stay desired (FAILED,
@@ -201,7 +216,11 @@ class Reconciler:
 
     # -- actions -------------------------------------------------------------------------
 
-    def _start(self, session: DesiredSession, *, claim: str = "") -> None:
+    def _start(self, session: DesiredSession, *, claim: str = "") -> FollowUp | None:
+        """Start the desktop; what is left, waiting for the portal's answer to its RUNNING
+        report, is returned to run on a reporting thread, so that this start worker goes
+        on to the next desktop. (A class start gives a node fifty at once; waiting here
+        started them ten at a time, one round trip to a busy portal apart.)"""
         session_id = session.session_id
         placement = session.placement
         # Not waited for: it goes out with the RUNNING (or FAILED) report, in one batch, and
@@ -213,12 +232,17 @@ class Reconciler:
             logger.warning("session %s: start failed: %s", session_id, error)
             self._finish(session_id, placement, "FAILED")
             self._send(session_id, report("FAILED", placement, reason=str(error)))
-            return
+            return None
         logger.info("session %s: desktop running on port %s", session_id, container.port)
         self._announced[session_id] = placement
-        if self._send(session_id, running_report(container, placement)) == "conflict":
-            self._finish(session_id, placement, "ENDED")
-            self._runtime.stop(session_id)
+        ticket = self._outbox.post(session_id, running_report(container, placement))
+
+        def answered() -> None:
+            if self._outbox.outcome(ticket) == "conflict":
+                self._finish(session_id, placement, "ENDED")
+                self._runtime.stop(session_id)
+
+        return answered
 
     def _claim_or_start(self, session: DesiredSession, claim: str) -> ManagedContainer:
         if claim:
@@ -234,7 +258,7 @@ class Reconciler:
                 )
         return self._runtime.start(session)
 
-    def _replace(self, session: DesiredSession) -> None:
+    def _replace(self, session: DesiredSession) -> FollowUp | None:
         session_id = session.session_id
         logger.info(
             "session %s: desktop of an earlier placement found; replacing it for placement %s",
@@ -244,7 +268,7 @@ class Reconciler:
         self._runtime.stop(session_id)
         with self._lock:
             self._announced.pop(session_id, None)
-        self._start(session)
+        return self._start(session)
 
     def _adopt(self, container: ManagedContainer, placement: str) -> None:
         logger.info(
@@ -298,19 +322,38 @@ class Reconciler:
 
         self._submit(self._stops, session_id, stop)
 
-    def _submit(self, pool: ThreadPoolExecutor, session_id: int, task: Callable[[], None]) -> None:
+    def _submit(
+        self, pool: ThreadPoolExecutor, session_id: int, task: Callable[[], FollowUp | None]
+    ) -> None:
+        """Run ``task`` on ``pool``. The session stays in flight until it is done, and, when
+        it returns a follow-up (waiting for the portal's answer), until that is done too, on
+        a reporting thread: the pool's worker is free as soon as ``task`` returns."""
+        whole: Future[None] = Future()
+
+        def finish() -> None:
+            with self._lock:
+                if self._in_flight.get(session_id) is whole:
+                    del self._in_flight[session_id]
+            whole.set_result(None)
+
         def run() -> None:
+            then = _logged(session_id, task)
+            if then is None:
+                finish()
+                return
+
+            def follow() -> None:
+                _logged(session_id, then)
+                finish()
+
             try:
-                task()
-            except Exception:
-                # Level-triggered: the next step sees the same difference and tries again.
-                logger.exception("session %s: reconcile action failed", session_id)
-            finally:
-                with self._lock:
-                    self._in_flight.pop(session_id, None)
+                self._reports.submit(follow)
+            except RuntimeError:  # shutting down: nobody waits for the answer any more
+                finish()
 
         with self._lock:
-            self._in_flight[session_id] = pool.submit(run)
+            self._in_flight[session_id] = whole
+        pool.submit(run)
 
     def _send(self, session_id: int, body: SessionReport) -> SendOutcome:
         return self._outbox.send(session_id, body)
@@ -349,4 +392,5 @@ class Reconciler:
         """Stop taking work. Desktops keep running: they outlive the agent."""
         self._starts.shutdown(wait=wait_for_actions, cancel_futures=not wait_for_actions)
         self._stops.shutdown(wait=wait_for_actions, cancel_futures=not wait_for_actions)
+        self._reports.shutdown(wait=wait_for_actions, cancel_futures=not wait_for_actions)
         self._warm.close(wait_for_actions=wait_for_actions)

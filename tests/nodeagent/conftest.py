@@ -148,11 +148,14 @@ class FakePortal:
         self.unwanted: set[int] = set()  # sessions answered with 409
         self.refuse_placements: set[str] = set()  # reports about these placements get 409
         self.down = False
+        self.answering = threading.Event()  # cleared: a busy portal, reports wait for it
+        self.answering.set()
         self._lock = threading.Lock()
 
     def report(self, session_id: int, report: SessionReport) -> str:
         from nodeagent.portal_client import Conflict, PortalUnavailable
 
+        self.answering.wait(30)
         if self.down:
             raise PortalUnavailable("fake portal is down")
         with self._lock:

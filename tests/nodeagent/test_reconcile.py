@@ -157,6 +157,34 @@ def test_ten_desktops_start_in_parallel_and_a_slow_start_does_not_block_a_stop(
     assert fake_portal.states(100) == ["ENDED"]
 
 
+def test_a_busy_portal_does_not_hold_back_the_next_starts(
+    simulated, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    """Twelve desktops, two start workers, and a portal that does not answer yet: all twelve
+    start, because a start worker goes on to the next desktop instead of waiting for the
+    answer to its RUNNING report (before, they started two at a time, a round trip apart).
+    Each stays in flight until answered; then all are reported, and the desktop the portal
+    no longer wants is stopped."""
+    fake_portal.answering.clear()
+    fake_portal.unwanted.add(5)
+    reconciler = Reconciler(simulated, fake_portal, start_workers=2)
+    reconciler.step([make_session(i) for i in range(1, 13)])
+    deadline = time.monotonic() + 10
+    while len(simulated.list_managed()) < 12 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(simulated.list_managed()) == 12
+    assert fake_portal.reports == []  # nothing answered yet
+    assert reconciler.in_flight() == set(range(1, 13))
+
+    fake_portal.answering.set()
+    assert reconciler.wait_idle(10)
+    assert reconciler.in_flight() == set()
+    assert all(fake_portal.states(i) == ["STARTING", "RUNNING"] for i in range(1, 13) if i != 5)
+    assert sorted(c.session_id for c in simulated.list_managed()) == [
+        i for i in range(1, 13) if i != 5
+    ]
+
+
 # -- placements: a session requeued and placed here again ----------------------------------
 
 
