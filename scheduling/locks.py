@@ -6,17 +6,24 @@ writers never wait on each other in opposite orders. Call these inside a transac
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 
-from .models import JoinToken, Node, PoolPolicy, WarmDesktop
+from .models import JoinToken, Node, PoolPolicy, Session, WarmDesktop
 
 
 def lock_node(node_id: int) -> Node | None:
     return Node.objects.select_for_update().filter(pk=node_id).first()
+
+
+def lock_sessions(ids: Iterable[int]) -> dict[int, tuple[str, int | None]]:
+    """Several sessions (a cycle's placements, an agent's batch), in id order: each one's
+    state and node as they are now."""
+    rows = Session.objects.select_for_update().filter(pk__in=list(ids)).order_by("pk")
+    return {pk: (state, node) for pk, state, node in rows.values_list("pk", "state", "node_id")}
 
 
 def lock_policy() -> PoolPolicy:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -25,7 +26,7 @@ from ..models import Allocation, Node, Session
 from . import Conflict, NotFound, ServiceError
 from .agent_wake import desired_version
 from .health import do_record_session_failed, do_record_session_running
-from .lifecycle import Start, do_start_many, do_transition
+from .lifecycle import Move, do_transition, do_transition_many
 from .warm import desired_warm
 
 S = SessionState
@@ -144,13 +145,10 @@ def do_report(node: Node, session_id: int, report: SessionReport | Mapping[str, 
             session_id,
             S.RUNNING,
             actor=actor,
+            reason=why,
             # The node's registered management address, never one the report names: the
             # portal's relay connects there (an agent cannot point it at another host).
-            desktop_host=node.address,
-            desktop_port=report.port,
-            container_id=report.container_id,
-            started_at=timezone.now(),
-            reason=why,
+            **_running_fields(node, report, timezone.now()),
         )
         do_record_session_running(node)
         return running
@@ -175,13 +173,13 @@ def do_report_batch(node: Node, reports: Sequence[BatchedReport]) -> list[BatchR
 
     The usual RUNNING reports (a desktop of the current placement, PLACED or STARTING on
     this node, reported once in the batch) are applied together by
-    ``lifecycle.do_start_many``, in a fixed number of queries; a run of them is applied
+    ``lifecycle.do_transition_many``, in a fixed number of queries; a run of them is applied
     where the next other report comes, so the order the agent sent is kept."""
     superseded = _superseded(reports)
     applied: dict[int, BatchResult] = {}
     with transaction.atomic():
         plain = _plain_starts(node, reports, superseded)
-        run: dict[int, Start] = {}
+        run: dict[int, Move] = {}
         for index, report in enumerate(reports):
             if index in superseded:
                 continue
@@ -197,7 +195,7 @@ def do_report_batch(node: Node, reports: Sequence[BatchedReport]) -> list[BatchR
 
 def _plain_starts(
     node: Node, reports: Sequence[BatchedReport], superseded: Mapping[int, int]
-) -> dict[int, Start]:
+) -> dict[int, Move]:
     """The batch's RUNNING reports that can be applied together: by position."""
     kept = [i for i in range(len(reports)) if i not in superseded]
     mentions = Counter(reports[i].session_id for i in kept)
@@ -206,7 +204,8 @@ def _plain_starts(
         s.pk: s
         for s in Session.objects.filter(pk__in=wanted, node=node).prefetch_related("allocations")
     }
-    plain: dict[int, Start] = {}
+    plain: dict[int, Move] = {}
+    now = timezone.now()
     for index in kept:
         report, session = reports[index], sessions.get(reports[index].session_id)
         if (
@@ -217,20 +216,35 @@ def _plain_starts(
             or (report.placement and report.placement != placement_id(session))
         ):
             continue
-        why = Reason(Code.AGENT, {"detail": report.reason}) if report.reason else None
-        plain[index] = Start(session.pk, session.state, report.port, report.container_id, why)
+        plain[index] = Move(
+            session.pk,
+            # The node's registered address, never one the report names (see do_report).
+            _running_fields(node, report, now),
+            Reason(Code.AGENT, {"detail": report.reason}) if report.reason else None,
+        )
     return plain
 
 
+def _running_fields(node: Node, report: SessionReport, now: datetime) -> dict[str, Any]:
+    """What a RUNNING report writes on its session."""
+    return {
+        "desktop_host": node.address,
+        "desktop_port": report.port,
+        "container_id": report.container_id,
+        "started_at": now,
+    }
+
+
 def _apply_starts(
-    node: Node, reports: Sequence[BatchedReport], run: Mapping[int, Start]
+    node: Node, reports: Sequence[BatchedReport], run: Mapping[int, Move]
 ) -> dict[int, BatchResult]:
     """A run of plain RUNNING reports, together; one by one if any changed meanwhile."""
     if not run:
         return {}
     try:
         with transaction.atomic():
-            do_start_many(node.pk, list(run.values()), actor=_actor(node), host=node.address)
+            moves = list(run.values())
+            do_transition_many(moves, S.RUNNING, actor=_actor(node), on_node=node.pk)
             do_record_session_running(node)
     except Conflict:
         return {index: _apply(node, reports[index]) for index in run}

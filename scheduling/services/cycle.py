@@ -17,7 +17,7 @@ from django.utils import timezone
 from .. import engine
 from . import warm
 from .eligibility import demote_ineligible
-from .placement import apply_alert, apply_placement, apply_preemption, apply_queue
+from .placement import apply_alert, apply_placements, apply_preemption, apply_queue
 from .snapshot import build_snapshot
 from .timers import finish_grace_periods, stop_overdue
 
@@ -46,16 +46,12 @@ def do_scheduling_cycle(now: datetime | None = None) -> CycleResult:
             snapshot, queue=tuple(r for r in snapshot.queue if r.session_id not in claimed)
         )
     result = engine.plan(snapshot, now)
-    conflicts = 0
-    placed = len(claimed)
-    # One commit for the whole plan: each placement is a savepoint of it (one that raced
-    # rolls back alone), and the students' pages and the agents hear of all of them at once.
+    # One commit for the whole plan: the placements in one savepoint (each in its own when
+    # one raced, which then rolls back alone), and the students' pages and the agents hear
+    # of all of them at once.
     with transaction.atomic():
-        for placement in result.placements:
-            if apply_placement(placement, snapshot):
-                placed += 1
-            else:
-                conflicts += 1
+        newly = apply_placements(result.placements, snapshot)
+        placed, conflicts = len(claimed) + newly, len(result.placements) - newly
         for preemption in result.preemptions:
             apply_preemption(preemption)
         apply_queue(result.queue)

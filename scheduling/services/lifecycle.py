@@ -21,6 +21,7 @@ from django.utils.translation import gettext as _
 from ..choices import ON_NODE_STATES, TERMINAL_STATES, WAITING_STATES, AuditKind, SessionState
 from ..engine.reasons import Reason
 from ..events import broadcast_session
+from ..locks import lock_sessions
 from ..models import Allocation, Session
 from ..presenters import stored
 from . import Conflict, usage_runs
@@ -143,61 +144,77 @@ def do_transition(
 
 
 @dataclass(frozen=True)
-class Start:
-    """One desktop of :func:`do_start_many`: its session, the state it is in as the caller
-    read it (PLACED or STARTING), and what its agent reported."""
+class Move:
+    """One session of :func:`do_transition_many`: its own changes (every move of a call
+    names the same fields) and reason."""
 
     session_id: int
-    current: str
-    port: int | None
-    container_id: str
-    reason: Reason | None
+    fields: Mapping[str, Any]
+    reason: Reason | None = None
 
 
-def do_start_many(node_id: int, starts: Sequence[Start], *, actor: str, host: str) -> None:
-    """Several desktops on one node reached RUNNING (an agent's batch of reports): each
-    becomes RUNNING as :func:`do_transition` would make it, with its usage record, audit
-    event and broadcast, but in a fixed number of queries instead of a dozen each.
+# Targets that release nothing and leave no node (so :func:`do_transition_many` needs no
+# per-session release or requeue).
+MANY_TARGETS = frozenset({S.PLACED, S.STARTING, S.RUNNING})
 
-    All or none: Conflict when any of them has left PLACED and STARTING on this node
-    since the caller read it (the caller then applies them one by one). No node is woken:
-    what the node should run did not change (:func:`changes_desired`)."""
-    if not starts:
+
+def do_transition_many(
+    moves: Sequence[Move],
+    target: SessionState,
+    *,
+    actor: str,
+    only_from: frozenset[SessionState] | None = None,
+    on_node: int | None = None,
+) -> None:
+    """Move several sessions to ``target`` as :func:`do_transition` moves each (the same
+    changes, usage records, audit events, broadcasts and wakes), in a fixed number of
+    queries instead of a dozen each: a cycle placing fifty, an agent reporting fifty
+    desktops RUNNING. ``on_node``: only sessions on that node.
+
+    The rows are locked first, in id order (``locks.lock_sessions``): two writers of many
+    rows never wait on each other in opposite orders. All or none: Conflict when any of
+    them is not in a state it can move from (or not on ``on_node``); the caller then
+    applies them one by one, each with its own answer."""
+    if target not in MANY_TARGETS:
+        raise ValueError(f"{target} releases holds or leaves a node: use do_transition")
+    if not moves:
         return
+    sources = set(sources_of(target)) & set(only_from or ALLOWED)
     now = timezone.now()
-    changed: dict[int, dict[str, Any]] = {}
-    audited: list[tuple[int | None, int | None, Mapping[str, Any]]] = []
-    for start in starts:
-        fields = {"desktop_port": start.port, "container_id": start.container_id}
-        changes, fields_of_reason = _changes(S.RUNNING, start.reason, fields, now)
-        changed[start.session_id] = changes
-        data = {"from": start.current, "to": S.RUNNING, "released": 0, **fields_of_reason}
-        audited.append((start.session_id, node_id, data))
     with transaction.atomic():
-        updated = Session.objects.filter(
-            pk__in=list(changed), node_id=node_id, state__in=(S.PLACED, S.STARTING)
-        ).update(
-            state=S.RUNNING,
-            desktop_host=host,
-            started_at=now,
-            **{name: _each(changed, name) for name in STARTED_FIELDS},
+        locked = lock_sessions(m.session_id for m in moves)
+        changed: dict[int, dict[str, Any]] = {}
+        audited: list[tuple[int | None, int | None, Mapping[str, Any]]] = []
+        woken: set[int | None] = set()
+        for move in moves:
+            current, node_id = locked.get(move.session_id, ("", None))
+            if current not in sources or (on_node is not None and node_id != on_node):
+                raise Conflict(
+                    _("Some of these sessions changed meanwhile; apply them one by one.")
+                )
+            changes, fields_of_reason = _changes(target, move.reason, move.fields, now)
+            changed[move.session_id] = changes
+            new_node = changes.get("node_id", node_id)
+            data = {"from": current, "to": target, "released": 0, **fields_of_reason}
+            audited.append((move.session_id, new_node, data))
+            if changes_desired(current, target, node_id, new_node):
+                woken |= {node_id, new_node}
+        names = set().union(*(c.keys() for c in changed.values())) - {"state"}
+        Session.objects.filter(pk__in=list(changed)).update(
+            state=target, **{name: _each(changed, name) for name in names}
         )
-        if updated != len(changed):
-            raise Conflict(_("Some of these sessions changed meanwhile; apply them one by one."))
-        usage_runs.open_runs(dict.fromkeys(changed, now))
+        if target == S.RUNNING:
+            usage_runs.open_runs({pk: c.get("started_at") or now for pk, c in changed.items()})
         record_many(AuditKind.SESSION_TRANSITION, actor, audited)
         for session_id in changed:
             _after_commit(session_id, capacity_released=False)
-
-
-# What differs between the desktops of one :func:`do_start_many`.
-STARTED_FIELDS = ("desktop_port", "container_id", "reason_code", "reason_params")
+        wake_nodes(woken)
 
 
 def _each(changed: Mapping[int, Mapping[str, Any]], name: str) -> Any:
     """The value of field ``name`` for each session: itself when all are alike, else a
     CASE on the id."""
-    values = {pk: changes[name] for pk, changes in changed.items()}
+    values = {pk: changes.get(name) for pk, changes in changed.items()}
     distinct = {repr(v) for v in values.values()}
     if len(distinct) == 1:
         return next(iter(values.values()))

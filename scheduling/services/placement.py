@@ -21,8 +21,8 @@ from ..locks import lock_policy
 from ..models import Allocation, Session
 from ..presenters import stored
 from . import Conflict
-from .audit import record
-from .lifecycle import do_transition
+from .audit import record, record_many
+from .lifecycle import Move, do_transition, do_transition_many
 
 log = logging.getLogger(__name__)
 
@@ -49,47 +49,90 @@ def place_session(
         SessionState.PLACED,
         actor="scheduler",
         only_from=frozenset(WAITING_STATES),
-        node_id=node_id,
-        placed_at=timezone.now(),
-        queue_position=None,
         reason=reason,
-        vnc_password=new_vnc_password(),
-        eta=None,
-        blocked=False,
-        compute_units=units,
-        warm_key=warm_key,
+        **_placed_fields(node_id, units, warm_key),
     )
     record(
         AuditKind.SESSION_PLACED, "scheduler", session=session_id, node=node_id, data=dict(audit)
     )
 
 
+def _placed_fields(node_id: int, units: float, warm_key: str = "") -> dict[str, Any]:
+    """What a placement writes on its session besides the state and the reason."""
+    return {
+        "node_id": node_id,
+        "placed_at": timezone.now(),
+        "queue_position": None,
+        "vnc_password": new_vnc_password(),
+        "eta": None,
+        "blocked": False,
+        "compute_units": units,
+        "warm_key": warm_key,
+    }
+
+
+def _parts(placement: engine.Placement) -> list[tuple[int, Sequence[int]]]:
+    """(node, slices) of each node the placement holds: its own first."""
+    return [(placement.node_id, placement.slice_ids), *placement.others]
+
+
+def _units(placement: engine.Placement, snapshot: engine.Snapshot) -> float:
+    by_id = {s.slice_id: s for s in snapshot.free_slices}
+    return sum(by_id[i].compute_units for _, ids in _parts(placement) for i in ids if i in by_id)
+
+
+def _holds(placement: engine.Placement) -> list[Allocation]:
+    """A hold per slice, on its node; one without a slice for a CPU-only desktop."""
+    holds = [
+        Allocation(session_id=placement.session_id, node_id=node, slice_id=sid)
+        for node, ids in _parts(placement)
+        for sid in ids
+    ]
+    return holds or [Allocation(session_id=placement.session_id, node_id=placement.node_id)]
+
+
+def _placed_audit(placement: engine.Placement) -> dict[str, Any]:
+    parts = _parts(placement)
+    return {"slices": [sid for _, ids in parts for sid in ids], "nodes": [n for n, _ in parts]}
+
+
+def apply_placements(placements: Sequence[engine.Placement], snapshot: engine.Snapshot) -> int:
+    """A cycle's placements, together (``lifecycle.do_transition_many``, the holds and the
+    audit in a fixed number of queries), in a savepoint; when one of them raced (a session
+    no longer waiting, a slice taken), that savepoint rolls back and each is applied on its
+    own, the racing ones skipped. Returns how many were placed."""
+    if not placements:
+        return 0
+    moves = [
+        Move(p.session_id, _placed_fields(p.node_id, _units(p, snapshot)), Reason(Code.PLACED))
+        for p in placements
+    ]
+    try:
+        with transaction.atomic():
+            do_transition_many(
+                moves, SessionState.PLACED, actor="scheduler", only_from=frozenset(WAITING_STATES)
+            )
+            Allocation.objects.bulk_create([h for p in placements for h in _holds(p)])
+            placed = [(p.session_id, p.node_id, _placed_audit(p)) for p in placements]
+            record_many(AuditKind.SESSION_PLACED, "scheduler", placed)
+        return len(placements)
+    except (IntegrityError, Conflict) as error:
+        log.info("placing %d together lost a race (%s): one by one", len(placements), error)
+    return sum(1 for p in placements if apply_placement(p, snapshot))
+
+
 def apply_placement(placement: engine.Placement, snapshot: engine.Snapshot) -> bool:
     """Claim the session and its slices in one transaction; False if anything raced us."""
-    by_id = {s.slice_id: s for s in snapshot.free_slices}
-    parts: list[tuple[int, Sequence[int]]] = [
-        (placement.node_id, placement.slice_ids),
-        *placement.others,
-    ]
-    units = sum(by_id[sid].compute_units for _, ids in parts for sid in ids if sid in by_id)
     try:
         with transaction.atomic():
             place_session(
                 placement.session_id,
                 placement.node_id,
-                units=units,
+                units=_units(placement, snapshot),
                 reason=Reason(Code.PLACED),
-                audit={
-                    "slices": [sid for _, ids in parts for sid in ids],
-                    "nodes": [node for node, _ in parts],
-                },
+                audit=_placed_audit(placement),
             )
-            holds = [
-                Allocation(session_id=placement.session_id, node_id=node, slice_id=sid)
-                for node, ids in parts
-                for sid in ids
-            ] or [Allocation(session_id=placement.session_id, node_id=placement.node_id)]
-            for hold in holds:
+            for hold in _holds(placement):
                 hold.save()
         return True
     except (IntegrityError, Conflict) as error:

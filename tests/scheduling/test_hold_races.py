@@ -122,9 +122,11 @@ def test_racing_cycles_and_warm_churn_never_double_hold_a_slice(settings, make_u
             watching = threads.submit(monitor)
             jobs = [threads.submit(cycles) for _ in range(CYCLE_THREADS)]
             jobs.append(threads.submit(churn))
-            for job in jobs:
-                job.result()
-            done.set()
+            try:
+                for job in jobs:
+                    job.result()
+            finally:
+                done.set()  # also when a job failed: the monitor must not watch forever
             watching.result()
         do_scheduling_cycle()
     finally:
