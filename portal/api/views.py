@@ -66,7 +66,7 @@ class SessionViewSet(
         except ServiceError as error:
             raise as_api_error(error) from error
         # Their own session, just created: read back without the visibility query.
-        created = Session.objects.filter(user=request.user, pk=session.pk)
+        created = Session.objects.filter(user=signed_in(request.user), pk=session.pk)
         created = created.select_related("profile", "node", "user")
         return Response(
             SessionSerializer(created.prefetch_related("allocations__slice__gpu").get()).data,

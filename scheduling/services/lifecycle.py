@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Case, Value, When
+from django.db.models import Case, Field, Value, When
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -219,6 +219,7 @@ def _each(changed: Mapping[int, Mapping[str, Any]], name: str) -> Any:
     if len(distinct) == 1:
         return next(iter(values.values()))
     field = Session._meta.get_field(name)
+    assert isinstance(field, Field)  # a column of the session, not a relation's reverse
     cases = [When(pk=pk, then=Value(v, output_field=field)) for pk, v in values.items()]
     return Case(*cases, output_field=field)
 

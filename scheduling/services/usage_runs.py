@@ -46,9 +46,10 @@ def open_runs(starts: Mapping[int, datetime]) -> list[UsageRecord]:
         UsageRecord.objects.filter(session_id__in=list(starts))
         .values("session_id")
         .annotate(count=Count("id"), open=Count("id", filter=Q(ended_at=None)))
+        .values_list("session_id", "count", "open")
     )
-    counted = {row["session_id"]: row for row in runs}
-    opening = [pk for pk in starts if not counted.get(pk, {}).get("open")]
+    counted: dict[int, tuple[int, int]] = {pk: (count, open_) for pk, count, open_ in runs}
+    opening = [pk for pk in starts if not counted.get(pk, (0, 0))[1]]
     if not opening:
         return []
     sessions = Session.objects.select_related(
@@ -57,10 +58,10 @@ def open_runs(starts: Mapping[int, datetime]) -> list[UsageRecord]:
     holds: dict[int, list[Allocation]] = defaultdict(list)
     live = Allocation.objects.filter(session_id__in=opening, released_at=None)
     for hold in live.select_related("slice__gpu", "node"):
-        holds[hold.session_id].append(hold)
+        if hold.session_id is not None:
+            holds[hold.session_id].append(hold)
     records = [
-        _record(s, holds[s.pk], counted.get(s.pk, {}).get("count", 0) + 1, starts[s.pk])
-        for s in sessions
+        _record(s, holds[s.pk], counted.get(s.pk, (0, 0))[0] + 1, starts[s.pk]) for s in sessions
     ]
     return UsageRecord.objects.bulk_create(records)
 
