@@ -23,6 +23,7 @@ import socket
 import statistics
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -241,7 +242,10 @@ def ask(stack, asker: Asker, body: dict, ready: threading.Barrier, go: list, unt
             finally:
                 ws.close()
     except Exception as error:
-        asker.error = f"{type(error).__name__}: {error}"
+        # Where it came from too: a storm's failure is read from the figures afterwards.
+        where = traceback.extract_tb(error.__traceback__)[-3:]
+        frames = " <- ".join(f"{f.name}:{f.lineno}" for f in reversed(where))
+        asker.error = f"{type(error).__name__}: {error} (at {frames})"
 
 
 def busy(answer: httpx.Response, asker: Asker, what: str) -> bool:
