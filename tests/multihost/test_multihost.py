@@ -534,7 +534,11 @@ def test_campus_reaches_nginx_but_not_the_asgi_workers(multihost):
     assert login == 200
     assert all(outcome != "connected" for outcome in workers.values()), workers
     # ...while on the host itself they answer (they are up: only the namespace is kept out).
-    assert all(connect("127.0.0.1", port) == "connected" for port in multihost.asgi_ports)
+    # The storm's test killed and restarted one: give it the time a daphne takes to start.
+    deadline = time.monotonic() + 60
+    while not all(connect("127.0.0.1", p) == "connected" for p in multihost.asgi_ports):
+        assert time.monotonic() < deadline, "an ASGI worker does not answer on the host"
+        time.sleep(0.5)
 
 
 # --- the files themselves (no namespaces needed) ----------------------------------------
