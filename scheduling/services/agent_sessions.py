@@ -96,6 +96,11 @@ def _actor(node: Node) -> str:
     return f"node:{node.hostname}"
 
 
+def _agent_reason(report: SessionReport) -> Reason | None:
+    """The agent's own words (a start failure, a SIMULATED desktop), kept with the state."""
+    return Reason(Code.AGENT, {"detail": report.reason}) if report.reason else None
+
+
 def do_report(node: Node, session_id: int, report: SessionReport | Mapping[str, Any]) -> Session:
     """Apply an agent's report; Conflict means the portal no longer wants that desktop.
 
@@ -127,8 +132,7 @@ def do_report(node: Node, session_id: int, report: SessionReport | Mapping[str, 
         )
     actor = _actor(node)
     state = report.state
-    # The agent's own words (a start failure, a SIMULATED desktop), kept with the state.
-    why = Reason(Code.AGENT, {"detail": report.reason}) if report.reason else None
+    why = _agent_reason(report)
     if state in ("STARTING", "RUNNING") and session.state not in ON_NODE_STATES:
         raise Conflict(
             _("Session %(id)s is %(state)s; stop its desktop.")
@@ -220,7 +224,7 @@ def _plain_starts(
             session.pk,
             # The node's registered address, never one the report names (see do_report).
             _running_fields(node, report, now),
-            Reason(Code.AGENT, {"detail": report.reason}) if report.reason else None,
+            _agent_reason(report),
         )
     return plain
 
