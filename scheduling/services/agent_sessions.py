@@ -175,10 +175,12 @@ def do_report_batch(node: Node, reports: Sequence[BatchedReport]) -> list[BatchR
     applied on its own: PLACED goes straight to the later state, one transition and one
     broadcast instead of two, and the STARTING is answered as the later report is.
 
-    The usual RUNNING reports (a desktop of the current placement, PLACED or STARTING on
-    this node, reported once in the batch) are applied together by
-    ``lifecycle.do_transition_many``, in a fixed number of queries; a run of them is applied
-    where the next other report comes, so the order the agent sent is kept."""
+    The usual RUNNING and STARTING reports (a desktop of the current placement on this
+    node, reported once in the batch: RUNNING of one PLACED or STARTING, STARTING of one
+    PLACED) are applied together by ``lifecycle.do_transition_many``, in a fixed number of
+    queries per state; a run of them is applied where the next other report comes, so the
+    order the agent sent is kept (a run names each session once, so applying its STARTING
+    reports before its RUNNING ones reorders nothing about any one session)."""
     superseded = _superseded(reports)
     applied: dict[int, BatchResult] = {}
     with transaction.atomic():
@@ -197,13 +199,17 @@ def do_report_batch(node: Node, reports: Sequence[BatchedReport]) -> list[BatchR
     return [applied[superseded.get(index, index)].model_copy() for index in range(len(reports))]
 
 
+# What a report of each state may be applied together from (as do_report applies it).
+_PLAIN_FROM = {"RUNNING": (S.PLACED, S.STARTING), "STARTING": (S.PLACED,)}
+
+
 def _plain_starts(
     node: Node, reports: Sequence[BatchedReport], superseded: Mapping[int, int]
 ) -> dict[int, Move]:
-    """The batch's RUNNING reports that can be applied together: by position."""
+    """The batch's RUNNING and STARTING reports that can be applied together: by position."""
     kept = [i for i in range(len(reports)) if i not in superseded]
     mentions = Counter(reports[i].session_id for i in kept)
-    wanted = {reports[i].session_id for i in kept if reports[i].state == "RUNNING"}
+    wanted = {reports[i].session_id for i in kept if reports[i].state in _PLAIN_FROM}
     sessions = {
         s.pk: s
         for s in Session.objects.filter(pk__in=wanted, node=node).prefetch_related("allocations")
@@ -213,12 +219,14 @@ def _plain_starts(
     for index in kept:
         report, session = reports[index], sessions.get(reports[index].session_id)
         if (
-            report.state != "RUNNING"
-            or session is None
+            session is None
             or mentions[session.pk] != 1
-            or session.state not in (S.PLACED, S.STARTING)
+            or session.state not in _PLAIN_FROM.get(report.state, ())
             or (report.placement and report.placement != placement_id(session))
         ):
+            continue
+        if report.state == "STARTING":
+            plain[index] = Move(session.pk, {}, Reason(Code.STARTING))
             continue
         plain[index] = Move(
             session.pk,
@@ -242,19 +250,23 @@ def _running_fields(node: Node, report: SessionReport, now: datetime) -> dict[st
 def _apply_starts(
     node: Node, reports: Sequence[BatchedReport], run: Mapping[int, Move]
 ) -> dict[int, BatchResult]:
-    """A run of plain RUNNING reports, together; one by one if any changed meanwhile."""
+    """A run of plain STARTING and RUNNING reports, together (one call per state); one by
+    one if any changed meanwhile."""
     if not run:
         return {}
+    states = {index: S(reports[index].state) for index in run}
     try:
         with transaction.atomic():
-            moves = list(run.values())
-            do_transition_many(moves, S.RUNNING, actor=_actor(node), on_node=node.pk)
-            do_record_session_running(node)
+            for state in (S.STARTING, S.RUNNING):
+                moves = [move for index, move in run.items() if states[index] == state]
+                do_transition_many(moves, state, actor=_actor(node), on_node=node.pk)
+            if S.RUNNING in states.values():
+                do_record_session_running(node)
     except Conflict:
         return {index: _apply(node, reports[index]) for index in run}
     return {
-        index: BatchResult(session_id=start.session_id, outcome="applied", state=S.RUNNING)
-        for index, start in run.items()
+        index: BatchResult(session_id=move.session_id, outcome="applied", state=states[index])
+        for index, move in run.items()
     }
 
 

@@ -10,6 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from scheduling.choices import AuditKind, SessionState
+from scheduling.engine.reasons import Code, Reason
 from scheduling.models import AuditEvent, Session, UsageRecord
 from scheduling.services import agent_sessions
 from scheduling.services.cycle import do_scheduling_cycle
@@ -110,6 +111,52 @@ def test_the_queries_do_not_grow_with_the_batch(make_user, profile, register_nod
         assert answer.status_code == 200
         counts.append(len(queries))  # (the first node is full: the second gets the 7)
     assert counts[0] == counts[1], counts
+
+
+STARTED = Reason(Code.STARTING)
+
+
+def starting_alone(desired) -> list[dict]:
+    """The desktops' STARTING, each the last report about its session in its batch (its
+    RUNNING goes in the next one, as an agent sends while the portal answers)."""
+    return [
+        {"session_id": d["session_id"], "placement": d["placement"], "state": "STARTING"}
+        for d in desired
+    ]
+
+
+def test_starting_reports_alone_are_applied_together_as_one_by_one(
+    make_user, profile, register_node
+):
+    node, token, desired = placed(make_user, profile, register_node, 3)
+    already = desired[2]["session_id"]
+    do_transition(already, SessionState.STARTING, actor="node:gpu-b", reason=STARTED)
+    with CaptureQueriesContext(connection) as queries:
+        answer = agent(token).post(
+            "/api/agent/v1/reports/", {"reports": starting_alone(desired)}, format="json"
+        )
+    assert answer.status_code == 200, answer.content
+    results = [(r["outcome"], r["state"]) for r in answer.json()["results"]]
+    assert results == [("applied", "STARTING")] * 3
+    for d in desired:
+        session = Session.objects.get(pk=d["session_id"])
+        assert session.state == SessionState.STARTING
+        assert (session.reason_code, session.started_at) == ("starting", None)
+        moves = AuditEvent.objects.filter(session=session, kind=AuditKind.SESSION_TRANSITION)
+        assert [(m.actor, m.data["from"], m.data["to"]) for m in moves.order_by("pk")] == [
+            ("scheduler", "QUEUED", "PLACED"),
+            ("node:gpu-b", "PLACED", "STARTING"),
+        ]
+    # The one already STARTING was read, not moved again; the two PLACED moved in one go.
+    assert not UsageRecord.objects.filter(session__node=node).exists()
+    one_by_one = sum("FOR UPDATE" in q["sql"] for q in queries.captured_queries)
+    assert one_by_one == 1, [q["sql"][:120] for q in queries.captured_queries]
+
+    # Their RUNNING in the next batch: applied together too.
+    answer = agent(token).post(
+        "/api/agent/v1/reports/", {"reports": running(desired, starting=False)}, format="json"
+    )
+    assert [r["state"] for r in answer.json()["results"]] == ["RUNNING"] * 3
 
 
 def test_a_session_that_changed_meanwhile_is_applied_one_by_one(
