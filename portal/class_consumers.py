@@ -15,20 +15,24 @@ from .preferences import handshake_language, saved_preferences
 from .teaching import CourseRole, role_by_code
 
 
-def render_class_row(role: CourseRole, session_id: int) -> str:
-    """The session's row of the live class (``courses/_class_row.html``), or "" when it is no
-    longer an open session of the course (the page then drops the row)."""
-    session = class_sessions(role.course).filter(pk=session_id).first()
-    if session is None:
-        return ""
-    context = {"s": session, "can_manage": role.manage_class_desktops, "code": role.course.code}
-    return render_to_string("courses/_class_row.html", context)
+def render_class_rows(role: CourseRole, session_ids: list[int]) -> list[tuple[int, str]]:
+    """Each session's row of the live class (``courses/_class_row.html``), read in one
+    query; "" for one that is no longer an open session of the course (the page then drops
+    the row)."""
+    open_now = {s.pk: s for s in class_sessions(role.course).filter(pk__in=session_ids)}
+    rows = []
+    for session_id in session_ids:
+        session = open_now.get(session_id)
+        context = {"s": session, "can_manage": role.manage_class_desktops, "code": role.course.code}
+        html = render_to_string("courses/_class_row.html", context) if session else ""
+        rows.append((session_id, html))
+    return rows
 
 
 class ClassConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
     """Sends ``class.row`` messages (the row's HTML, rendered in the listener's language and
-    time zone) for every session update of the course; teachers and TAs with
-    ``view_live_class`` only; what a client sends is dropped (``ListenOnly``)."""
+    time zone) for every session of the course that changed (``class.sessions``); teachers
+    and TAs with ``view_live_class`` only; what a client sends is dropped (``ListenOnly``)."""
 
     group: str | None = None
 
@@ -52,11 +56,12 @@ class ClassConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
-    def _row(self, session_id: int) -> str:
+    def _rows(self, session_ids: list[int]) -> list[tuple[int, str]]:
         with translation.override(self.language), timezone.override(self.zone):
-            return render_class_row(self.role, session_id)
+            return render_class_rows(self.role, session_ids)
 
-    async def session_update(self, event: dict) -> None:
-        session_id = int(event["session"]["id"])
-        html = await database_sync_to_async(self._row)(session_id)
-        await self.send_json({"type": "class.row", "session": session_id, "html": html})
+    async def class_sessions(self, event: dict) -> None:
+        """These sessions of the course changed: a ``class.row`` for each."""
+        ids = [int(pk) for pk in event["sessions"]]
+        for session_id, html in await database_sync_to_async(self._rows)(ids):
+            await self.send_json({"type": "class.row", "session": session_id, "html": html})

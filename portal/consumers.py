@@ -63,10 +63,9 @@ class UpdatesConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "session.update", "session": session, **html})
 
     async def admin_session(self, event: dict) -> None:
-        """Someone's session changed: the admins' console pages refresh what they show."""
-        await self.send_json(
-            {"type": "admin.session", "session": event["session"], "state": event["state"]}
-        )
+        """Sessions changed (their ids and states): the admins' console pages refresh what
+        they show."""
+        await self.send_json({"type": "admin.session", "sessions": event["sessions"]})
 
     async def admin_audit(self, event: dict) -> None:
         """An audit event was written: the admins' console pages refresh."""

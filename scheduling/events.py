@@ -78,13 +78,27 @@ class AdminAudit(TypedDict):
     kind: str
 
 
+class AdminSessionState(TypedDict):
+    id: int
+    state: str
+
+
 class AdminSession(TypedDict):
-    """To the admins' console pages: someone's session changed (no personal data: the
-    pages fetch what they show through their own, admin-only, fragment URLs)."""
+    """To the admins' console pages: sessions changed, all those of one commit in one
+    message (no personal data: the pages fetch what they show through their own,
+    admin-only, fragment URLs)."""
 
     type: Literal["admin.session"]
-    session: int
-    state: str
+    sessions: list[AdminSessionState]
+
+
+class ClassSessions(TypedDict):
+    """To a course's live class (``portal.class_consumers.ClassConsumer``): these of its
+    sessions changed, all those of one commit in one message; the consumer renders each
+    row for its listener."""
+
+    type: Literal["class.sessions"]
+    sessions: list[int]
 
 
 class PoolAlert(TypedDict):
@@ -137,7 +151,15 @@ class AlertUpdate(TypedDict):
     alert: AlertPayload
 
 
-Payload = SessionUpdate | AdminSession | AdminAudit | PoolAlert | QuotaUpdate | AlertUpdate
+Payload = (
+    SessionUpdate
+    | AdminSession
+    | ClassSessions
+    | AdminAudit
+    | PoolAlert
+    | QuotaUpdate
+    | AlertUpdate
+)
 
 
 def user_group(user_id: int) -> str:
@@ -212,11 +234,13 @@ _changed = threading.local()  # this thread's sessions changed, not yet broadcas
 
 
 def broadcast_session(session_id: int) -> None:
-    """After commit, send the session's state to its owner's open pages.
+    """After commit, send the session's state to its owner's open pages, and say that it
+    changed to its course's live class and to the admins' console pages.
 
     Sessions changed in one transaction (a cycle placing 200) are read back together, in
-    one query, by the first of their commit hooks; each later hook finds nothing left. A
-    hook dropped with a rolled-back savepoint loses nothing: another one sends."""
+    one query, by the first of their commit hooks; each later hook finds nothing left; the
+    course's class and the admins get one message for all of them. A hook dropped with a
+    rolled-back savepoint loses nothing: another one sends."""
     changed: set[int] = _changed.__dict__.setdefault("ids", set())
     changed.add(session_id)
     transaction.on_commit(_broadcast_changed)
@@ -233,13 +257,18 @@ def _broadcast_changed() -> None:
         .filter(pk__in=ids)
         .order_by("pk")
     )
+    by_course: dict[int, list[int]] = {}
+    states: list[AdminSessionState] = []
     for session in sessions:
         payload = SessionUpdate(type="session.update", session=session_payload(session))
         _send(user_group(session.user_id), payload)
         if session.course_id is not None:
-            _send(course_group(session.course_id), payload)
-        admin = AdminSession(type="admin.session", session=session.pk, state=session.state)
-        _send(ADMIN_GROUP, admin)
+            by_course.setdefault(session.course_id, []).append(session.pk)
+        states.append(AdminSessionState(id=session.pk, state=session.state))
+    for course_id, ids in by_course.items():
+        _send(course_group(course_id), ClassSessions(type="class.sessions", sessions=ids))
+    if states:
+        _send(ADMIN_GROUP, AdminSession(type="admin.session", sessions=states))
 
 
 def broadcast_audit(kind: str) -> None:

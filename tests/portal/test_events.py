@@ -10,6 +10,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.db import connection, transaction
 
+from portal.models import Course
 from scheduling import events
 from scheduling.services.sessions import check_submit, do_submit
 
@@ -35,14 +36,36 @@ def test_session_update_is_sent_after_commit_and_not_before(owner, profile, sent
         session = do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
         assert sent == []
     assert [
-        (group, payload.get("session"), open_tx)
+        (group, payload.get("session") or payload.get("sessions"), open_tx)
         for group, payload, open_tx in sent
         if payload["type"] != "admin.audit"
     ] == [
         (events.user_group(owner.pk), session_payload_of(session), False),
-        (events.ADMIN_GROUP, session.pk, False),  # admin.session: only the id and state
+        # admin.session: only the ids and states
+        (events.ADMIN_GROUP, [{"id": session.pk, "state": "QUEUED"}], False),
     ]
     assert ("admin.audit", False) in [(payload["type"], tx) for _, payload, tx in sent]
+
+
+def test_one_commit_tells_the_class_and_the_admins_once(make_user, profile, sent):
+    """Sessions changed together (as a cycle places them): one update each to its owner,
+    one ``class.sessions`` to their course's live class, one ``admin.session``."""
+    course = Course.objects.create(code="cs9", title="GPU 9")
+    people = [make_user(f"s{n}") for n in range(3)]
+    course.students.add(*people)
+    with transaction.atomic():
+        made = [
+            do_submit(p, check_submit(p, profile.pk, "coursework", course.code)) for p in people
+        ]
+    ids = sorted(s.pk for s in made)
+    by_group = [(group, payload["type"]) for group, payload, _ in sent]
+    assert sorted(g for g, kind in by_group if kind == "session.update") == sorted(
+        events.user_group(p.pk) for p in people
+    )
+    [to_class] = [p for g, p, _ in sent if g == events.course_group(course.pk)]
+    assert to_class == {"type": "class.sessions", "sessions": ids}
+    [to_admins] = [p for _, p, _ in sent if p["type"] == "admin.session"]
+    assert to_admins["sessions"] == [{"id": pk, "state": "QUEUED"} for pk in ids]
 
 
 def test_a_rolled_back_submission_sends_nothing(owner, profile, sent):
@@ -89,7 +112,7 @@ def session_payload_of(session):
 def test_an_admins_console_hears_of_someone_elses_session_without_their_details(
     owner, profile, admin_user
 ):
-    """Admins' console pages refresh on ``admin.session`` (id and state only); the owner's
+    """Admins' console pages refresh on ``admin.session`` (ids and states only); the owner's
     full update stays in the owner's group."""
     from channels.testing import WebsocketCommunicator
 
@@ -110,7 +133,10 @@ def test_an_admins_console_hears_of_someone_elses_session_without_their_details(
         return {"message": message, "id": session.pk}
 
     got = async_to_sync(listen)()
-    assert got["message"] == {"type": "admin.session", "session": got["id"], "state": "QUEUED"}
+    assert got["message"] == {
+        "type": "admin.session",
+        "sessions": [{"id": got["id"], "state": "QUEUED"}],
+    }
 
 
 def test_an_audit_event_tells_the_admins_console_after_commit(sent):

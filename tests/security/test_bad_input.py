@@ -437,7 +437,7 @@ def test_invalid_frames_on_the_updates_socket_are_dropped_and_it_still_listens(o
 def test_invalid_frames_on_the_live_class_socket_are_dropped_and_it_still_listens(owner):
     course = Course.objects.create(code="cs101", title="GPU 101")
     course.instructors.add(owner)
-    event = {"type": "session.update", "session": {"id": 424242}}
+    event = {"type": "class.sessions", "sessions": [424242]}
     message = async_to_sync(frames_then)(
         "/ws/courses/cs101/", signed_in_cookie(owner), course_group(course.pk), event
     )
