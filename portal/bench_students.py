@@ -82,7 +82,7 @@ async def _student(
     ask_at: float,
     timeout_s: float,
 ) -> None:
-    ws_url = url.replace("http://", "ws://", 1) + "/ws/updates/"
+    ws_url = url.replace("http://", "ws://", 1) + "/ws/updates/?fragment=item"  # the home page
     cookie = {"Cookie": f"{cookie_name}={student.cookie}"}
     headers = {"Authorization": f"Token {student.token}"}
     await _until(connect_at)

@@ -4,6 +4,7 @@ module, :mod:`portal.desktop_relay`)."""
 from __future__ import annotations
 
 import logging
+from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -17,11 +18,20 @@ from scheduling.presenters import render
 from .desktop_relay import DesktopProxyConsumer
 from .input_limits import ListenOnly
 from .preferences import handshake_language, saved_preferences
-from .session_fragment import render_both
+from .session_fragment import BOTH, PAGE_FORMS, render_forms
 
 log = logging.getLogger(__name__)
 
 __all__ = ["DesktopProxyConsumer", "UpdatesConsumer"]
+
+
+def page_forms(query_string: bytes) -> tuple[str, ...] | None:
+    """The card forms a page's updates carry: ``?fragment=detail``, ``item`` or ``none``;
+    without it, both; None for anything else."""
+    asked = parse_qs(query_string.decode("latin-1")).get("fragment")
+    if asked is None:
+        return BOTH
+    return PAGE_FORMS.get(asked[0]) if len(asked) == 1 else None
 
 
 class UpdatesConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
@@ -33,6 +43,11 @@ class UpdatesConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
+        forms = page_forms(self.scope.get("query_string", b""))
+        if forms is None:
+            await self.close(code=4400)  # ?fragment= names no form a page shows
+            return
+        self.forms = forms
         # The person's saved language and zone win over the handshake's, as on the pages.
         saved, self.zone = await database_sync_to_async(saved_preferences)(user)
         self.language = saved or handshake_language(self.scope)
@@ -55,11 +70,11 @@ class UpdatesConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
 
     async def session_update(self, event: dict) -> None:
         """The payload, and the session's one rendering (``templates/portal/_session.html``)
-        in the listener's language and zone, for the page to swap in."""
+        in the listener's language and zone, in the form the page shows, for it to swap in."""
         session = dict(event["session"])
         session["reason"] = self._render(session["reason_code"], session["reason_params"])
         with translation.override(self.language), timezone.override(self.zone):
-            html = render_both(session) if "state" in session else {}
+            html = render_forms(session, self.forms) if "state" in session else {}
         await self.send_json({"type": "session.update", "session": session, **html})
 
     async def admin_session(self, event: dict) -> None:

@@ -65,7 +65,15 @@ def render_session(payload: Mapping[str, Any], variant: str) -> str:
     return render_to_string(FRAGMENT, {"f": fragment_context(payload, variant)})
 
 
-def render_both(payload: Mapping[str, Any]) -> dict[str, str]:
-    """Both forms, as a live update carries them: ``html`` (the session's page) and
-    ``html_item`` (a list's entry)."""
-    return {"html": render_session(payload, DETAIL), "html_item": render_session(payload, ITEM)}
+# What a live update carries of each form: ``html`` (the session's page), ``html_item`` (a
+# list's entry).
+KEYS = {DETAIL: "html", ITEM: "html_item"}
+# The forms a page asks its live updates for (``/ws/updates/?fragment=``): the one it shows,
+# or none (a page that shows no session card); without the parameter, both.
+PAGE_FORMS: dict[str, tuple[str, ...]] = {DETAIL: (DETAIL,), ITEM: (ITEM,), "none": ()}
+BOTH = (DETAIL, ITEM)
+
+
+def render_forms(payload: Mapping[str, Any], forms: tuple[str, ...] = BOTH) -> dict[str, str]:
+    """The forms asked for, keyed as a live update carries them."""
+    return {KEYS[form]: render_session(payload, form) for form in forms}

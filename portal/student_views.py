@@ -33,7 +33,7 @@ from scheduling.services.sessions import do_stop, do_submit
 from .forms import SessionRequestForm
 from .history import daily_gpu_hours, past_sessions
 from .people import signed_in
-from .session_fragment import DETAIL, ITEM, fragment_context, render_both
+from .session_fragment import DETAIL, ITEM, fragment_context, render_forms
 
 UPDATES_PATH = "/ws/updates/"  # portal.routing
 DESKTOP_PROXY_PATH = "/ws/desktop/{id}/"  # portal.routing
@@ -55,10 +55,12 @@ def _my_session(request: HttpRequest, session_id: int, *, to_open: bool = False)
     return session
 
 
-def _page_config(request: HttpRequest, **extra: Any) -> dict[str, Any]:
-    """What the pages' scripts need: addresses, the CSRF token, words in the reader's language."""
+def _page_config(request: HttpRequest, form: str, **extra: Any) -> dict[str, Any]:
+    """What the pages' scripts need: addresses, the CSRF token, words in the reader's language.
+    ``form``: the session card's form the page shows (``session_fragment.PAGE_FORMS``), the
+    only one its live updates carry."""
     return {
-        "updates_url": UPDATES_PATH,
+        "updates_url": f"{UPDATES_PATH}?fragment={form}",
         "csrf_token": get_token(request),
         "words": {"live": _("live"), "reconnecting": _("reconnecting…")},
         **extra,
@@ -81,7 +83,7 @@ def _home_context(request: HttpRequest, form: SessionRequestForm) -> dict[str, A
             for s in mine.exclude(state__in=TERMINAL_STATES).order_by("created_at")
         ],
         "recent": mine.filter(state__in=TERMINAL_STATES).order_by("-created_at")[:5],
-        "config": _page_config(request),
+        "config": _page_config(request, ITEM),
     }
 
 
@@ -117,7 +119,7 @@ def session_detail(request: HttpRequest, session_id: int) -> HttpResponse:
             "session": session,
             "card": fragment_context(data, DETAIL),
             "home": home_place(session),
-            "config": _page_config(request),
+            "config": _page_config(request, DETAIL),
         },
     )
 
@@ -127,7 +129,7 @@ def session_fragment(request: HttpRequest, session_id: int) -> JsonResponse:
     """The session's fragment, both forms, as a live update carries them (for catching up
     after the live connection comes back)."""
     session = _my_session(request, session_id)
-    return JsonResponse({"id": session.pk, **render_both(session_payload(session))})
+    return JsonResponse({"id": session.pk, **render_forms(session_payload(session))})
 
 
 @login_required
@@ -202,6 +204,7 @@ def desktop(request: HttpRequest, session_id: int) -> HttpResponse:
     simulated = session.node is not None and session.node.runtime == "simulated"
     config = _page_config(
         request,
+        "none",  # the desktop's page shows no card: its banner reads the payload
         session=session_payload(session),
         proxy_url=DESKTOP_PROXY_PATH.format(id=session.pk),
         session_api=reverse("session-detail", args=[session.pk]),

@@ -103,7 +103,7 @@
     };
     ws.onmessage = (event) => {
       const msg = JSON.parse(event.data);
-      if (msg.type === "session.update" && msg.html) {
+      if (msg.type === "session.update" && (msg.html || msg.html_item)) {
         received += 1;
         apply({ id: msg.session.id, html: msg.html, html_item: msg.html_item });
       }

@@ -255,3 +255,36 @@ def test_the_session_page_says_plainly_that_the_home_is_per_node(owner, profile,
     assert (
         'id="home-notice"' not in signed_in(owner).get(f"/sessions/{waiting.pk}/").content.decode()
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pages_live_updates_carry_only_the_form_it_shows(owner, profile):
+    """The home page asks ``?fragment=item``, the session's page ``detail``, the desktop's
+    ``none``; each update is rendered in that form only, and a form no page shows is refused."""
+
+    async def first_update(path: str) -> tuple[bool, dict]:
+        communicator = WebsocketCommunicator(UpdatesConsumer.as_asgi(), path)
+        communicator.scope["user"] = owner
+        connected, _code = await communicator.connect()
+        if not connected:
+            return False, {}
+        await database_sync_to_async(
+            lambda: do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
+        )()
+        message = await asyncio.wait_for(communicator.receive_json_from(), timeout=5)
+        await communicator.disconnect()
+        return True, message
+
+    forms = {}
+    for form in ("item", "detail", "none", "bogus", "item&fragment=detail"):
+        connected, message = async_to_sync(first_update)(f"/ws/updates/?fragment={form}")
+        forms[form] = connected and sorted(k for k in message if k.startswith("html"))
+    assert forms == {
+        "item": ["html_item"],
+        "detail": ["html"],
+        "none": [],
+        "bogus": False,
+        "item&fragment=detail": False,
+    }
+    home = signed_in(owner).get("/").content.decode()
+    assert '"updates_url": "/ws/updates/?fragment=item"' in home
