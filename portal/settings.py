@@ -77,12 +77,15 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # ...unless the signed-in person saved one; and their time zone (docs/i18n.md).
     "portal.middleware.PreferencesMiddleware",
-    # The client's address, for the audit events the request writes (docs/audit.md).
-    "portal.middleware.ClientAddressMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    # Last: a sign-in refused for a lockout is answered 429 (portal.lockout.lockout_response).
+    # A sign-in refused for a lockout is answered 429 (portal.lockout.lockout_response).
     "axes.middleware.AxesMiddleware",
+    # The client's address, for the audit events the request writes (docs/audit.md). Last,
+    # and sync only: under ASGI, Django runs a chain's sync part in one thread and switches
+    # once to the view; with an async-capable one innermost (Axes), the messages, frame and
+    # Axes middleware ran async, each step a thread switch through a busy event loop.
+    "portal.middleware.ClientAddressMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
