@@ -71,21 +71,22 @@ MIDDLEWARE = [
     # The browser's language (Accept-Language, or the cookie set_language writes)...
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
-    # A JSON body nested too deep is a 400 before any view parses it (portal.input_limits).
-    "portal.input_limits.JsonDepthLimit",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # ...unless the signed-in person saved one; and their time zone (docs/i18n.md).
     "portal.middleware.PreferencesMiddleware",
+    # The client's address, for the audit events the request writes (docs/audit.md).
+    "portal.middleware.ClientAddressMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # A sign-in refused for a lockout is answered 429 (portal.lockout.lockout_response).
     "axes.middleware.AxesMiddleware",
-    # The client's address, for the audit events the request writes (docs/audit.md). Last,
-    # and sync only: under ASGI, Django runs a chain's sync part in one thread and switches
-    # once to the view; with an async-capable one innermost (Axes), the messages, frame and
-    # Axes middleware ran async, each step a thread switch through a busy event loop.
-    "portal.middleware.ClientAddressMiddleware",
+    # A JSON body nested too deep is a 400 before any view parses it (portal.input_limits).
+    # Last, and sync only: under ASGI Django runs the sync part of the chain in one thread
+    # and switches once to the view; with an async-capable one innermost (Axes), the
+    # messages, frame and Axes middleware ran async, each step a thread switch through a
+    # busy event loop.
+    "portal.input_limits.JsonDepthLimit",
 ]
 
 ROOT_URLCONF = "portal.urls"

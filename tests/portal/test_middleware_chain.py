@@ -37,4 +37,4 @@ def test_the_middleware_runs_in_one_thread_switch_under_asgi():
     # Into the sync chain at the top; back to the loop only for Django's own view caller.
     assert adapters == [(0, "SyncToAsync"), (len(steps) - 2, "AsyncToSync")], steps
     assert steps[-1] == "_get_response_async"
-    assert {"AxesMiddleware", "MessageMiddleware", "ClientAddressMiddleware"} <= set(steps)
+    assert {"AxesMiddleware", "MessageMiddleware", "JsonDepthLimit"} <= set(steps)
