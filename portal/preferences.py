@@ -28,10 +28,11 @@ def saved_preferences(user: User | AnonymousUser) -> tuple[str, ZoneInfo | None]
     """A signed-in person's saved language ("" for the browser's) and time zone."""
     if not user.is_authenticated:
         return "", None
-    member = Member.objects.filter(user=user).first()
+    # Read through the relation, so that the rest of the request finds the row (a
+    # department, for quotas), or that there is none, without asking again.
+    member: Member | None = getattr(user, "member", None)
     if member is None:
         return "", None
-    user.member = member  # the rest of the request reads it (a department, for quotas)
     language = member.language if translation.check_for_language(member.language) else ""
     return language, zone_of(member.time_zone)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import Prefetch
+from django.db.models import Prefetch, prefetch_related_objects
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
@@ -65,13 +65,9 @@ class SessionViewSet(
             session = do_submit(signed_in(request.user), submit)
         except ServiceError as error:
             raise as_api_error(error) from error
-        # Their own session, just created: read back without the visibility query.
-        created = Session.objects.filter(user=signed_in(request.user), pk=session.pk)
-        created = created.select_related("profile", "node", "user")
-        return Response(
-            SessionSerializer(created.prefetch_related("allocations__slice__gpu").get()).data,
-            status=status.HTTP_201_CREATED,
-        )
+        # Their own session, just created, as it was stored (not placed yet: no node).
+        prefetch_related_objects([session], "allocations__slice__gpu")
+        return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: SessionSerializer})
     @action(detail=True, methods=["post"])

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -67,15 +68,12 @@ def check_submit(
         )
     course = None
     if course_code:
-        course = Course.objects.filter(code=course_code).first()
+        course = Course.objects.filter(code=course_code).annotate(**enrolment(user)).first()
         if course is None:
             raise ServiceError(
                 _("There is no course “%(course)s”.") % {"course": course_code}, field="course"
             )
-        if not (
-            course.students.filter(pk=user.pk).exists()
-            or course.instructors.filter(pk=user.pk).exists()
-        ):
+        if not (course.as_student or course.as_teacher):
             raise ServiceError(
                 _("You are not enrolled in %(course)s.") % {"course": course.code}, field="course"
             )
@@ -89,7 +87,7 @@ def check_submit(
             ),
             field="purpose",
         )
-    check_open_sessions(user)
+    # The open-session limit is counted in do_submit, under the person's lock.
     booking = None
     if course is not None and purpose == Purpose.COURSEWORK:
         now = timezone.now()
@@ -106,6 +104,15 @@ def check_submit(
         )
     _check_admission(user, profile, Purpose(purpose), course)
     return SubmitRequest(profile=profile, purpose=Purpose(purpose), course=course, booking=booking)
+
+
+def enrolment(user: User) -> dict[str, Exists]:
+    """Annotations of a course: whether the person is one of its students, or teachers."""
+    course = OuterRef("pk")
+    return {
+        "as_student": Exists(Course.students.through.objects.filter(course=course, user=user)),
+        "as_teacher": Exists(Course.instructors.through.objects.filter(course=course, user=user)),
+    }
 
 
 def _check_admission(
