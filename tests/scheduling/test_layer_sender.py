@@ -1,0 +1,43 @@
+"""The layer sender (``scheduling.layer_sender``): every message reaches its group through
+the real channel layer (Redis), each group's in the order they were queued, while many
+groups are sent to at once."""
+
+from __future__ import annotations
+
+import asyncio
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+from scheduling.layer_sender import GROUPS_AT_ONCE, LayerSender
+
+
+def test_each_groups_messages_arrive_in_order_while_groups_go_at_once():
+    layer = get_channel_layer()
+    groups = [f"sender-test-{n}" for n in range(3 * GROUPS_AT_ONCE)]
+
+    async def join() -> dict[str, str]:
+        channels = {}
+        for group in groups:
+            channels[group] = await layer.new_channel()
+            await layer.group_add(group, channels[group])
+        return channels
+
+    channels = async_to_sync(join)()
+    sender = LayerSender()
+    for n in range(5):  # each group's messages interleaved with every other group's
+        for group in groups:
+            sender.submit(group, {"type": "probe", "n": n, "group": group})
+    assert sender.flush(timeout=30)
+
+    async def receive_all() -> dict[str, list[int]]:
+        got: dict[str, list[int]] = {}
+        for group, channel in channels.items():
+            for _ in range(5):
+                message = await asyncio.wait_for(layer.receive(channel), timeout=5)
+                assert message["group"] == group
+                got.setdefault(group, []).append(message["n"])
+            await layer.group_discard(group, channel)
+        return got
+
+    assert async_to_sync(receive_all)() == {group: [0, 1, 2, 3, 4] for group in groups}
