@@ -73,7 +73,7 @@ def check_submit(
             raise ServiceError(
                 _("There is no course “%(course)s”.") % {"course": course_code}, field="course"
             )
-        if not (course.as_student or course.as_teacher):
+        if not (course.__dict__["as_student"] or course.__dict__["as_teacher"]):
             raise ServiceError(
                 _("You are not enrolled in %(course)s.") % {"course": course.code}, field="course"
             )
@@ -107,7 +107,8 @@ def check_submit(
 
 
 def enrolment(user: User) -> dict[str, Exists]:
-    """Annotations of a course: whether the person is one of its students, or teachers."""
+    """Annotations of a course: whether the person is one of its students, or teachers
+    (read from the instance's ``__dict__``, where Django puts annotations)."""
     course = OuterRef("pk")
     return {
         "as_student": Exists(Course.students.through.objects.filter(course=course, user=user)),
