@@ -18,6 +18,7 @@ from typing import Any, Literal, TypedDict
 
 from channels.layers import get_channel_layer
 from django.db import transaction
+from django.db.models import prefetch_related_objects
 from django.urls import reverse
 from rest_framework.fields import DateTimeField
 
@@ -233,6 +234,19 @@ def _send(group: str, payload: Payload) -> None:
 _changed = threading.local()  # this thread's sessions changed, not yet broadcast
 
 
+def broadcast_created(session: Session) -> None:
+    """:func:`broadcast_session` for a session this transaction created: sent as stored
+    here (its profile and person selected, placed nowhere yet), not read back. Its
+    allocations (none yet) are prefetched on it, for the caller's answer too. Kept for the
+    broadcast only once committed (the hook before the broadcast's own)."""
+
+    def keep() -> None:
+        _changed.__dict__.setdefault("created", {})[session.pk] = session
+
+    transaction.on_commit(keep)
+    broadcast_session(session.pk)
+
+
 def broadcast_session(session_id: int) -> None:
     """After commit, send the session's state to its owner's open pages, and say that it
     changed to its course's live class and to the admins' console pages.
@@ -248,15 +262,19 @@ def broadcast_session(session_id: int) -> None:
 
 def _broadcast_changed() -> None:
     ids = getattr(_changed, "ids", None)
+    created: dict[int, Session] = _changed.__dict__.pop("created", {})
     if not ids:
         return
     _changed.ids = set()
-    sessions = (
+    known = [created[pk] for pk in sorted(ids & created.keys())]
+    prefetch_related_objects(known, "allocations__slice__gpu")
+    read = (
         Session.objects.select_related("profile", "node", "user")
         .prefetch_related("allocations__slice__gpu")
-        .filter(pk__in=ids)
+        .filter(pk__in=ids - created.keys())
         .order_by("pk")
     )
+    sessions = known + (list(read) if len(known) < len(ids) else [])
     by_course: dict[int, list[int]] = {}
     states: list[AdminSessionState] = []
     for session in sessions:

@@ -24,7 +24,7 @@ from ..choices import (
     SessionState,
 )
 from ..engine.reasons import Code, Reason
-from ..events import broadcast_session
+from ..events import broadcast_created
 from ..locks import lock_person
 from ..models import Booking, DesktopProfile, PoolPolicy, Session
 from ..presenters import refusal, stored
@@ -196,7 +196,7 @@ def do_submit(user: User, request: SubmitRequest) -> Session:
                 "booking": request.booking.pk if request.booking else None,
             },
         )
-        broadcast_session(session.pk)
+        broadcast_created(session)
         schedule_soon()
     return session
 

@@ -75,6 +75,17 @@ def test_a_rolled_back_submission_sends_nothing(owner, profile, sent):
     assert sent == []
 
 
+def test_a_rolled_back_submission_is_not_sent_with_the_next_commit(owner, stranger, profile, sent):
+    """A created session is sent as stored, without reading it back: only once committed."""
+    with pytest.raises(RuntimeError), transaction.atomic():
+        do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
+        raise RuntimeError("boom")
+    kept = do_submit(stranger, check_submit(stranger, profile.pk, "hobby", None))
+    updates = [p["session"] for _, p, _ in sent if p["type"] == "session.update"]
+    assert [(u["id"], u["state"]) for u in updates] == [(kept.pk, "QUEUED")]
+    assert updates[0] == session_payload_of(kept)  # as a read back would have sent it
+
+
 def test_the_owners_group_receives_the_update_through_redis(owner, profile):
     async def listen_and_submit():
         layer = get_channel_layer()
