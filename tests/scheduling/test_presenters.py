@@ -41,12 +41,18 @@ def test_a_naive_time_is_refused_when_the_reason_is_made():
         Reason(Code.PREEMPTED, {"deadline": datetime(2026, 12, 3, 10, 42)})
 
 
-def test_waiting_says_who_is_ahead_and_when_it_starts():
-    soon = timezone.now() + timedelta(hours=2)
-    params = {"tier": "coursework", "ahead": 3, "higher": 2, "eta": soon}
-    text = render_reason(Reason(Code.WAITING, params))
-    assert text.startswith("waiting for a free slice: 3 ahead of you in coursework, 2 in higher")
-    assert f"estimated start {timezone.localtime(soon):%H:%M}" in text
+def test_waiting_says_who_is_ahead_and_when_it_starts(monkeypatch):
+    # Today (in the reader's zone) the time alone; another day, with its date. The clock is
+    # set to a morning: two hours ahead of a real late evening is tomorrow.
+    morning = timezone.localtime().replace(hour=9, minute=0)
+    monkeypatch.setattr(timezone, "now", lambda: morning)
+    today = morning.replace(hour=12, minute=34)
+    tomorrow = today + timedelta(days=1)
+    for eta, shown in ((today, "12:34"), (tomorrow, f"{tomorrow:%Y-%m-%d} 12:34")):
+        params = {"tier": "coursework", "ahead": 3, "higher": 2, "eta": eta}
+        text = render_reason(Reason(Code.WAITING, params))
+        assert text.startswith("waiting for a free slice: 3 ahead of you in coursework, 2 in")
+        assert text.endswith(f"estimated start {shown}")
     assert render(Code.WAITING, {"tier": "hobby", "ahead": 0}) == (
         "waiting for a free slice: next in hobby"
     )
