@@ -21,7 +21,7 @@ from nodeagent.protocol import (
 
 from ..choices import ON_NODE_STATES, TERMINAL_STATES, SessionState
 from ..engine.reasons import Code, Reason
-from ..locks import one_snapshot
+from ..locks import lock_sessions, one_snapshot
 from ..models import Allocation, Node, Session
 from . import Conflict, NotFound, ServiceError
 from .agent_wake import desired_version
@@ -257,6 +257,8 @@ def _apply_starts(
     states = {index: S(reports[index].state) for index in run}
     try:
         with transaction.atomic():
+            # All of the run first, in one id order, then each state's part of it.
+            lock_sessions(move.session_id for move in run.values())
             for state in (S.STARTING, S.RUNNING):
                 moves = [move for index, move in run.items() if states[index] == state]
                 do_transition_many(moves, state, actor=_actor(node), on_node=node.pk)

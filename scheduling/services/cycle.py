@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from .. import engine
+from ..locks import lock_sessions
 from . import warm
 from .eligibility import demote_ineligible
 from .placement import apply_alert, apply_placements, apply_preemption, apply_queue
@@ -29,6 +30,15 @@ class CycleResult:
     placed: int
     waiting: int
     conflicts: int
+
+
+def touched(result: engine.Plan) -> set[int]:
+    """The sessions a plan changes: those it places, preempts or queues."""
+    return (
+        {p.session_id for p in result.placements}
+        | {p.victim_id for p in result.preemptions}
+        | {e.session_id for e in result.queue}
+    )
 
 
 def do_scheduling_cycle(now: datetime | None = None) -> CycleResult:
@@ -50,6 +60,12 @@ def do_scheduling_cycle(now: datetime | None = None) -> CycleResult:
     # one raced, which then rolls back alone), and the students' pages and the agents hear
     # of all of them at once.
     with transaction.atomic():
+        # Every session this commit may write, locked first, in one id order (as every
+        # writer of several sessions locks them): applied one after another, the placements,
+        # preemptions and queue each in their own order, a cycle and another writer of the
+        # same sessions could each hold a row the other waits for (PostgreSQL then aborts
+        # one: a deadlock seen in the racing-cycles test).
+        lock_sessions(touched(result))
         newly = apply_placements(result.placements, snapshot)
         placed, conflicts = len(claimed) + newly, len(result.placements) - newly
         for preemption in result.preemptions:

@@ -21,6 +21,7 @@ from portal.models import Course
 from scheduling.choices import AuditKind, Purpose, SessionState
 from scheduling.engine.reasons import Code
 from scheduling.events import quota_request_payload
+from scheduling.layer_sender import sender
 from scheduling.models import AuditEvent, Quota, Session
 from scheduling.models.policy import QuotaRequest, QuotaRequestState
 from scheduling.services import Conflict, NotFound, ServiceError
@@ -203,6 +204,7 @@ def test_the_payload_is_what_the_page_shows(owner, course):
 @pytest.mark.django_db(transaction=True)
 def test_the_students_open_page_receives_the_answer_over_the_updates_socket(owner, teacher):
     request = ask(owner)
+    assert sender().flush(timeout=10)  # the asking's own update went out before the page opened
 
     async def listen_and_answer() -> dict:
         communicator = WebsocketCommunicator(UpdatesConsumer.as_asgi(), "/ws/updates/")
