@@ -236,23 +236,28 @@ def _redis_url_for(offset: int) -> str:
     return f"{REDIS_URL.rstrip('/')}/{offset}"
 
 
+def _redis_db(url: str) -> str:
+    """The database index a Redis URL names ("0" when it names none)."""
+    if url.startswith("unix://"):
+        return url.partition("?db=")[2] or "0"
+    tail = url.rstrip("/").rpartition("/")[2]
+    return tail if tail.isdigit() else "0"
+
+
+# Live updates over Redis pub/sub (channels-redis's pub/sub layer): a group send is one
+# PUBLISH, and each ASGI process gets its pages' messages pushed on one subscribed
+# connection, instead of four round trips per group send and one per message received (the
+# list layer: in the 200-student storm, RUNNING stored -> seen by the page p50 0.15 s
+# instead of 0.7-0.8 s; docs/deploy.md, "Live updates"). A page that misses one (its
+# process was reconnecting to Redis) catches up on its next update or when its socket
+# reopens. Pub/sub channels are not per database, so the prefix names the database: two
+# deployments (or test runs) sharing one Redis server never hear each other.
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
         "CONFIG": {
-            # channels-redis blocks 5 s on each receive: the socket must wait longer than that.
-            # redis-py caps a pool at 100 connections and fails at once past that; a class
-            # of 200 opening their pages at once needs more (each a few KB in Redis).
-            "hosts": [
-                {"address": _redis_url_for(1), "socket_timeout": 15, "max_connections": 2000}
-            ],
-            "prefix": "deskpool",
-            # The pages served by one ASGI process share one Redis list, and a message past
-            # ``capacity`` is dropped without an error (channels-redis's default is 100).
-            # A class start sends each student's page an update at once, while the process
-            # that serves them is busy: room for a few thousand (a KB or two each, kept at
-            # most ``expiry``, 60 s) per process. docs/deploy.md, "Sizing".
-            "capacity": env.int("DESKPOOL_CHANNEL_CAPACITY", default=5000),
+            "hosts": [{"address": _redis_url_for(1), "socket_timeout": 15}],
+            "prefix": f"deskpool.{_redis_db(_redis_url_for(1))}.",
         },
     }
 }

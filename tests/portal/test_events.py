@@ -163,11 +163,10 @@ def test_an_audit_event_tells_the_admins_console_after_commit(sent):
 
 
 def test_a_class_of_updates_to_one_process_is_not_dropped(settings):
-    """The pages served by one ASGI process share one Redis list (channels-redis keys a
-    process's channels by its prefix), and a message over the layer's capacity is dropped
-    without an error. A class start sends an update to each of its students at once, while
-    that process is busy: all of them must arrive (the default capacity of 100 lost pushes,
-    and students waited for the silence fallback)."""
+    """A class start sends an update to each of its students at once, while the process
+    serving their pages is busy: all of them must arrive. (The list layer dropped what came
+    past its capacity, 100 by default, without an error, and students waited for the
+    silence fallback; the pub/sub layer keeps no such list.)"""
     if settings.EMBEDDED:
         pytest.skip("the embedded layer is not channels-redis")
     students = 250

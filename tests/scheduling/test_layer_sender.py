@@ -13,24 +13,20 @@ from scheduling.layer_sender import GROUPS_AT_ONCE, LayerSender
 
 
 def test_each_groups_messages_arrive_in_order_while_groups_go_at_once():
-    layer = get_channel_layer()
     groups = [f"sender-test-{n}" for n in range(3 * GROUPS_AT_ONCE)]
 
-    async def join() -> dict[str, str]:
+    async def listen_while_sent() -> dict[str, list[int]]:
+        """In one event loop, as a page's process listens (the layer subscribes per loop)."""
+        layer = get_channel_layer()
         channels = {}
         for group in groups:
             channels[group] = await layer.new_channel()
             await layer.group_add(group, channels[group])
-        return channels
-
-    channels = async_to_sync(join)()
-    sender = LayerSender()
-    for n in range(5):  # each group's messages interleaved with every other group's
-        for group in groups:
-            sender.submit(group, {"type": "probe", "n": n, "group": group})
-    assert sender.flush(timeout=30)
-
-    async def receive_all() -> dict[str, list[int]]:
+        sender = LayerSender()
+        for n in range(5):  # each group's messages interleaved with every other group's
+            for group in groups:
+                sender.submit(group, {"type": "probe", "n": n, "group": group})
+        assert await asyncio.to_thread(sender.flush, 30)
         got: dict[str, list[int]] = {}
         for group, channel in channels.items():
             for _ in range(5):
@@ -40,4 +36,4 @@ def test_each_groups_messages_arrive_in_order_while_groups_go_at_once():
             await layer.group_discard(group, channel)
         return got
 
-    assert async_to_sync(receive_all)() == {group: [0, 1, 2, 3, 4] for group in groups}
+    assert async_to_sync(listen_while_sent)() == {group: [0, 1, 2, 3, 4] for group in groups}
