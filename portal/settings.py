@@ -225,23 +225,23 @@ SERVE_STATIC = env.bool("DESKPOOL_SERVE_STATIC", default=True)
 # --- channels, celery -------------------------------------------------------------------
 
 
+def _redis_split(url: str) -> tuple[str, int]:
+    """A Redis URL up to its database index, and the index (0 when it names none)."""
+    if url.startswith("unix://"):
+        path, _, query = url.partition("?db=")
+        return f"{path}?db=", int(query or 0)
+    head, _, tail = url.rstrip("/").rpartition("/")
+    if head.count("/") >= 2 and tail.isdigit():
+        return f"{head}/", int(tail)
+    return f"{url.rstrip('/')}/", 0
+
+
+_REDIS_BASE, _REDIS_DB = _redis_split(REDIS_URL)
+
+
 def _redis_url_for(offset: int) -> str:
     """REDIS_URL moved ``offset`` databases up (the broker uses its own, the rest the next)."""
-    if REDIS_URL.startswith("unix://"):
-        path, _, query = REDIS_URL.partition("?db=")
-        return f"{path}?db={int(query or 0) + offset}"
-    head, _, tail = REDIS_URL.rstrip("/").rpartition("/")
-    if head.count("/") >= 2 and tail.isdigit():
-        return f"{head}/{int(tail) + offset}"
-    return f"{REDIS_URL.rstrip('/')}/{offset}"
-
-
-def _redis_db(url: str) -> str:
-    """The database index a Redis URL names ("0" when it names none)."""
-    if url.startswith("unix://"):
-        return url.partition("?db=")[2] or "0"
-    tail = url.rstrip("/").rpartition("/")[2]
-    return tail if tail.isdigit() else "0"
+    return f"{_REDIS_BASE}{_REDIS_DB + offset}"
 
 
 # Live updates over Redis pub/sub (channels-redis's pub/sub layer): a group send is one
@@ -257,7 +257,7 @@ CHANNEL_LAYERS = {
         "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
         "CONFIG": {
             "hosts": [{"address": _redis_url_for(1), "socket_timeout": 15}],
-            "prefix": f"deskpool.{_redis_db(_redis_url_for(1))}.",
+            "prefix": f"deskpool.{_REDIS_DB + 1}.",
         },
     }
 }

@@ -274,7 +274,7 @@ def _broadcast_changed() -> None:
         .filter(pk__in=ids - created.keys())
         .order_by("pk")
     )
-    sessions = known + (list(read) if len(known) < len(ids) else [])
+    sessions = sorted(known + list(read), key=lambda s: s.pk)  # an empty read asks nothing
     by_course: dict[int, list[int]] = {}
     states: list[AdminSessionState] = []
     for session in sessions:

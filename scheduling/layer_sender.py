@@ -3,13 +3,9 @@
 ``async_to_sync(layer.group_send)`` makes a new event loop, and with it a new Redis
 connection, for every message: about 50 ms each, five per session change, so a scheduling
 cycle placing 40 sessions spent most of its time there. Here one background thread per
-process runs one event loop and sends the queued messages over the layer's own pooled
-connections; the caller does not wait.
-
-Each group's messages go in the order they were queued. Different groups are sent to at
-the same time (up to :data:`GROUPS_AT_ONCE`): one group send is four Redis round trips, and
-a report batch making forty desktops RUNNING, sent one group after another, made the last
-student's page wait for 160 of them on a busy machine.
+process runs one event loop and sends every queued message in the order it was queued,
+over the layer's own connection; the caller does not wait. (With the pub/sub layer a send is
+one PUBLISH, and the layer sends one at a time per event loop anyway.)
 """
 
 from __future__ import annotations
@@ -24,8 +20,6 @@ from typing import Any
 from channels.layers import get_channel_layer
 
 log = logging.getLogger(__name__)
-
-GROUPS_AT_ONCE = 16  # groups sent to concurrently (each holds one pooled Redis connection)
 
 
 class LayerSender:
@@ -62,33 +56,18 @@ class LayerSender:
     async def _drain(self) -> None:
         assert self.queue is not None
         layer = get_channel_layer()
-        at_once = asyncio.Semaphore(GROUPS_AT_ONCE)
         while True:
-            queued = [await self.queue.get()]
-            while not self.queue.empty():
-                queued.append(self.queue.get_nowait())
-            by_group: dict[str, list[dict[str, Any]]] = {}
-            for group, message in queued:
-                by_group.setdefault(group, []).append(message)
-            await asyncio.gather(
-                *(self._send_in_order(layer, at_once, g, m) for g, m in by_group.items())
-            )
-
-    async def _send_in_order(
-        self, layer: Any, at_once: asyncio.Semaphore, group: str, messages: list[dict[str, Any]]
-    ) -> None:
-        async with at_once:
-            for message in messages:
-                try:
-                    if layer is not None:
-                        await layer.group_send(group, message)
-                except Exception:  # a page missing one update refreshes on the next
-                    log.exception("could not send %s to %s", message.get("type"), group)
-                finally:
-                    with self.lock:
-                        self.pending -= 1
-                        if self.pending == 0:
-                            self.idle.set()
+            group, message = await self.queue.get()
+            try:
+                if layer is not None:
+                    await layer.group_send(group, message)
+            except Exception:  # a page missing one update refreshes on the next
+                log.exception("could not send %s to %s", message.get("type"), group)
+            finally:
+                with self.lock:
+                    self.pending -= 1
+                    if self.pending == 0:
+                        self.idle.set()
 
 
 _sender: LayerSender | None = None
