@@ -10,6 +10,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
+from django.urls import get_resolver  # noqa: E402
 
 http_application = get_asgi_application()
 if settings.SERVE_STATIC:
@@ -19,6 +20,7 @@ if settings.SERVE_STATIC:
 
 from scheduling import agent_wait  # noqa: E402
 
+from .heap import freeze_startup_objects  # noqa: E402
 from .routing import websocket_urlpatterns  # noqa: E402
 from .ws_origin import SameOriginWebSockets  # noqa: E402
 
@@ -38,3 +40,8 @@ application = ProtocolTypeRouter(
         "websocket": SameOriginWebSockets(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
+
+# The views' modules are imported now rather than by the first request, and what start-up
+# made is left out of later garbage collections (portal.heap).
+get_resolver().url_patterns  # noqa: B018
+freeze_startup_objects()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 
-from celery import Celery
+from celery import Celery, signals
 from django.conf import settings
+
+from .heap import freeze_startup_objects
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -33,3 +35,11 @@ def _beat_entries(sender: Celery, **_: object) -> None:
         sender.add_periodic_task(
             every, sender.signature(task, options={"expires": every}), name=name
         )
+
+
+@signals.worker_ready.connect
+@signals.worker_process_init.connect
+def _freeze_startup_objects(**_: object) -> None:
+    """A worker (and each of a prefork pool's processes) leaves what start-up made out of
+    its garbage collections (portal.heap)."""
+    freeze_startup_objects()
