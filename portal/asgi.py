@@ -20,7 +20,7 @@ if settings.SERVE_STATIC:
 
 from scheduling import agent_wait  # noqa: E402
 
-from .heap import freeze_startup_objects  # noqa: E402
+from .heap import settle_for_serving  # noqa: E402
 from .routing import websocket_urlpatterns  # noqa: E402
 from .ws_origin import SameOriginWebSockets  # noqa: E402
 
@@ -41,7 +41,7 @@ application = ProtocolTypeRouter(
     }
 )
 
-# The views' modules are imported now rather than by the first request, and what start-up
-# made is left out of later garbage collections (portal.heap).
+# The views' modules are imported now rather than by the first request; then what start-up
+# made is left out of later garbage collections, which run less often (portal.heap).
 get_resolver().url_patterns  # noqa: B018
-freeze_startup_objects()
+settle_for_serving()

@@ -7,7 +7,7 @@ import os
 from celery import Celery, signals
 from django.conf import settings
 
-from .heap import freeze_startup_objects
+from .heap import settle_for_serving
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -39,7 +39,7 @@ def _beat_entries(sender: Celery, **_: object) -> None:
 
 @signals.worker_ready.connect
 @signals.worker_process_init.connect
-def _freeze_startup_objects(**_: object) -> None:
+def _settle_for_serving(**_: object) -> None:
     """A worker (and each of a prefork pool's processes) leaves what start-up made out of
-    its garbage collections (portal.heap)."""
-    freeze_startup_objects()
+    its garbage collections, which run less often (portal.heap)."""
+    settle_for_serving()
