@@ -18,7 +18,7 @@ from typing import Any, Literal, TypedDict
 
 from channels.layers import get_channel_layer
 from django.db import transaction
-from django.db.models import prefetch_related_objects
+from django.db.models import Prefetch, prefetch_related_objects
 from django.urls import reverse
 from rest_framework.fields import DateTimeField
 
@@ -26,7 +26,7 @@ from . import engine
 from .choices import OPENABLE_STATES
 from .idle_lookup import suspends_at
 from .layer_sender import sender
-from .models import Alert, Session
+from .models import Alert, Allocation, Session
 from .models.policy import QuotaRequest
 from .presenters import render, stored
 
@@ -237,8 +237,10 @@ _changed = threading.local()  # this thread's sessions changed, not yet broadcas
 def broadcast_created(session: Session) -> None:
     """:func:`broadcast_session` for a session this transaction created: sent as stored
     here (its profile and person selected, placed nowhere yet), not read back. Its
-    allocations (none yet) are prefetched on it, for the caller's answer too. Kept for the
-    broadcast only once committed (the hook before the broadcast's own)."""
+    allocations are known to be none (nothing could place it before it was committed), and
+    set so without a query, for the caller's answer too. Kept for the broadcast only once
+    committed (the hook before the broadcast's own)."""
+    prefetch_related_objects([session], Prefetch("allocations", Allocation.objects.none()))
 
     def keep() -> None:
         _changed.__dict__.setdefault("created", {})[session.pk] = session
@@ -267,14 +269,16 @@ def _broadcast_changed() -> None:
         return
     _changed.ids = set()
     known = [created[pk] for pk in sorted(ids & created.keys())]
-    prefetch_related_objects(known, "allocations__slice__gpu")
+    others = ids - created.keys()
     read = (
         Session.objects.select_related("profile", "node", "user")
         .prefetch_related("allocations__slice__gpu")
-        .filter(pk__in=ids - created.keys())
+        .filter(pk__in=others)
         .order_by("pk")
     )
-    sessions = sorted(known + list(read), key=lambda s: s.pk)  # an empty read asks nothing
+    # A submit changed only the session it created: nothing to read back (not even the
+    # building of an empty query).
+    sessions = sorted(known + (list(read) if others else []), key=lambda s: s.pk)
     by_course: dict[int, list[int]] = {}
     states: list[AdminSessionState] = []
     for session in sessions:

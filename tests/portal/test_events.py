@@ -9,6 +9,7 @@ from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from portal.models import Course
 from scheduling import events
@@ -84,6 +85,20 @@ def test_a_rolled_back_submission_is_not_sent_with_the_next_commit(owner, strang
     updates = [p["session"] for _, p, _ in sent if p["type"] == "session.update"]
     assert [(u["id"], u["state"]) for u in updates] == [(kept.pk, "QUEUED")]
     assert updates[0] == session_payload_of(kept)  # as a read back would have sent it
+
+
+def test_a_submission_reads_nothing_back_for_its_broadcast(owner, profile, sent):
+    """The created session has no allocations yet (nothing could place it before its commit):
+    the broadcast and the caller's answer know so without asking the database."""
+    submit = check_submit(owner, profile.pk, "hobby", None)
+    with CaptureQueriesContext(connection) as queries:
+        session = do_submit(owner, submit)
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert statements[-1] == "COMMIT"  # nothing read after it, for the broadcast
+    assert not [sql for sql in statements if "scheduling_allocation" in sql]
+    [update] = [p["session"] for _, p, _ in sent if p["type"] == "session.update"]
+    assert (update["id"], update["slice"], update["node"]) == (session.pk, None, None)
+    assert list(session.allocations.all()) == []
 
 
 def test_the_owners_group_receives_the_update_through_redis(owner, profile):
