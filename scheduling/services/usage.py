@@ -81,8 +81,11 @@ def collect_usage(
         .filter(Q(started_at__isnull=False) | Q(state__in=holding))
         .annotate(recorded=Exists(recorded))
         .select_related("user", "user__member", "course")
+        .order_by()  # summed: in no order (the models' own would be built and sorted)
     )
-    runs = UsageRecord.objects.filter(Q(ended_at__isnull=True) | Q(ended_at__gte=horizon))
+    runs = UsageRecord.objects.filter(
+        Q(ended_at__isnull=True) | Q(ended_at__gte=horizon)
+    ).order_by()
     if scopes is not None:
         only_sessions, only_runs = _in_scopes(list(scopes))
         sessions, runs = sessions.filter(only_sessions), runs.filter(only_runs)
