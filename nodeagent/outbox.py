@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from nodeagent.portal_client import Conflict, PortalError, PortalUnavailable
@@ -31,6 +32,11 @@ logger = logging.getLogger(__name__)
 # Reports per request: each batch is one transaction on the portal, kept well inside the
 # client's timeout on a busy portal (the protocol allows up to MAX_BATCH).
 BATCH_SIZE = min(50, MAX_BATCH)
+# A STARTING with nothing queued after it about its session is held back this long, in case
+# its RUNNING follows: sent together, the portal makes one transition (PLACED → RUNNING) and
+# one broadcast instead of two. A desktop slower to start is reported STARTING by the first
+# send after that (the reconcile step sends every second).
+STARTING_LINGER_S = 0.5
 
 SendOutcome = Literal["sent", "conflict", "queued"]
 
@@ -50,6 +56,7 @@ class _Ticket:
     session_id: int
     report: SessionReport
     outcome: SendOutcome | None = None
+    posted: float = field(default_factory=time.monotonic)
 
 
 class ReportOutbox:
@@ -58,7 +65,8 @@ class ReportOutbox:
     Session reports from every start and stop worker queue in one line, in order. Whoever
     sends takes everything queued so far into one batch (``POST reports/``); a report
     queued meanwhile goes in the next batch, sent by its own worker as soon as the one in
-    flight is answered. So 200 desktops starting at once cost a few requests, not 400.
+    flight is answered. So 200 desktops starting at once cost a few requests, not 400. A
+    desktop's STARTING waits up to STARTING_LINGER_S for its RUNNING, to go with it.
     """
 
     def __init__(self, reporter: SessionReporter) -> None:
@@ -87,7 +95,7 @@ class ReportOutbox:
         and since) unless a batch that held it was answered meanwhile."""
         with self._lock:
             if ticket.outcome is None:
-                self._flush_sessions()
+                self._flush_sessions(hold=ticket.report.state != "STARTING")
         return ticket.outcome or "queued"
 
     def send_warm(self, key: str, report: WarmReport) -> SendOutcome:
@@ -113,17 +121,33 @@ class ReportOutbox:
             self._lock.release()
 
     def _flush_all(self) -> None:
-        while self._pending:
-            if not self._flush_sessions():
+        while self._sendable(hold=True):
+            if not self._flush_sessions(hold=True):
                 return  # still unreachable: don't wait for a timeout per report
         for key in list(self._warm_pending):
             if self._flush_warm(key) == "queued":
                 return
 
-    def _flush_sessions(self) -> bool:
-        """Send what is queued (one batch); False when the portal is unreachable."""
+    def _sendable(self, *, hold: bool) -> list[_Ticket]:
+        """The queue, in order; with ``hold``, less each STARTING younger than
+        STARTING_LINGER_S that is the last report queued about its session (so no report of
+        that session is sent before it)."""
         with self._queue_lock:
-            batch = self._pending[:BATCH_SIZE]
+            queued = list(self._pending)
+        if not hold:
+            return queued
+        young = time.monotonic() - STARTING_LINGER_S
+        last = {t.session_id: t for t in queued}
+        return [
+            t
+            for t in queued
+            if not (t.report.state == "STARTING" and t.posted > young and last[t.session_id] is t)
+        ]
+
+    def _flush_sessions(self, *, hold: bool) -> bool:
+        """Send what is queued (one batch; see :meth:`_sendable`); False when the portal is
+        unreachable."""
+        batch = self._sendable(hold=hold)[:BATCH_SIZE]
         if not batch:
             return True
         try:
