@@ -269,16 +269,15 @@ def _broadcast_changed() -> None:
         return
     _changed.ids = set()
     known = [created[pk] for pk in sorted(ids & created.keys())]
-    others = ids - created.keys()
+    others = ids - created.keys()  # none after a submit: nothing to read back
     read = (
         Session.objects.select_related("profile", "node", "user")
         .prefetch_related("allocations__slice__gpu")
         .filter(pk__in=others)
-        .order_by("pk")
+        if others
+        else []
     )
-    # A submit changed only the session it created: nothing to read back (not even the
-    # building of an empty query).
-    sessions = sorted(known + (list(read) if others else []), key=lambda s: s.pk)
+    sessions = sorted([*known, *read], key=lambda s: s.pk)
     by_course: dict[int, list[int]] = {}
     states: list[AdminSessionState] = []
     for session in sessions:
