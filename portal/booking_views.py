@@ -29,6 +29,7 @@ from scheduling.services.booking_series import (
 from scheduling.services.bookings import do_cancel_booking, do_change_booking
 
 from .booking_forms import BookingEditForm, BookingForm, WeekForm
+from .confirm import confirm_first
 from .people import signed_in
 from .teaching import CourseRole, role_by_code
 
@@ -186,6 +187,8 @@ def cancel_series(request: HttpRequest, code: str, series_id: int) -> HttpRespon
     series = BookingSeries.objects.filter(course=role.course, pk=series_id).first()
     if series is None:
         raise Http404(_("No such booking."))
+    if (ask := confirm_first(request, "cancel_series", _calendar_url(code))) is not None:
+        return ask
     try:
         do_cancel_series(signed_in(request.user), series)
         messages.success(request, _("Every booking of the series is cancelled."))

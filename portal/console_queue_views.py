@@ -23,6 +23,7 @@ from scheduling.services.catalogue_changes import (
 )
 from scheduling.services.console_queue import do_boost_request, do_cancel_request, queue_by_tier
 
+from .confirm import confirm_first
 from .console_access import actor_of, admin_only
 from .console_queue_forms import ProfileForm, QueueActionForm, QuotaForm
 
@@ -114,6 +115,9 @@ def quota_edit(request: HttpRequest, quota_id: int) -> HttpResponse:
 @require_POST
 def quota_delete(request: HttpRequest, quota_id: int) -> HttpResponse:
     quota = get_object_or_404(Quota, pk=quota_id)
+    back = reverse("console-quotas")
+    if (ask := confirm_first(request, "delete_quota", back, key=quota.key)) is not None:
+        return ask
     do_delete_quota(actor_of(request), quota)
     messages.success(request, _("Quota deleted."))
     return redirect("console-quotas")

@@ -14,6 +14,7 @@ from django.contrib.auth.models import User
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
@@ -28,7 +29,9 @@ from scheduling.services.classroom import (
     do_stop_all,
     do_stop_class_session,
 )
+from scheduling.services.quota_requests import pending_to_answer
 
+from .confirm import confirm_first
 from .course_forms import AddStudentForm, CourseSettingsForm, RosterImportForm, TaForm
 from .people import signed_in
 from .roster import do_import_roster, do_remove_student
@@ -74,6 +77,9 @@ def _detail(
 ) -> HttpResponse:
     course = role.course
     context: dict[str, Any] = {"course": course, "role": role, **forms}
+    if role.answer_quota_requests:
+        waiting = pending_to_answer(request.user).filter(course=course).count()
+        context["quota_requests_here"] = waiting
     if role.teacher:
         context.setdefault("import_form", RosterImportForm(course=course))
         context.setdefault("add_form", AddStudentForm(course=course))
@@ -163,6 +169,10 @@ def roster_remove(request: HttpRequest, code: str, user_id: int) -> HttpResponse
     student = role.course.students.filter(pk=user_id).first()
     if student is None:
         raise Http404(_("This person is not enrolled."))
+    name = student.get_full_name() or student.get_username()
+    back = reverse("course-detail", args=[code])
+    if (ask := confirm_first(request, "remove_student", back, name=name, course=code)) is not None:
+        return ask
     do_remove_student(signed_in(request.user), role.course, student)
     messages.success(request, _("%(name)s is no longer enrolled.") % {"name": student})
     return redirect("course-detail", code=code)
@@ -187,6 +197,10 @@ def ta_remove(request: HttpRequest, code: str, user_id: int) -> HttpResponse:
     ta = User.objects.filter(pk=user_id).first()
     if ta is None:
         raise Http404(_("No such person."))
+    name = ta.get_full_name() or ta.get_username()
+    back = reverse("course-detail", args=[code])
+    if (ask := confirm_first(request, "remove_ta", back, name=name, course=code)) is not None:
+        return ask
     do_remove_ta(signed_in(request.user), role.course, ta)
     messages.success(request, _("%(name)s is no longer a TA of this course.") % {"name": ta})
     return redirect("course-detail", code=code)
@@ -236,6 +250,9 @@ def start_all(request: HttpRequest, code: str) -> HttpResponse:
 @require_POST
 def stop_all(request: HttpRequest, code: str) -> HttpResponse:
     role = _role(request, code, "manage_class_desktops")
+    back = reverse("course-detail", args=[code])
+    if (ask := confirm_first(request, "stop_all", back, course=code)) is not None:
+        return ask
     stopped = do_stop_all(signed_in(request.user), role.course)
     messages.success(
         request,
@@ -249,6 +266,13 @@ def stop_all(request: HttpRequest, code: str) -> HttpResponse:
 @require_POST
 def stop_session(request: HttpRequest, code: str, session_id: int) -> HttpResponse:
     role = _role(request, code, "manage_class_desktops")
+    student = (
+        class_sessions(role.course).filter(pk=session_id).values_list("user__username", flat=True)
+    )
+    back = reverse("course-detail", args=[code])
+    ask = confirm_first(request, "stop_student", back, name=student.first() or "")
+    if ask is not None:
+        return ask
     try:
         session = do_stop_class_session(signed_in(request.user), role.course, session_id)
     except ServiceError as error:

@@ -30,6 +30,7 @@ from scheduling.services.idle import LIMIT_WARNINGS, do_resume
 from scheduling.services.quota_view import quota_left
 from scheduling.services.sessions import do_stop, do_submit
 
+from .confirm import confirm_first
 from .forms import SessionRequestForm
 from .history import daily_gpu_hours, past_sessions
 from .people import signed_in
@@ -98,14 +99,20 @@ def home(request: HttpRequest) -> HttpResponse:
 def submit_session(request: HttpRequest) -> HttpResponse:
     user = signed_in(request.user)
     form = SessionRequestForm(user, request.POST)
+    retry_after = None
     if form.is_valid() and form.submit is not None:
         try:
-            session = do_submit(user, form.submit)
-        except ServiceError as error:  # the open-session limit, counted again under a lock
+            session = do_submit(user, form.submit, by_person=True)
+        except ServiceError as error:  # the open-session or the rate limit: nothing created
             form.add_error(None, error.message)
+            retry_after = getattr(error, "retry_after", None)
         else:
             return redirect("session-page", session_id=session.pk)
-    return render(request, "portal/home.html", _home_context(request, form), status=400)
+    status = 400 if retry_after is None else 429
+    response = render(request, "portal/home.html", _home_context(request, form), status=status)
+    if retry_after is not None:
+        response["Retry-After"] = str(retry_after)
+    return response
 
 
 @login_required
@@ -136,8 +143,11 @@ def session_fragment(request: HttpRequest, session_id: int) -> JsonResponse:
 @require_POST
 def stop_session(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _my_session(request, session_id, to_open=True)
+    back = reverse("session-page", args=[session.pk])
+    if (ask := confirm_first(request, "stop", back)) is not None:
+        return ask
     try:
-        do_stop(signed_in(request.user), session)
+        do_stop(signed_in(request.user), session, by_person=True)
     except ServiceError as error:
         messages.warning(request, error.message)
     return redirect("session-page", session_id=session.pk)
@@ -187,7 +197,7 @@ def cancel_session(request: HttpRequest, session_id: int) -> HttpResponse:
         )
         return redirect("session-page", session_id=session.pk)
     try:
-        do_stop(signed_in(request.user), session)
+        do_stop(signed_in(request.user), session, by_person=True)
     except ServiceError as error:
         messages.warning(request, error.message)
     else:

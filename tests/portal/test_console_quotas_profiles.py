@@ -123,7 +123,7 @@ def test_quota_create_edit_delete_are_audited_with_before_and_after(admin_user, 
     assert client.post(f"/console/quotas/{quota.pk}/", edit).status_code == 302
     quota.refresh_from_db()
     assert quota.max_sessions == 3 and quota.max_gpu_hours_week is None
-    assert client.post(f"/console/quotas/{quota.pk}/delete/").status_code == 302
+    assert client.post(f"/console/quotas/{quota.pk}/delete/", {"confirmed": "1"}).status_code == 302
     assert not Quota.objects.exists()
     created, changed, deleted = policy_events("quota")
     assert [e.data["action"] for e in (created, changed, deleted)] == [

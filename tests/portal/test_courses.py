@@ -115,7 +115,7 @@ def test_the_instructor_adds_a_ta_with_rights_and_removes_them(teacher, course, 
     assert Course.objects.visible_to(helper).filter(pk=course.pk).exists()
     assert page(helper, "/courses/cs101/").status_code == 200
 
-    post(teacher, f"/courses/cs101/tas/{helper.pk}/remove/", {})
+    post(teacher, f"/courses/cs101/tas/{helper.pk}/remove/", {"confirmed": "1"})
     helper = type(helper).objects.get(pk=helper.pk)  # a fresh permission cache
     assert not helper.has_perm("portal.manage_class_desktops", course)
     assert page(helper, "/courses/cs101/").status_code == 404

@@ -141,7 +141,7 @@ def test_one_students_desktop_is_stopped_from_the_live_class(teacher, course, st
     one = class_sessions(course).first()
     client = Client()
     client.force_login(teacher)
-    response = client.post(f"/courses/cs101/sessions/{one.pk}/stop/")
+    response = client.post(f"/courses/cs101/sessions/{one.pk}/stop/", {"confirmed": "1"})
     assert response.status_code == 302
     assert Session.objects.get(pk=one.pk).state == SessionState.CANCELLED
     assert class_sessions(course).count() == 3
@@ -162,7 +162,7 @@ def test_the_pages_start_and_stop_all_and_say_how_many_were_skipped(teacher, cou
     assert open_sessions(course).count() == 3
     assert (
         "3 desktops stopped."
-        in client.post("/courses/cs101/stop-all/", follow=True).content.decode()
+        in client.post("/courses/cs101/stop-all/", {"confirmed": "1"}, follow=True).content.decode()
     )
     assert open_sessions(course).count() == 0
 
