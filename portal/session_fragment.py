@@ -8,8 +8,9 @@ a page, a live update and the API never disagree.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.template.loader import render_to_string
@@ -42,6 +43,8 @@ def fragment_context(payload: Mapping[str, Any], variant: str) -> dict[str, Any]
         "eta": parse_datetime(payload["eta"]) if payload.get("eta") else None,
         "ends_at": ends_at,
         "ends_soon": ends_at is not None and ends_at - timezone.now() <= ENDS_SOON,
+        # Time left before the limit, whole minutes rounded up (session.js counts it down).
+        **time_left(ends_at),
         "waiting": state in WAITING_STATES,
         "terminal": state in TERMINAL_STATES,
         "openable": state in OPENABLE_STATES and not payload["simulated"],
@@ -56,7 +59,19 @@ def fragment_context(payload: Mapping[str, Any], variant: str) -> dict[str, Any]
         "suspends_at": suspends_at,  # warned: when it is suspended unless used
         "extend_url": reverse("session-page-extend", args=[session_id]),
         "resume_url": reverse("session-page-resume", args=[session_id]),
+        # A failed start: "Try again" (the same request anew) or pick another profile.
+        "failed": state == SessionState.FAILED,
+        "retry_url": reverse("session-retry", args=[session_id]),
+        "another_url": reverse("home") + "#request-title",
     }
+
+
+def time_left(ends_at: datetime | None) -> dict[str, int]:
+    """``left_h`` and ``left_m`` until ``ends_at`` (none when there is no limit)."""
+    if ends_at is None:
+        return {}
+    minutes = max(0, math.ceil((ends_at - timezone.now()).total_seconds() / 60))
+    return {"left_h": minutes // 60, "left_m": minutes % 60}
 
 
 def render_session(payload: Mapping[str, Any], variant: str) -> str:

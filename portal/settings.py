@@ -7,6 +7,7 @@ No variables at all gives the embedded default for a first run on a laptop: SQLi
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import environ
@@ -203,6 +204,16 @@ AXES_RESET_ON_SUCCESS = True
 # Failures are counted; successful sign-ins are not logged again here (the audit trail is
 # docs/audit.md), so no table grows with every login.
 AXES_DISABLE_ACCESS_LOG = True
+# Session requests (scheduling/services/rate_limits.py): a person may submit (and, apart,
+# stop) this many at once, then one every this many seconds; counted in Redis, so across every
+# portal process. A period of 0 turns the limit off.
+SESSION_RATE_BURST = env.int("DESKPOOL_SESSION_RATE_BURST", default=5)
+SESSION_RATE_PERIOD_S = env.float("DESKPOOL_SESSION_RATE_PERIOD_S", default=3.0)
+if SESSION_RATE_BURST < 1 or SESSION_RATE_PERIOD_S < 0:
+    raise ImproperlyConfigured(
+        "DESKPOOL_SESSION_RATE_BURST must be 1 or more and DESKPOOL_SESSION_RATE_PERIOD_S "
+        "0 (no limit) or more"
+    )
 # API tokens (portal/api_tokens.py) expire this many days after they are issued.
 API_TOKEN_DAYS = env.int("DESKPOOL_API_TOKEN_DAYS", default=30)
 if API_TOKEN_DAYS < 1:
@@ -211,6 +222,9 @@ if API_TOKEN_DAYS < 1:
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
 LOCALE_PATHS = [BASE_DIR / "locale"]
+# Dates per language: 2026-12-05 10:42 in English, 2026年12月5日 10:42 in Chinese (templates use
+# SHORT_DATETIME_FORMAT, SHORT_DATE_FORMAT; docs/i18n.md).
+FORMAT_MODULE_PATH = ["portal.formats"]
 # The campus default time zone; each person may pick their own (Member.time_zone).
 TIME_ZONE = env.str("TIME_ZONE", default="UTC")
 USE_I18N = True
@@ -336,6 +350,33 @@ if AUDIT_RETENTION_DAYS < 183:
     raise ImproperlyConfigured("DESKPOOL_AUDIT_RETENTION_DAYS must be 183 (six months) or more")
 AUDIT_RETENTION_TASK_SECONDS = env.float("DESKPOOL_AUDIT_RETENTION_TASK_SECONDS", default=86400.0)
 TRUSTED_PROXIES = env.int("DESKPOOL_TRUSTED_PROXIES", default=0)
+# Node addresses (docs/deploy.md): the networks a node's registered address must be in, the
+# management network the desktop relay connects to. Default: loopback and the private ranges.
+try:
+    NODE_ADDRESS_NETWORKS = tuple(
+        ipaddress.ip_network(network.strip(), strict=False)
+        for network in env.list(
+            "DESKPOOL_NODE_ADDRESS_NETWORKS",
+            default=[
+                "127.0.0.0/8",
+                "::1/128",
+                "10.0.0.0/8",
+                "172.16.0.0/12",
+                "192.168.0.0/16",
+                "fc00::/7",
+            ],
+        )
+    )
+except ValueError as error:
+    raise ImproperlyConfigured(
+        f"DESKPOOL_NODE_ADDRESS_NETWORKS: {error}; give networks such as 10.20.0.0/16,"
+        "fd00:20::/64 separated by commas"
+    ) from None
+# The desktop relay (portal/desktop_relay.py): the largest WebSocket message either side may
+# send (daphne's own limit for the browser's side is 1 MiB; websockify sends at most 64 KiB).
+RELAY_MAX_MESSAGE_BYTES = env.int("DESKPOOL_RELAY_MAX_MESSAGE_BYTES", default=1024 * 1024)
+if RELAY_MAX_MESSAGE_BYTES < 65536:
+    raise ImproperlyConfigured("DESKPOOL_RELAY_MAX_MESSAGE_BYTES must be 65536 or more")
 # Production hardening (portal/hardening.py, docs/security.md): behind nginx terminating TLS
 # (DESKPOOL_BEHIND_TLS_PROXY), Secure cookies, HSTS, the Content-Security-Policy.
 globals().update(hardening.read(env, SIGNIN.settings()))

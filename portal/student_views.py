@@ -63,7 +63,13 @@ def _page_config(request: HttpRequest, form: str, **extra: Any) -> dict[str, Any
     return {
         "updates_url": f"{UPDATES_PATH}?fragment={form}",
         "csrf_token": get_token(request),
-        "words": {"live": _("live"), "reconnecting": _("reconnecting…")},
+        "words": {
+            "live": _("live"),
+            "reconnecting": _("reconnecting…"),
+            # The time left on a session card (templates/portal/_session.html's words).
+            "left_hm": _("%(h)s h %(m)s min left"),
+            "left_m": _("%(m)s min left"),
+        },
         **extra,
     }
 
@@ -73,12 +79,15 @@ def _home_context(request: HttpRequest, form: SessionRequestForm) -> dict[str, A
     mine = Session.objects.filter(user=user).select_related("profile", "node")
     mine = mine.prefetch_related("allocations__slice__gpu")
     purposes = eligible_purposes(user)
+    quota = quota_left(user)
     return {
         "form": form,
         "offers": profile_offers(timezone.now()),
         "purposes": [(p.value, p.label) for p in purposes],
         "courses": eligible_courses(user).select_related("default_profile"),
-        "quota": quota_left(user),
+        "quota": quota,
+        # The open-session limit (do_submit's): "New desktop" is disabled, with the reason.
+        "at_limit": quota.open_sessions >= quota.max_open_sessions,
         "cards": [
             fragment_context(session_payload(s), ITEM)
             for s in mine.exclude(state__in=TERMINAL_STATES).order_by("created_at")

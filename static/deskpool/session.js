@@ -75,6 +75,15 @@
       const out = line.querySelector("[data-countdown]");
       if (out) out.textContent = Math.floor(left / 60) + ":" + String(left % 60).padStart(2, "0");
     });
+    // Time left before each desktop's limit, in whole minutes rounded up (as the server wrote
+    // it, in the reader's language: the page's words).
+    document.querySelectorAll("[data-ends-at]").forEach((out) => {
+      const ms = new Date(out.dataset.endsAt) - Date.now();
+      const minutes = Math.max(0, Math.ceil(ms / 60000));
+      const h = Math.floor(minutes / 60);
+      const text = h ? config.words.left_hm : config.words.left_m;
+      if (text) out.textContent = text.replace("%(h)s", h).replace("%(m)s", minutes % 60);
+    });
   }
   setInterval(tick, 1000);
   tick();
