@@ -170,6 +170,11 @@ class Agent:
                 self.config.credential_file(),
                 NodeCredential(self.config.portal_url, answer.node_id, answer.node_token),
             )
+        # The portal's installation id names and labels what the runtime makes, and limits
+        # what it adopts and removes to its own (another portal may share this engine).
+        use_installation = getattr(self.runtime, "use_installation", None)
+        if use_installation is not None:
+            use_installation(answer.installation_id)
         logger.info(
             "registered as node %s with %d GPU(s), runtime %s%s",
             answer.node_id,

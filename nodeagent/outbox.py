@@ -26,7 +26,7 @@ from nodeagent.protocol import (
     WarmReport,
     WarmState,
 )
-from nodeagent.runtime.base import ManagedContainer, WarmContainer
+from nodeagent.runtime.base import ManagedContainer, StartFailed, WarmContainer
 
 logger = logging.getLogger(__name__)
 # Reports per request: each batch is one transaction on the portal, kept well inside the
@@ -258,15 +258,23 @@ def cut_reason(reason: str) -> str:
 
 
 def report(
-    state: ReportedState, placement: str = "", *, reason: str | None = None
+    state: ReportedState, placement: str = "", *, reason: str | None = None, failure: str = ""
 ) -> SessionReport:
-    """A report about one placement (no ``placement`` on the wire when the portal sent none)."""
+    """A report about one placement (no ``placement`` on the wire when the portal sent none;
+    ``failure``: a FAILED report's code, nodeagent.failures)."""
     fields: dict[str, object] = {"state": state}
     if reason is not None:
         fields["reason"] = cut_reason(reason)
+    if failure:
+        fields["failure"] = failure
     if placement:
         fields["placement"] = placement
     return SessionReport.model_validate(fields)
+
+
+def failed_report(error: StartFailed, placement: str = "") -> SessionReport:
+    """FAILED, with the runtime's words and their failure code (nodeagent.failures)."""
+    return report("FAILED", placement, reason=str(error), failure=error.code)
 
 
 def running_report(container: ManagedContainer, placement: str = "") -> SessionReport:

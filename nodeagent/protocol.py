@@ -59,6 +59,7 @@ LABEL_WARM = "deskpool.warm"
 LABEL_BOOKING = "deskpool.booking"
 # A warm key names containers, folders and files: the portal makes them from this alphabet.
 WARM_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$"
+LABEL_INSTALLATION = "deskpool.installation"  # the portal's installation id (RegistrationAnswer)
 
 # Inside every desktop image: websockify listens here, the VNC password file is mounted here.
 DESKTOP_WEBSOCKIFY_PORT = 6080
@@ -280,6 +281,14 @@ class GpuMetrics(AgentMessage):
     )
 
 
+    installation_id: str = Field(
+        default="",
+        max_length=16,
+        pattern=r"^[a-z0-9]*$",
+        description="The portal's installation id: the agent names and labels its containers, "
+        "volumes and networks with it and adopts or removes only those that carry it. Absent "
+        "from an older portal.",
+    )
 # At most this many sessions' usage in one heartbeat (a node runs far fewer desktops).
 USAGE_MAX = 500
 
@@ -466,6 +475,13 @@ class DetailAnswer(PortalMessage):
 
 
 class ConflictAnswer(DetailAnswer):
+    failure: str = Field(
+        default="",
+        max_length=40,
+        pattern=r"^[a-z_]*$",
+        description="FAILED: why, as a code of nodeagent.failures (not_enough_cpus, "
+        "image_missing, ...); ``reason`` keeps the runtime's words. Absent from an older agent.",
+    )
     """409: stop that desktop (or, at registration: the protocol version is not spoken)."""
 
     state: str | None = Field(

@@ -26,6 +26,7 @@ from nodeagent.outbox import (
     ReportOutbox,
     SendOutcome,
     SessionReporter,
+    failed_report,
     report,
     running_report,
 )
@@ -231,7 +232,7 @@ class Reconciler:
         except StartFailed as error:
             logger.warning("session %s: start failed: %s", session_id, error)
             self._finish(session_id, placement, "FAILED")
-            self._send(session_id, report("FAILED", placement, reason=str(error)))
+            self._send(session_id, failed_report(error, placement))
             return None
         logger.info("session %s: desktop running on port %s", session_id, container.port)
         self._announced[session_id] = placement
@@ -295,7 +296,7 @@ class Reconciler:
                 logger.warning("session %s: adopted desktop not ready: %s", session_id, error)
                 self._finish(session_id, placement, "FAILED")
                 self._runtime.stop(session_id)
-                self._send(session_id, report("FAILED", placement, reason=str(error)))
+                self._send(session_id, failed_report(error, placement))
                 return
             self._announced[ready.session_id] = placement
             if self._send(ready.session_id, running_report(ready, placement)) == "conflict":

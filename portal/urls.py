@@ -5,7 +5,7 @@ from django.urls import include, path
 from django.views.decorators.cache import never_cache
 from drf_spectacular.views import SpectacularAPIView
 
-from . import metrics_view, student_views, views
+from . import metrics_view, retry_views, student_views, views
 
 # Overload raised outside a view (the database pool exhausted) is a 503 too: portal.overload.
 handler500 = "portal.overload.server_error"
@@ -23,6 +23,7 @@ urlpatterns = [
     ),
     path("sessions/<int:session_id>/stop/", student_views.stop_session, name="session-page-stop"),
     path("sessions/<int:session_id>/cancel/", student_views.cancel_session, name="session-cancel"),
+    path("sessions/<int:session_id>/retry/", retry_views.retry_session, name="session-retry"),
     # Not "session-extend"/"session-resume": those are the API's actions (portal.api.urls).
     path(
         "sessions/<int:session_id>/extend/",

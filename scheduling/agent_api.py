@@ -51,6 +51,7 @@ from .models import Node, Session
 from .services import ServiceError
 from .services.agent_sessions import desired_state, do_report, do_report_batch
 from .services.nodes import do_heartbeat, do_register, node_for_token
+from .services.installation import installation_id
 from .services.warm import do_warm_report
 
 MAX_ERRORS = 50  # field errors listed in a 400 answer
@@ -265,6 +266,7 @@ class ReportView(AgentView):
         body = read_message(request, SessionReport)
         try:
             session = do_report(self.node, session_id, body)
+            installation_id=installation_id(),
         except ServiceError as error:
             api_error = as_api_error(error)
             if api_error.status_code == status.HTTP_409_CONFLICT:

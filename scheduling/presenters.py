@@ -136,6 +136,22 @@ QUOTA_CODES = frozenset({Code.QUOTA_SLICE_MEMORY, Code.QUOTA_GPU_HOURS, Code.QUO
 
 
 def _no_fit(p: Mapping[str, Any]) -> str:
+    short = p.get("short") or ()
+    if "cpus" in short:
+        return _(
+            "no node in the pool has %(cpus)s CPUs for this profile (the largest has "
+            "%(most)s); ask an admin, or pick another profile"
+        ) % {"cpus": _number(p.get("cpus")), "most": _number(p.get("most_cpus"))}
+    if "ram" in short:
+        return _(
+            "no node in the pool has %(ram)s MB of memory for this profile (the largest has "
+            "%(most)s MB); ask an admin, or pick another profile"
+        ) % {"ram": p.get("ram_mb", "?"), "most": p.get("most_ram_mb", "?")}
+    if not p.get("gpu_count"):
+        return _(
+            "no node in the pool has both %(cpus)s CPUs and %(ram)s MB of memory for this "
+            "profile; ask an admin, or pick another profile"
+        ) % {"cpus": _number(p.get("cpus")), "ram": p.get("ram_mb", "?")}
     kinds = "/".join(str(k) for k in p.get("kinds") or ())
     needs = f"{p.get('gpu_count', '?')} x {p.get('memory_mb', '?')} MB ({kinds})"
     if p.get("models"):
@@ -144,6 +160,22 @@ def _no_fit(p: Mapping[str, Any]) -> str:
         "no healthy node in the pool can run this profile (it needs %(needs)s); ask an admin, "
         "or pick another profile"
     ) % {"needs": needs}
+
+
+def _start_failed(p: Mapping[str, Any]) -> str:
+    """A failed start's cause (a nodeagent.failures code) in plain words, with what to do."""
+    cause = {
+        "not_enough_cpus": _("its node has fewer CPUs than this profile needs"),
+        "not_enough_memory": _("its node has too little memory for this profile"),
+        "out_of_memory": _("the desktop ran out of memory while starting"),
+        "image_missing": _("the desktop image is missing on its node"),
+        "device_missing": _("the GPU it was given is not available on its node"),
+        "timeout": _("the desktop did not answer in time"),
+    }.get(str(p.get("cause", "")), _("its node could not start it"))
+    return _(
+        "Your desktop could not start: %(cause)s. The admins have been told. Try again, or "
+        "pick another profile."
+    ) % {"cause": cause}
 
 
 SENTENCES: dict[Code, Callable[[Mapping[str, Any]], str]] = {
@@ -235,6 +267,7 @@ SENTENCES: dict[Code, Callable[[Mapping[str, Any]], str]] = {
         % {"node": p.get("node", "?"), "deadline": _clock(p.get("deadline"))}
     ),
     Code.AGENT: lambda p: str(p.get("detail", "")),
+    Code.START_FAILED: _start_failed,
     Code.BOOKING_ENDED: lambda p: _("the class booking of this desktop ended"),
     Code.IDLE_SUSPENDED: lambda p: (
         _(

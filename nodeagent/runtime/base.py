@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from nodeagent.failures import classify
 from nodeagent.protocol import DesiredSession, DesiredWarm, RuntimeKind, SessionUsage
 
 _NAME_UNSAFE = re.compile(r"[^a-z0-9_.-]+")
@@ -28,14 +29,23 @@ def node_name_part(node_name: str) -> str:
     return cleaned
 
 
-def container_name(node_name: str, session_id: int) -> str:
-    """``deskpool-<node>-s<session>``: unique per node, so agents may share one engine."""
-    return f"deskpool-{node_name_part(node_name)}-s{session_id}"
+def name_stem(node_name: str, installation: str = "") -> str:
+    """``deskpool-<installation>-<node>`` (``deskpool-<node>`` without an installation id):
+    what every Docker object of this node's agent is named after. With the portal's
+    installation id, two portals' agents of the same node name on one engine stay apart."""
+    part = node_name_part(node_name)
+    return f"deskpool-{installation}-{part}" if installation else f"deskpool-{part}"
 
 
-def warm_container_name(node_name: str, key: str) -> str:
-    """``deskpool-<node>-w<key>``: a warm desktop, whether claimed or not."""
-    return f"deskpool-{node_name_part(node_name)}-w{key}"
+def container_name(node_name: str, session_id: int, installation: str = "") -> str:
+    """``deskpool-[<installation>-]<node>-s<session>``: unique per portal and node, so
+    agents may share one engine."""
+    return f"{name_stem(node_name, installation)}-s{session_id}"
+
+
+def warm_container_name(node_name: str, key: str, installation: str = "") -> str:
+    """``deskpool-[<installation>-]<node>-w<key>``: a warm desktop, claimed or not."""
+    return f"{name_stem(node_name, installation)}-w{key}"
 
 
 @dataclass(frozen=True)
@@ -103,7 +113,14 @@ class ManagedContainer:
 
 
 class StartFailed(RuntimeError):
-    """A desktop did not start; everything the attempt created has been removed again."""
+    """A desktop did not start; everything the attempt created has been removed again.
+
+    ``code``: why, as a :mod:`nodeagent.failures` code (read from the message when not given).
+    """
+
+    def __init__(self, message: str, *, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code or classify(message)
 
 
 class DesktopRuntime(Protocol):

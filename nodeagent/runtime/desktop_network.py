@@ -39,8 +39,8 @@ import docker
 from docker.errors import APIError, NotFound
 from docker.models.networks import Network
 
-from nodeagent.protocol import LABEL_MANAGED, LABEL_NODE
-from nodeagent.runtime.base import StartFailed, node_name_part
+from nodeagent.protocol import LABEL_INSTALLATION, LABEL_MANAGED, LABEL_NODE
+from nodeagent.runtime.base import StartFailed, name_stem
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +56,8 @@ _firewall_ready: tuple[str, ...] | None = None  # the blocked networks installed
 _firewall_failed: set[tuple[str, ...]] = set()  # those it could not install (said once)
 
 
-def network_name(node_name: str) -> str:
-    return f"deskpool-{node_name_part(node_name)}-desktops"
+def network_name(node_name: str, installation: str = "") -> str:
+    return f"{name_stem(node_name, installation)}-desktops"
 
 
 def bridge_name(network: str) -> str:
@@ -73,16 +73,22 @@ def network_options(network: str) -> dict[str, str]:
     }
 
 
-def ensure_network(client: docker.DockerClient, node_name: str, blocked: Sequence[str] = ()) -> str:
+def ensure_network(
+    client: docker.DockerClient,
+    node_name: str,
+    blocked: Sequence[str] = (),
+    installation: str = "",
+) -> str:
     """The node's desktop network (created when missing) with the host firewall in place
     (``blocked``: networks desktops must not reach, see :func:`ensure_firewall`); returns its
-    name, for ``containers.create(network=...)``."""
-    name = network_name(node_name)
+    name, for ``containers.create(network=...)``. Named and labelled with the portal's
+    ``installation`` id, when it has one."""
+    name = network_name(node_name, installation)
     with _network_lock:  # desktops start in parallel threads: one creates, the rest find
         try:
             network: Network = client.networks.get(name)
         except NotFound:
-            network = _create(client, name, node_name)
+            network = _create(client, name, node_name, installation)
     options = network.attrs.get("Options") or {}
     if options.get("com.docker.network.bridge.enable_icc") != "false":
         # Someone else made a network of this name: desktops must not join it.
@@ -91,13 +97,18 @@ def ensure_network(client: docker.DockerClient, node_name: str, blocked: Sequenc
     return name
 
 
-def _create(client: docker.DockerClient, name: str, node_name: str) -> Network:
+def _create(
+    client: docker.DockerClient, name: str, node_name: str, installation: str = ""
+) -> Network:
+    labels = {LABEL_MANAGED: "true", LABEL_NODE: node_name}
+    if installation:
+        labels[LABEL_INSTALLATION] = installation
     try:
         return client.networks.create(
             name,
             driver="bridge",
             options=network_options(name),
-            labels={LABEL_MANAGED: "true", LABEL_NODE: node_name},
+            labels=labels,
             check_duplicate=True,
         )
     except APIError:
@@ -110,9 +121,12 @@ def _create(client: docker.DockerClient, name: str, node_name: str) -> Network:
         raise
 
 
-def remove_networks(client: docker.DockerClient, node_name: str) -> None:
-    """Remove the node's desktop networks (tests, and a node taken out of service)."""
+def remove_networks(client: docker.DockerClient, node_name: str, installation: str = "") -> None:
+    """Remove the node's desktop networks (tests, and a node taken out of service); with an
+    installation id, only that installation's."""
     labels = [f"{LABEL_MANAGED}=true", f"{LABEL_NODE}={node_name}"]
+    if installation:
+        labels.append(f"{LABEL_INSTALLATION}={installation}")
     for network in client.networks.list(filters={"label": labels}):
         with contextlib.suppress(NotFound):
             network.remove()

@@ -25,6 +25,7 @@ from docker.models.containers import Container
 from nodeagent.config import DEFAULT_STOP_GRACE_S
 from nodeagent.protocol import (
     DESKTOP_WEBSOCKIFY_PORT,
+    LABEL_INSTALLATION,
     LABEL_MANAGED,
     LABEL_NODE,
     LABEL_PLACEMENT,
@@ -86,8 +87,12 @@ class DesktopContainers:
         readiness: ReadinessCheck = wait_for_desktop,
         blocked_networks: Sequence[str] = (),
         home_root: Path | None = None,
+        installation: str = "",
     ) -> None:
         self.client = client
+        # The portal's installation id (RegistrationAnswer): in every name and label made,
+        # and the only containers found are those carrying it.
+        self.installation = installation
         # DESKPOOL_HOME_ROOT: homes are folders there (shared by the nodes), not engine volumes.
         self.home_root = home_root
         self._warned_volumes: set[str] = set()
@@ -117,10 +122,22 @@ class DesktopContainers:
 
     # -- finding -------------------------------------------------------------------------
 
+    def own_labels(self) -> dict[str, str]:
+        """The labels of everything this node's agent makes: managed, node, installation."""
+        labels = {LABEL_MANAGED: "true", LABEL_NODE: self.node}
+        if self.installation:
+            labels[LABEL_INSTALLATION] = self.installation
+        return labels
+
     def labelled(self, *labels: str) -> list[Container]:
-        """This node's managed containers (running or not) carrying all these labels."""
-        wanted = [f"{LABEL_MANAGED}=true", f"{LABEL_NODE}={self.node}", *labels]
-        return list(self.client.containers.list(all=True, filters={"label": wanted}))
+        """This node's managed containers (running or not) carrying all these labels, of
+        this installation only: another portal's agent of the same node name on this engine
+        has other ones (without an installation id: only those carrying none)."""
+        wanted = [f"{key}={value}" for key, value in self.own_labels().items()]
+        found = self.client.containers.list(all=True, filters={"label": [*wanted, *labels]})
+        if self.installation:
+            return list(found)
+        return [c for c in found if LABEL_INSTALLATION not in (c.labels or {})]
 
     def named(self, name: str) -> Container | None:
         try:
@@ -205,7 +222,7 @@ class DesktopContainers:
             if self.home_root is not None:
                 self._warn_unshared(volume)
             return False
-        labels = {LABEL_MANAGED: "true", LABEL_USER: session.user, LABEL_NODE: self.node}
+        labels = {**self.own_labels(), LABEL_USER: session.user}
         if self.home_root is None:
             self.client.volumes.create(name=name, labels=labels)
             return True
@@ -284,7 +301,9 @@ class DesktopContainers:
             "security_opt": ["no-new-privileges"],
             "user": DESKTOP_USER,
             "ports": {_PORT_KEY: (self.publish_address, None)},
-            "network": ensure_network(self.client, self.node, self.blocked_networks),
+            "network": ensure_network(
+                self.client, self.node, self.blocked_networks, self.installation
+            ),
             "sysctls": dict(DESKTOP_SYSCTLS),
             "environment": environment,
         }

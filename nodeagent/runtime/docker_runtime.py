@@ -30,8 +30,6 @@ from nodeagent.protocol import (
     DESKTOP_HOME,
     DESKTOP_PASSWORD_MOUNT,
     LABEL_COURSE,
-    LABEL_MANAGED,
-    LABEL_NODE,
     LABEL_PLACEMENT,
     LABEL_SESSION,
     LABEL_USER,
@@ -84,6 +82,7 @@ class DockerRuntime:
         readiness: ReadinessCheck = wait_for_desktop,
         blocked_networks: Sequence[str] = (),
         home_root: Path | None = None,
+        installation: str = "",
     ) -> None:
         self._desktops = DesktopContainers(
             client,
@@ -95,6 +94,7 @@ class DockerRuntime:
             readiness=readiness,
             blocked_networks=blocked_networks,
             home_root=home_root,
+            installation=installation,
         )
         self._warm = DockerWarmDesktops(self._desktops)
         # NVML only where the engine can give containers a GPU at all.
@@ -118,6 +118,15 @@ class DockerRuntime:
         )
 
     @property
+    def installation(self) -> str:
+        return self._desktops.installation
+
+    def use_installation(self, installation: str) -> None:
+        """Name, label, find and remove only this installation's containers from now on (the
+        portal's id, from its answer to the registration; before the first reconcile)."""
+        self._desktops.installation = installation
+
+    @property
     def gpu_enabled(self) -> bool:
         return self._desktops.gpu_enabled
 
@@ -136,7 +145,8 @@ class DockerRuntime:
         """This node's containers of one session: by label, plus one by name without them,
         plus a warm desktop it claimed."""
         found = {c.id: c for c in self._desktops.labelled(f"{LABEL_SESSION}={session_id}")}
-        named = self._desktops.named(container_name(self._desktops.node, session_id))
+        desktops = self._desktops
+        named = desktops.named(container_name(desktops.node, session_id, desktops.installation))
         if named is not None:
             found.setdefault(named.id, named)
         for key in self._desktops.claims.keys_of(session_id):
@@ -161,7 +171,7 @@ class DockerRuntime:
             container.reload()
         except START_ERRORS as error:
             self._clean_up_failed(session, container, attempt)
-            raise StartFailed(start_error_text(error)) from error
+            raise StartFailed(start_error_text(error), code=getattr(error, "code", "")) from error
         except BaseException:
             self._clean_up_failed(session, container, attempt)
             raise
@@ -183,7 +193,7 @@ class DockerRuntime:
                 abort_reason=lambda: desktops.exit_reason(container),
             )
         except START_ERRORS as error:
-            raise StartFailed(start_error_text(error)) from error
+            raise StartFailed(start_error_text(error), code=getattr(error, "code", "")) from error
         return managed
 
     def _remove_stale(self, session_id: int) -> None:
@@ -195,18 +205,18 @@ class DockerRuntime:
 
     def _create_args(self, session: DesiredSession, attempt: _Attempt) -> dict[str, Any]:
         session_id = session.session_id
+        desktops = self._desktops
         labels = {
-            LABEL_MANAGED: "true",
+            **desktops.own_labels(),
             LABEL_SESSION: str(session_id),
             LABEL_USER: session.user,
-            LABEL_NODE: self._desktops.node,
             LABEL_COURSE: session.course,
         }
         if session.placement:
             labels[LABEL_PLACEMENT] = session.placement
         args = self._desktops.limits_args(session, f"session {session_id}")
         args.update(
-            name=container_name(self._desktops.node, session_id),
+            name=container_name(desktops.node, session_id, desktops.installation),
             labels=labels,
             volumes={
                 session.home_volume: {"bind": DESKTOP_HOME, "mode": "rw"},

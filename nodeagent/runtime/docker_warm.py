@@ -29,8 +29,6 @@ from nodeagent.protocol import (
     DESKTOP_PASSWORD_MOUNT,
     LABEL_BOOKING,
     LABEL_COURSE,
-    LABEL_MANAGED,
-    LABEL_NODE,
     LABEL_WARM,
     WARM_KEY_PATTERN,
     DesiredSession,
@@ -121,8 +119,7 @@ class DockerWarmDesktops:
             self.remove(key)  # a leftover of this key (crashed agent) would clash
             desktops.write_password(password_dir, secrets.token_urlsafe(6)[:8])
             labels = {
-                LABEL_MANAGED: "true",
-                LABEL_NODE: desktops.node,
+                **desktops.own_labels(),
                 LABEL_WARM: key,
                 LABEL_BOOKING: str(warm.booking),
                 LABEL_COURSE: warm.course,
@@ -131,7 +128,7 @@ class DockerWarmDesktops:
             home = self.home(key)
             home.mkdir(parents=True, exist_ok=True, mode=0o755)
             args.update(
-                name=warm_container_name(desktops.node, key),
+                name=warm_container_name(desktops.node, key, desktops.installation),
                 labels=labels,
                 volumes={str(password_dir): {"bind": DESKTOP_PASSWORD_MOUNT, "mode": "ro"}},
                 mounts=[Mount(DESKTOP_HOME, str(home), type="bind", propagation="rslave")],
@@ -143,7 +140,7 @@ class DockerWarmDesktops:
             port = desktops.await_desktop(container)
         except (*START_ERRORS, HomeMountError) as error:
             self.remove(key)
-            raise StartFailed(start_error_text(error)) from error
+            raise StartFailed(start_error_text(error), code=getattr(error, "code", "")) from error
         except BaseException:
             self.remove(key)
             raise
@@ -177,7 +174,7 @@ class DockerWarmDesktops:
             container.reload()
         except (*START_ERRORS, HomeMountError) as error:
             self.remove(key)
-            raise StartFailed(start_error_text(error)) from error
+            raise StartFailed(start_error_text(error), code=getattr(error, "code", "")) from error
         except BaseException:
             self.remove(key)
             raise
@@ -189,7 +186,8 @@ class DockerWarmDesktops:
     def containers(self, key: str) -> list[Container]:
         """The containers of warm desktop ``key``: by label, plus one by name without them."""
         found = {c.id: c for c in self._desktops.labelled(f"{LABEL_WARM}={key}")}
-        named = self._desktops.named(warm_container_name(self._desktops.node, key))
+        desktops = self._desktops
+        named = desktops.named(warm_container_name(desktops.node, key, desktops.installation))
         if named is not None:
             found.setdefault(named.id, named)
         return list(found.values())

@@ -10,6 +10,20 @@ from scheduling.models import Booking, DesktopProfile, Gpu, Node, Session, Slice
 
 
 class DesktopProfileSerializer(serializers.ModelSerializer):
+    available = serializers.SerializerMethodField(
+        help_text="False when no healthy node of the pool could ever run this profile: a "
+        "request for it is refused."
+    )
+    unavailable_reason = serializers.SerializerMethodField(
+        help_text="Why it is not available, in the reader's language; empty when it is."
+    )
+
+    def get_available(self, profile: DesktopProfile) -> bool:
+        return profile.pk not in self.context.get("unavailable", {})
+
+    def get_unavailable_reason(self, profile: DesktopProfile) -> str:
+        return str(self.context.get("unavailable", {}).get(profile.pk, ""))
+
     class Meta:
         model = DesktopProfile
         fields = [
@@ -25,6 +39,8 @@ class DesktopProfileSerializer(serializers.ModelSerializer):
             "gpu_models",
             "allowed_kinds",
             "max_duration_minutes",
+            "available",
+            "unavailable_reason",
         ]
 
 

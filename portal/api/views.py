@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import Prefetch, prefetch_related_objects
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
@@ -15,6 +18,7 @@ from scheduling.api_errors import as_api_error
 from scheduling.models import Allocation, DesktopProfile, Gpu, Node, PoolPolicy, Session
 from scheduling.services import ServiceError
 from scheduling.services.extend import do_extend
+from scheduling.services.feasibility import unavailable_words
 from scheduling.services.idle import do_resume
 from scheduling.services.pool import pool_utilisation
 from scheduling.services.sessions import check_submit, do_stop, do_submit
@@ -31,6 +35,13 @@ from .serializers import (
 class DesktopProfileViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = DesktopProfileSerializer
     queryset = DesktopProfile.objects.filter(active=True)
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        # Which profiles no node could ever run, read once for the whole list.
+        return {
+            **super().get_serializer_context(),
+            "unavailable": unavailable_words(self.get_queryset(), timezone.now()),
+        }
 
 
 class SessionViewSet(

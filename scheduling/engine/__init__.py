@@ -27,6 +27,7 @@ from .booking_fit import (
     booking_fit,
 )
 from .compute import gpu_compute_units, slice_milli
+from .explain import never_fits
 from .model import (
     TIER_BOOKED,
     TIER_KEYS,
@@ -72,6 +73,7 @@ __all__ = [
     "PoolSlice",
     "booking_alternatives",
     "booking_fit",
+    "never_fits",
     "fit_codes",
     "TIER_BOOKED",
     "TIER_KEYS",

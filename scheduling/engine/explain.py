@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from .holds import hold_fits
-from .model import TIER_KEYS, Plan, QueuedRequest, QueueEntry, expected_duration_s
+from .model import TIER_KEYS, Plan, QueuedRequest, QueueEntry, Snapshot, expected_duration_s
 from .pool import Cycle
 from .reasons import Code, Reason
 
@@ -69,17 +69,9 @@ def explain(cycle: Cycle, result: Plan, waiting: list[Waiting], tiers: dict[int,
             extra = {"count": w.count, "deadline": w.deadline}
         else:
             eta = etas.get(r.session_id)
-            if not static_fit(cycle, r):
-                reason = Reason(
-                    Code.NO_FIT,
-                    {
-                        "gpu_count": r.gpu_count,
-                        "memory_mb": r.gpu_memory_min_mb,
-                        "kinds": list(r.allowed_kinds),
-                        "models": list(r.gpu_models),
-                    },
-                )
-                result.queue.append(QueueEntry(r.session_id, position, reason, eta, False))
+            never = no_fit(cycle, r)
+            if never is not None:
+                result.queue.append(QueueEntry(r.session_id, position, never, eta, False))
                 continue
             code, extra = _why_waiting(cycle, r)
         params = {
@@ -94,13 +86,18 @@ def explain(cycle: Cycle, result: Plan, waiting: list[Waiting], tiers: dict[int,
 
 
 def static_fit(cycle: Cycle, r: QueuedRequest) -> bool:
-    """Could this request ever run in the pool as it is (ignoring what is busy)?"""
+    """Could this request ever run in the pool as it is (ignoring what is busy)?
+
+    Only healthy nodes whose whole CPU and memory hold one desktop of it count
+    (``NodeState.could_hold``), and of them only slices of its kind, memory, model and
+    compute; a multi-GPU request needs that many GPUs on one node (or, multi-node, in all)."""
     shape = cycle.shape_of(r)
     if shape in cycle.static_fit:
         return cycle.static_fit[shape]
-    matching = cycle.matching(shape)
+    roomy = {n for n in cycle.order if cycle.nodes[n].could_hold(shape.cpus, shape.memory_mb)}
+    matching = [x for x in cycle.matching(shape) if x.node_id in roomy]
     if r.gpu_count == 0:
-        ok = bool(cycle.order)
+        ok = bool(roomy)
     elif r.gpu_count == 1:
         ok = bool(matching)
     else:
@@ -113,6 +110,45 @@ def static_fit(cycle: Cycle, r: QueuedRequest) -> bool:
             ok = any(len(g) >= r.gpu_count for g in gpus.values())
     cycle.static_fit[shape] = ok
     return ok
+
+
+def no_fit(cycle: Cycle, r: QueuedRequest) -> Reason | None:
+    """``NO_FIT`` when no healthy node of the pool could ever run the request, else None.
+
+    Its parameters say what it needs (``gpu_count``, ``memory_mb``, ``kinds``, ``models``,
+    ``cpus``, ``ram_mb``) and, where no healthy node is that large at all, ``short``: the
+    resources no node has enough of (``cpus``, ``ram``), with the most a node has
+    (``most_cpus``, ``most_ram_mb``)."""
+    if static_fit(cycle, r):
+        return None
+    params: dict[str, object] = {
+        "gpu_count": r.gpu_count,
+        "memory_mb": r.gpu_memory_min_mb,
+        "kinds": list(r.allowed_kinds),
+        "models": list(r.gpu_models),
+        "cpus": r.cpus,
+        "ram_mb": r.memory_mb,
+    }
+    nodes = [cycle.nodes[n] for n in cycle.order]
+    cpus = [n.cpus_total for n in nodes if n.cpus_total is not None]
+    ram = [n.memory_total_mb for n in nodes if n.memory_total_mb is not None]
+    short = []
+    if cpus and max(cpus) + 1e-9 < r.cpus:
+        short.append("cpus")
+        params["most_cpus"] = max(cpus)
+    if ram and max(ram) < r.memory_mb:
+        short.append("ram")
+        params["most_ram_mb"] = max(ram)
+    if short:
+        params["short"] = short
+    return Reason(Code.NO_FIT, params)
+
+
+def never_fits(snapshot: Snapshot, request: QueuedRequest, now: datetime) -> Reason | None:
+    """``NO_FIT`` (see :func:`no_fit`) when no healthy node of the snapshot's pool could
+    ever run ``request``, however empty; None when one could. The scheduler's own rule, for
+    the request form and the submit check."""
+    return no_fit(Cycle(snapshot, now), request)
 
 
 def _why_waiting(cycle: Cycle, r: QueuedRequest) -> tuple[Code, dict[str, object]]:

@@ -50,6 +50,16 @@ class NodeState:
     high_power: bool = False  # high-power or liquid-cooled rack: preferred for heavy work
     # Pairs of GPU ids joined by NVLink (either order).
     nvlink: frozenset[tuple[int, int]] = frozenset()
+    # The node's whole CPU and memory (what it has, busy or not): a desktop larger than
+    # these can never run on it. None: not known (no such limit is checked).
+    cpus_total: float | None = None
+    memory_total_mb: int | None = None
+
+    def could_hold(self, cpus: float, memory_mb: int) -> bool:
+        """Could one desktop of this CPU and memory ever run here (the node empty)?"""
+        return (self.cpus_total is None or cpus <= self.cpus_total + 1e-9) and (
+            self.memory_total_mb is None or memory_mb <= self.memory_total_mb
+        )
 
 
 @dataclass(frozen=True)

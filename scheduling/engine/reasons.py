@@ -52,6 +52,9 @@ class Code(StrEnum):
     NODE_SILENT_ENDED = "node_silent_ended"  # node, since
     NODE_DRAINED_REQUEUED = "node_drained_requeued"  # node, deadline: its drain's deadline passed
     AGENT = "agent"  # detail: what the node's agent said (its own words, not translated)
+    # cause: a nodeagent.failures code (not_enough_cpus, image_missing, ...); node. The
+    # agent's own words are kept for the admins (the transition's audit event), not here.
+    START_FAILED = "start_failed"
     BOOKING_ENDED = "booking_ended"  # the class booking this desktop belonged to ended
     IDLE_SUSPENDED = "idle_suspended"  # since: quiet since then; suspended, the home kept
     IDLE_ENDED = "idle_ended"  # hours: suspended that long, so ended

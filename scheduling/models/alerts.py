@@ -22,6 +22,7 @@ class Metric(models.TextChoices):
     POOL_USAGE = "pool_usage", _("Pool usage (% of GPU capacity)")
     QUEUE_LENGTH = "queue_length", _("Waiting requests")
     GPU_CLAIMS = "gpu_claims", _("Registrations refused for listing this node's GPUs (last hour)")
+    START_FAILURES = "start_failures", _("Desktops that failed to start on the node (last hour)")
 
 
 class Scope(models.TextChoices):
@@ -42,6 +43,7 @@ METRIC_SCOPES: dict[str, frozenset[str]] = {
     Metric.POOL_USAGE: frozenset({Scope.POOL}),
     Metric.QUEUE_LENGTH: frozenset({Scope.POOL}),
     Metric.GPU_CLAIMS: frozenset({Scope.NODE}),
+    Metric.START_FAILURES: frozenset({Scope.NODE}),
 }
 PERCENT_METRICS = frozenset(
     {Metric.GPU_MEMORY, Metric.GPU_UTILISATION, Metric.RACK_POWER, Metric.POOL_USAGE}

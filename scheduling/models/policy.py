@@ -37,6 +37,9 @@ class PoolPolicy(models.Model):
         default=24.0, help_text="Bookings starting within this many hours hold capacity."
     )
     alert_level = models.CharField(max_length=10, default="ok", editable=False)
+    # This portal's id, made once (``services.installation``): its agents name and label their
+    # containers, volumes and networks with it, so two portals can share one Docker engine.
+    installation_id = models.CharField(max_length=16, blank=True, default="", editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from nodeagent.failures import FAILURE_CODES, classify
 from nodeagent.protocol import (
     BatchedReport,
     BatchResult,
@@ -97,8 +98,17 @@ def _actor(node: Node) -> str:
 
 
 def _agent_reason(report: SessionReport) -> Reason | None:
-    """The agent's own words (a start failure, a SIMULATED desktop), kept with the state."""
+    """The agent's own words (a SIMULATED desktop, a lost one), kept with the state."""
     return Reason(Code.AGENT, {"detail": report.reason}) if report.reason else None
+
+
+def start_failure(node: Node, report: SessionReport) -> tuple[Reason, dict[str, Any]]:
+    """A FAILED report as the person sees it (``START_FAILED``: a plain cause, worded by the
+    presenter) and as the admins do (the audit event's ``detail``: the runtime's words).
+    An older agent sends no code: it is read from its words, as the agent reads them."""
+    cause = report.failure if report.failure in FAILURE_CODES else classify(report.reason)
+    reason = Reason(Code.START_FAILED, {"cause": cause, "node": node.hostname})
+    return reason, {"detail": report.reason, "cause": cause}
 
 
 def do_report(node: Node, session_id: int, report: SessionReport | Mapping[str, Any]) -> Session:
@@ -159,10 +169,12 @@ def do_report(node: Node, session_id: int, report: SessionReport | Mapping[str, 
     if session.state in TERMINAL_STATES:
         return session  # a late ENDED/FAILED/LOST after the portal already ended it
     target = {"ENDED": S.ENDED, "FAILED": S.FAILED, "LOST": S.LOST}[state]
-    ended = do_transition(session_id, target, actor=actor, reason=why)
-    if target == S.FAILED:
-        do_record_session_failed(node)
-    return ended
+    if target != S.FAILED:
+        return do_transition(session_id, target, actor=actor, reason=why)
+    why, raw = start_failure(node, report)
+    failed = do_transition(session_id, target, actor=actor, reason=why, audit_data=raw)
+    do_record_session_failed(node)
+    return failed
 
 
 def do_report_batch(node: Node, reports: Sequence[BatchedReport]) -> list[BatchResult]:

@@ -25,7 +25,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone, translation
 
 from ..alert_rules import CRITICAL, Event, Levels, Track, step
-from ..choices import WAITING_STATES, AuditKind
+from ..choices import WAITING_STATES, AuditKind, SessionState
 from ..events import broadcast_alert
 from ..models import (
     Alert,
@@ -74,6 +74,7 @@ def default_rules() -> list[dict[str, Any]]:
         dict(name="Queue length", metric=Metric.QUEUE_LENGTH, scope=Scope.POOL,
              warning=10.0, critical=20.0, recovery=5.0),
         GPU_CLAIM_RULE,
+        START_FAILURE_RULE,
     ]  # fmt: skip
 
 
@@ -84,6 +85,13 @@ GPU_CLAIM_RULE: dict[str, Any] = dict(
     warning=1.0, critical=None, recovery=1.0,
 )  # fmt: skip
 CLAIM_WINDOW = timedelta(hours=1)
+# A desktop failed to start on the node (docs/alerts.md): raised at the first failure (the
+# node and the runtime's words are in the session's audit event), resolved after an hour
+# without one. Also added to existing pools by a migration.
+START_FAILURE_RULE: dict[str, Any] = dict(
+    name="Desktop start failed", metric=Metric.START_FAILURES, scope=Scope.NODE,
+    warning=1.0, critical=None, recovery=1.0,
+)  # fmt: skip
 
 
 def ensure_default_rules() -> None:
@@ -144,6 +152,7 @@ class Readings:
     pool_usage: float = 0.0  # %
     queue_length: float = 0.0
     gpu_claims: dict[int, int] = field(default_factory=dict)  # node id -> refusals
+    start_failures: dict[int, int] = field(default_factory=dict)  # node id -> failed starts
     node_of: dict[str, int] = field(default_factory=dict)  # subject -> node id
 
     @classmethod
@@ -175,6 +184,14 @@ class Readings:
         )
         for node_id in refused.values_list("node_id", flat=True):
             readings.gpu_claims[node_id] = readings.gpu_claims.get(node_id, 0) + 1
+        failed = AuditEvent.objects.filter(
+            kind=AuditKind.SESSION_TRANSITION,
+            at__gte=now - CLAIM_WINDOW,
+            node__isnull=False,
+            data__to=SessionState.FAILED,
+        )
+        for node_id in failed.values_list("node_id", flat=True):
+            readings.start_failures[node_id] = readings.start_failures.get(node_id, 0) + 1
         return readings
 
     def values(self, rule: AlertRule) -> dict[str, float | None]:
@@ -203,6 +220,10 @@ class Readings:
             return {"pool": self.queue_length}
         if metric == Metric.GPU_CLAIMS:
             return {f"node:{n.hostname}": float(self.gpu_claims.get(n.pk, 0)) for n in self.nodes}
+        if metric == Metric.START_FAILURES:
+            return {
+                f"node:{n.hostname}": float(self.start_failures.get(n.pk, 0)) for n in self.nodes
+            }
         return {}
 
     def _silence(self, node: Node) -> float | None:

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from ..choices import WAITING_STATES, SliceKind
 from ..models import Allocation, DesktopProfile, Node, Session, Slice
+from .feasibility import unavailable_words
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,8 @@ class ProfileOffer:
     gpu_models: tuple[str, ...]  # empty: any model
     starts_now: bool
     wait_minutes: int | None  # None: no healthy node has a slice that fits
+    # Why no healthy node could ever run it (reader's language); "" when one could.
+    unavailable: str = ""
 
 
 def profile_offers(now: datetime) -> list[ProfileOffer]:
@@ -46,15 +49,18 @@ def profile_offers(now: datetime) -> list[ProfileOffer]:
     )
     labels = dict(SliceKind.choices)
     offers = []
-    for profile in DesktopProfile.objects.filter(active=True):
+    profiles = list(DesktopProfile.objects.filter(active=True))
+    never = unavailable_words(profiles, now)
+    for profile in profiles:
         fitting = [s for s in slices if fits(profile, s)]
         free = [s for s in fitting if s.pk not in frees_at]
         if profile.gpu_count == 0:
             starts_now = bool(healthy)
         else:
             starts_now = _gpus_per_node(free) >= profile.gpu_count
+        starts_now = starts_now and profile.pk not in never
         wait: int | None = 0 if starts_now else None
-        if not starts_now and fitting:
+        if not starts_now and fitting and profile.pk not in never:
             ahead = sum(1 for kinds in waiting if set(kinds or ()) & set(profile.allowed_kinds))
             wait = _estimate(
                 sorted(frees_at[s.pk] for s in fitting if s.pk in frees_at), ahead, profile, now
@@ -66,6 +72,7 @@ def profile_offers(now: datetime) -> list[ProfileOffer]:
                 gpu_models=tuple(profile.gpu_models or ()),
                 starts_now=starts_now,
                 wait_minutes=wait,
+                unavailable=never.get(profile.pk, ""),
             )
         )
     return offers

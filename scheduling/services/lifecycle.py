@@ -100,9 +100,13 @@ def do_transition(
     actor: str,
     reason: Reason | None = None,
     only_from: frozenset[SessionState] | None = None,
+    audit_data: Mapping[str, Any] | None = None,
     **fields: Any,
 ) -> Session:
-    """Move one session to ``target`` if its current state allows it; raise Conflict if not."""
+    """Move one session to ``target`` if its current state allows it; raise Conflict if not.
+
+    ``audit_data``: more for the transition's audit event only (the admins' view), such as
+    the runtime's own words about a failed start."""
     sources = set(sources_of(target))
     if only_from is not None:
         sources &= set(only_from)
@@ -134,7 +138,13 @@ def do_transition(
             actor,
             session=session_id,
             node=node_id,  # the node it was on, also when a requeue clears it
-            data={"from": current, "to": target, "released": released, **fields_of_reason},
+            data={
+                "from": current,
+                "to": target,
+                "released": released,
+                **fields_of_reason,
+                **(audit_data or {}),
+            },
         )
         _after_commit(session_id, capacity_released=released > 0 or target in WAITING_STATES)
         if changes_desired(current, target, node_id, changes.get("node_id", node_id)):

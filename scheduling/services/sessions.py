@@ -31,6 +31,7 @@ from ..presenters import refusal, stored
 from . import Conflict, ServiceError
 from .audit import record
 from .eligibility import active_thesis_grant
+from .feasibility import check_profile_can_run
 from .kick import schedule_soon
 from .lifecycle import do_transition
 from .pool import pool_utilisation
@@ -103,6 +104,7 @@ def check_submit(
             .first()
         )
     _check_admission(user, profile, Purpose(purpose), course)
+    check_profile_can_run(profile)
     return SubmitRequest(profile=profile, purpose=Purpose(purpose), course=course, booking=booking)
 
 

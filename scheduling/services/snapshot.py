@@ -143,6 +143,8 @@ def _pool(
                 healthy=node.is_healthy(now) and node.takes_new_work,
                 cpus_free=node.cpu_count - used[node.pk][0],
                 memory_free_mb=node.memory_mb - used[node.pk][1],
+                cpus_total=float(node.cpu_count),
+                memory_total_mb=node.memory_mb,
                 rack=rack,
                 network_plane=str(labels.get("network_plane", "")),
                 high_power=_truthy(labels.get("high_power", ""))
@@ -267,6 +269,20 @@ def engine_quota(
         sessions=usage.holding.get((scope, key), 0),
         gpu_hours_week=usage.week.get((scope, key), 0.0),
     )
+
+
+def pool_snapshot(now: datetime) -> tuple[engine.Snapshot, list[str]]:
+    """The pool alone (nodes and every present slice, busy or not; no queue): what could
+    ever run there. With the pool's GPU model names, for ``profile_request``."""
+    nodes, racks, slices, pool_models = _pool(now)
+    snapshot = engine.Snapshot(
+        nodes=nodes,
+        free_slices=tuple(slices.values()),
+        queue=(),
+        racks=racks,
+        policy=engine_policy(PoolPolicy.current()),
+    )
+    return snapshot, pool_models
 
 
 def build_snapshot(now: datetime | None = None) -> engine.Snapshot:

@@ -113,7 +113,10 @@ def test_a_failed_start_frees_the_slice_with_the_reason(owner, profile, register
     )
     assert answer.json() == {"state": "FAILED"}
     session.refresh_from_db()
-    assert (session.state, session.reason) == (SessionState.FAILED, "image not found")
+    # The person reads a plain cause (scheduling.presenters); the agent's words are the admins'.
+    assert (session.state, session.reason_code) == (SessionState.FAILED, Code.START_FAILED)
+    assert session.reason_params == {"cause": "image_missing", "node": "gpu-f"}
+    assert "image is missing" in session.reason and "image not found" not in session.reason
     assert not Allocation.objects.filter(released_at=None).exists()
 
 

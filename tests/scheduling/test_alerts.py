@@ -228,7 +228,7 @@ def test_the_task_makes_the_defaults_and_counts_what_changed(pool):
     set_metrics("GPU-c", memory_used_mb=total)
     assert run_alert_evaluation() == 1
     assert run_alert_evaluation() == 0
-    assert AlertRule.objects.count() == 9
+    assert AlertRule.objects.count() == 10
 
 
 # -- people: acknowledge, resolve, rules, API ----------------------------------------------------

@@ -305,7 +305,14 @@ def test_estimated_starts_follow_running_ends_and_the_queue_ahead():
     assert result.queue[0].eta is None
     assert result.queue[0].reason == Reason(
         Code.NO_FIT,
-        {"gpu_count": 1, "memory_mb": 200_000, "kinds": ["mig", "share"], "models": []},
+        {
+            "gpu_count": 1,
+            "memory_mb": 200_000,
+            "kinds": ["mig", "share"],
+            "models": [],
+            "cpus": 1.0,
+            "ram_mb": 1024,
+        },
     )
 
 
