@@ -200,6 +200,7 @@ def test_a_person_starts_uses_and_stops_a_desktop_in_the_browser(
             page.get_by_role("link", name=f"Session #{session_id}").click()
         assert page.url == f"{stack.url}/sessions/{session_id}/", page.url
         assert page.get_attribute("#state", "data-state") == "RUNNING"
+        page.once("dialog", lambda dialog: dialog.accept())  # "Stop this desktop? …"
         with page.expect_navigation():
             page.click("#stop")
         wait_js(page, "document.getElementById('live').textContent === 'live'")
