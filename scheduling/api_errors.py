@@ -7,6 +7,7 @@ from rest_framework.exceptions import APIException, NotFound, ValidationError
 
 from .services import Conflict, ServiceError
 from .services import NotFound as ServiceNotFound
+from .services.rate_limits import RateLimited
 
 
 class ConflictError(APIException):
@@ -14,9 +15,22 @@ class ConflictError(APIException):
     default_code = "conflict"
 
 
+class RateLimitedError(APIException):
+    """429; DRF's exception handler turns ``wait`` into the Retry-After header."""
+
+    status_code = status.HTTP_429_TOO_MANY_REQUESTS
+    default_code = "throttled"
+
+    def __init__(self, detail: str, wait: int):
+        super().__init__(detail)
+        self.wait = wait
+
+
 def as_api_error(error: ServiceError) -> APIException:
     if isinstance(error, ServiceNotFound):
         return NotFound(error.message)
+    if isinstance(error, RateLimited):
+        return RateLimitedError(error.message, error.retry_after)
     if isinstance(error, Conflict):
         return ConflictError(error.message)
     if error.field:

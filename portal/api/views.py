@@ -73,7 +73,7 @@ class SessionViewSet(
                 form.validated_data["purpose"],
                 form.validated_data.get("course") or None,
             )
-            session = do_submit(signed_in(request.user), submit)
+            session = do_submit(signed_in(request.user), submit, by_person=True)
         except ServiceError as error:
             raise as_api_error(error) from error
         # Their own session, just created, as it was stored (not placed yet: no node).
@@ -85,7 +85,7 @@ class SessionViewSet(
     def stop(self, request: Request, pk: str | None = None) -> Response:
         session = self.get_object()
         try:
-            do_stop(signed_in(request.user), session)
+            do_stop(signed_in(request.user), session, by_person=True)
         except ServiceError as error:
             raise as_api_error(error) from error
         return Response(SessionSerializer(self.get_queryset().get(pk=session.pk)).data)

@@ -36,6 +36,7 @@ from .kick import schedule_soon
 from .lifecycle import do_transition
 from .pool import pool_utilisation
 from .quota_requests import extra_gpu_hours
+from .rate_limits import STOP, SUBMIT, check_session_rate
 from .snapshot import engine_policy, engine_quota, profile_request, quota_rows
 from .usage import collect_usage, department_of
 
@@ -170,12 +171,16 @@ def check_open_sessions(user: User) -> None:
         )
 
 
-def do_submit(user: User, request: SubmitRequest) -> Session:
+def do_submit(user: User, request: SubmitRequest, *, by_person: bool = False) -> Session:
     """Create the session as QUEUED, audit it, and ask for a scheduling cycle after commit.
 
     The person's row is locked while the open sessions are counted again, so submissions
-    sent at once cannot all pass the limit (ServiceError for the ones over it).
+    sent at once cannot all pass the limit (ServiceError for the ones over it). The person's
+    own request (``by_person``: the API, the pages) is counted against their rate limit
+    first (RateLimited, nothing written).
     """
+    if by_person:
+        check_session_rate(user, SUBMIT)
     with transaction.atomic():
         lock_person(user.pk)
         check_open_sessions(user)
@@ -203,9 +208,12 @@ def do_submit(user: User, request: SubmitRequest) -> Session:
     return session
 
 
-def do_stop(user: User, session: Session) -> Session:
-    """End a session at the user's request, whatever stage it has reached."""
+def do_stop(user: User, session: Session, *, by_person: bool = False) -> Session:
+    """End a session at the user's request, whatever stage it has reached (``by_person``:
+    counted against their rate limit first, as ``do_submit``)."""
     actor = f"user:{user.get_username()}"
+    if by_person:
+        check_session_rate(user, STOP)
     if session.state in TERMINAL_STATES:
         raise Conflict(
             _("This session has already ended (%(state)s).")
