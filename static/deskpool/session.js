@@ -101,12 +101,24 @@
     });
   }
 
-  let delay = 500;
+  // After a dropped socket (its ASGI worker was restarted, a network blip, a handshake
+  // nginx or the worker dropped) connect again: the wait doubles from 0.5 s up to 10 s and
+  // each wait is jittered (between half of it and all of it), so that the pages a killed
+  // worker dropped do not all come back at the same instant. An opened socket starts over.
+  const FIRST_WAIT_MS = 500;
+  const LONGEST_WAIT_MS = 10000;
+  let delay = FIRST_WAIT_MS;
+  function nextWait() {
+    const wait = delay / 2 + Math.random() * (delay / 2);
+    delay = Math.min(delay * 2, LONGEST_WAIT_MS);
+    return wait;
+  }
+
   function connect() {
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
     const ws = new WebSocket(scheme + location.host + config.updates_url);
     ws.onopen = () => {
-      delay = 500;
+      delay = FIRST_WAIT_MS;
       if (live) live.textContent = config.words.live;
       catchUp();
     };
@@ -119,8 +131,7 @@
     };
     ws.onclose = () => {
       if (live) live.textContent = config.words.reconnecting;
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 10000);
+      setTimeout(connect, nextWait());
     };
   }
   connect();

@@ -30,7 +30,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from websockets.exceptions import InvalidHandshake
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from tests.integration.stack import ROOT
 
@@ -301,20 +301,33 @@ def submit(asker: Asker, client: httpx.Client, body: dict) -> None:
             return
 
 
-def connect_with_retries(stack, asker: Asker, until: float):
+# A live-updates handshake is tried this often before the student gives up (a browser's
+# page goes on trying; a test must end).
+HANDSHAKE_TRIES = 6
+# What a handshake may fail with and be tried again, as the page's socket is: refused or
+# timed out (OSError), an answer that is no 101 (InvalidHandshake: nginx's 502 when no worker
+# took it, daphne's 403 when the application was too slow to accept: daphne gives it 5 s),
+# and a connection closed before the answer without a close frame (ConnectionClosed: raised
+# when the request is sent on a connection nginx or the worker already dropped).
+RETRYABLE_HANDSHAKE = (OSError, InvalidHandshake, ConnectionClosed)
+
+
+def connect_with_retries(stack, asker: Asker, until: float, tries: int = HANDSHAKE_TRIES):
     """Open the live updates, with backoff and jitter as a browser would (the first attempt
-    at once); a handshake that fails (the worker was too slow to finish it: daphne gives
-    the application 5 s) is counted and tried again."""
+    at once); a handshake that fails with a retryable error is counted (``ws_failures``)
+    and tried again, at most ``tries`` times in all and not past ``until``: one student's
+    dropped handshake costs that student a retry, not the whole storm."""
     delay = 0.0
-    while True:
+    for attempt in range(1, tries + 1):
         time.sleep(delay + random.uniform(0, delay))
         delay = min(max(delay * 2, 0.5), 8.0)
         try:
             return updates_socket(stack, asker.student)
-        except (OSError, InvalidHandshake) as error:
+        except RETRYABLE_HANDSHAKE as error:
             asker.ws_failures.append(f"{type(error).__name__}: {error}")
-            if time.monotonic() > until:
+            if attempt == tries or time.monotonic() > until:
                 raise
+    raise AssertionError("unreachable: the last try returns or raises")
 
 
 def wait_running(stack, asker: Asker, client: httpx.Client, ws, until: float):

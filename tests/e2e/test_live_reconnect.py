@@ -1,0 +1,123 @@
+"""The pages' live-updates socket comes back after the server drops it (issue 25, item 12).
+
+A JS-level test of ``static/deskpool/session.js`` in Debian's chromium: Playwright stands in
+for the portal (the page, its script and the ``/ws/updates/`` socket, ``route_web_socket``),
+closes the socket from the server's side after the first update, as a killed ASGI worker
+does, and sees the page connect again (after its jittered backoff) and show the next update.
+No portal processes are started.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.integration.stack import ROOT
+
+CHROMIUM = Path("/usr/bin/chromium")
+ORIGIN = "http://deskpool.test"
+CONFIG = {
+    "updates_url": "/ws/updates/?fragment=item",
+    "csrf_token": "token",
+    "words": {"live": "live", "reconnecting": "reconnecting…"},
+}
+PAGE = f"""<!doctype html><html lang="en"><head><title>home</title></head><body>
+<p id="live">connecting</p>
+<div id="session-list">CARD</div>
+<p id="no-sessions" hidden>none</p>
+<script id="page-config" type="application/json">{json.dumps(CONFIG)}</script>
+<script src="/static/deskpool/session.js"></script>
+</body></html>"""
+
+
+def card(state: str) -> str:
+    return (
+        f'<article class="session-card item" data-session-id="5" data-variant="item" '
+        f'data-fragment-url="/sessions/5/fragment/"><strong data-live="state">{state}'
+        f"</strong></article>"
+    )
+
+
+def update(state: str) -> str:
+    return json.dumps({"type": "session.update", "session": {"id": 5}, "html_item": card(state)})
+
+
+@pytest.fixture
+def page():
+    if not CHROMIUM.exists():
+        pytest.skip(f"the browser tests drive Debian's chromium: {CHROMIUM} is missing")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            context = chromium.new_context()
+            context.set_default_timeout(15_000)
+            yield context.new_page()
+        finally:
+            chromium.close()
+
+
+@pytest.mark.browser
+def test_the_page_connects_again_after_the_server_drops_its_socket_and_gets_the_next_update(
+    page,
+):
+    script = (ROOT / "static" / "deskpool" / "session.js").read_text()
+    page.route(f"{ORIGIN}/", lambda route: route.fulfill(body=PAGE.replace("CARD", card("QUEUED")),
+                                                         content_type="text/html"))  # fmt: skip
+    page.route(
+        f"{ORIGIN}/static/deskpool/session.js",
+        lambda route: route.fulfill(body=script, content_type="text/javascript"),
+    )
+    # The catch-up after each (re)connection: nothing new to tell.
+    page.route(f"{ORIGIN}/sessions/5/fragment/", lambda route: route.fulfill(status=404))
+    sockets = []
+
+    def serve(ws) -> None:
+        sockets.append(ws)
+        if len(sockets) == 1:
+            ws.send(update("PLACED"))
+            ws.close(code=1012, reason="worker restarting")  # the server drops it
+        else:
+            ws.send(update("RUNNING"))
+
+    page.route_web_socket("**/ws/updates/**", serve)
+    page.goto(f"{ORIGIN}/")
+
+    page.wait_for_function("document.querySelector('[data-live=state]').textContent === 'RUNNING'")
+    assert len(sockets) == 2
+    assert page.text_content("#live") == "live"  # back to live after reconnecting
+    assert page.locator(".session-card").count() == 1  # replaced, not added
+
+
+@pytest.mark.browser
+def test_the_waits_between_attempts_grow_with_jitter_and_stop_growing(page):
+    """Every attempt fails at once; the page's own timer calls say how long it waited."""
+    script = (ROOT / "static" / "deskpool" / "session.js").read_text()
+    page.add_init_script(
+        "window.__waits = [];"
+        "const realTimeout = window.setTimeout;"
+        "window.setTimeout = (fn, ms, ...rest) => {"
+        "  if (fn && fn.name === 'connect') { window.__waits.push(ms); ms = 0; }"
+        "  return realTimeout(fn, ms, ...rest); };"
+    )
+    page.route(f"{ORIGIN}/", lambda route: route.fulfill(body=PAGE.replace("CARD", card("QUEUED")),
+                                                         content_type="text/html"))  # fmt: skip
+    page.route(
+        f"{ORIGIN}/static/deskpool/session.js",
+        lambda route: route.fulfill(body=script, content_type="text/javascript"),
+    )
+    page.route(f"{ORIGIN}/sessions/5/fragment/", lambda route: route.fulfill(status=404))
+    page.route_web_socket("**/ws/updates/**", lambda ws: ws.close(code=1011))
+    page.goto(f"{ORIGIN}/")
+
+    page.wait_for_function("window.__waits.length >= 8")
+    waits = page.evaluate("window.__waits.slice(0, 8)")
+    ceilings = [500, 1000, 2000, 4000, 8000, 10000, 10000, 10000]
+    for wait, ceiling in zip(waits, ceilings, strict=True):
+        assert ceiling / 2 <= wait <= ceiling, waits
+    # Jittered: not the fixed schedule every page would share.
+    assert any(wait != ceiling for wait, ceiling in zip(waits, ceilings, strict=True)), waits
