@@ -195,6 +195,10 @@ if AXES_FAILURE_LIMIT < 1 or AXES_COOLOFF_TIME <= 0:
         "more than 0"
     )
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# Failures spread over many user names: this many failed sign-ins from one address within the
+# cool-off, any names, refuse that address for the cool-off (portal.lockout); high enough for
+# a campus NAT's honest typos. 0 turns it off.
+SIGNIN_ADDRESS_FAILURE_LIMIT = env.int("DESKPOOL_SIGNIN_ADDRESS_FAILURE_LIMIT", default=30)
 AXES_USERNAME_CALLABLE = "portal.lockout.username_of"
 # OIDC and CAS sign-ins carry no user name here: the identity provider throttles those.
 AXES_WHITELIST_CALLABLE = "portal.lockout.without_a_user_name"
