@@ -94,6 +94,7 @@ class QuotaAnswerForm(_ServiceCheckedForm):
     decision = forms.ChoiceField(
         label=_("Answer"),
         choices=[(GRANT, _("Grant")), (REFUSE, _("Refuse"))],
+        widget=forms.RadioSelect,  # the template lays the choices out as labelled radios
         error_messages={"required": _("Choose to grant or to refuse the request.")},
     )
     hours = AsciiFloatField(
@@ -112,6 +113,8 @@ class QuotaAnswerForm(_ServiceCheckedForm):
     reply: AnswerRequest | None = None
 
     def __init__(self, user: User, request_id: int, *args: Any, **kwargs: Any) -> None:
+        # One page lists a form per request: ids must not clash.
+        kwargs.setdefault("auto_id", f"request-{request_id}-%s")
         super().__init__(user, *args, **kwargs)
         self.request_id = request_id
 

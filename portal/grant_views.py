@@ -14,16 +14,16 @@ from django.utils.http import urlencode
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST
 
-from scheduling.models.policy import QuotaRequest, QuotaRequestState
+from scheduling.models.policy import QuotaRequest
 from scheduling.services import Conflict, NotFound, ServiceError
 from scheduling.services.eligibility import Forbidden, active_thesis_grant, eligible_courses
 from scheduling.services.grants import check_revoke, do_grant, do_revoke, may_grant, may_revoke
 from scheduling.services.quota_requests import (
     answerable_courses,
+    check_answerer,
     do_answer,
     do_ask,
-    may_answer,
-    visible_quota_requests,
+    pending_to_answer,
 )
 from scheduling.services.quota_view import quota_left
 
@@ -110,8 +110,7 @@ def _quota_page(
     courses = answerable_courses(person)
     course_filter = request.GET.get("course", "")
     pending = (
-        visible_quota_requests(person)
-        .filter(course__in=courses, state=QuotaRequestState.PENDING)
+        pending_to_answer(person)  # never one's own: nobody answers their own request
         .select_related("student", "course")
         .order_by("created_at", "pk")
     )
@@ -169,13 +168,14 @@ def quota_requests(request: HttpRequest) -> HttpResponse:
 @require_POST
 def answer_quota_request(request: HttpRequest, request_id: int) -> HttpResponse:
     person = signed_in(request.user)
-    asked = visible_quota_requests(person).select_related("course").filter(pk=request_id).first()
-    if asked is None:
-        raise Http404(_("There is no such quota request."))
-    if not may_answer(person, asked.course):
-        raise PermissionDenied(
-            _("Only the course's instructors, its TAs allowed to, and admins answer requests.")
-        )
+    try:
+        check_answerer(person, request_id)
+    except Forbidden as error:  # one's own request, or a course one does not answer for
+        messages.error(request, error.message)
+        return _quota_page(request, status=403)
+    except ServiceError as error:
+        _raise_for(error)
+        raise
     form = QuotaAnswerForm(person, request_id, request.POST)
     if form.is_valid() and form.reply is not None:
         try:

@@ -103,6 +103,8 @@ class AuditKind(models.TextChoices):
     CLASS_STOPPED = "course.class_stopped"
     QUOTA_REQUESTED = "quota.requested"
     QUOTA_ANSWERED = "quota.answered"
+    # someone tried to answer their own quota request (refused, whatever their rights)
+    QUOTA_SELF_ANSWER_REFUSED = "quota.self_answer_refused"
     AUDIT_PRUNED = "audit.pruned"  # the retention task removed events older than the limit
     USAGE_PRICES_CHANGED = "usage.prices_changed"
     ALERT_RULE_CHANGED = "alert.rule_changed"

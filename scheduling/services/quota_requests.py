@@ -89,6 +89,16 @@ def may_answer(user: User, course: Course) -> bool:
     return answerable_courses(user).filter(pk=course.pk).exists()
 
 
+def pending_to_answer(user: User | AnonymousUser) -> QuerySet[QuotaRequest]:
+    """Pending requests this person may answer: of the courses they answer for, never their
+    own (nobody answers their own request)."""
+    if not user.is_authenticated:
+        return QuotaRequest.objects.none()
+    return QuotaRequest.objects.filter(
+        course__in=answerable_courses(user).values("pk"), state=QuotaRequestState.PENDING
+    ).exclude(student=user)
+
+
 def answerers(course: Course) -> list[User]:
     """Who is told of a new request: the course's instructors and its answering TAs."""
     granted = get_users_with_perms(
@@ -169,11 +179,10 @@ def do_ask(user: User, ask: AskRequest) -> QuotaRequest:
     return request
 
 
-def check_answer(
-    user: User, request_id: int, decision: str, hours: object, answer: str = ""
-) -> AnswerRequest:
-    """Validate an answer: 404 if the request is not visible, 403 if the person may not
-    answer for its course, 409 if it was answered, 400 for bad input."""
+def check_answerer(user: User, request_id: int) -> QuotaRequest:
+    """The request this person may answer: 404 if it is not visible to them, 403 if it is
+    their own (whatever their rights; the attempt is audited) or if they may not answer for
+    its course."""
     request = (
         visible_quota_requests(user)
         .select_related("student", "course")
@@ -182,10 +191,33 @@ def check_answer(
     )
     if request is None:
         raise NotFound(_("There is no such quota request."))
+    if request.student_id == user.pk:
+        # Recorded outside any transaction the refusal could roll back: a teacher or TA
+        # trying to raise their own quota is what the audit trail is for.
+        record(
+            AuditKind.QUOTA_SELF_ANSWER_REFUSED,
+            f"user:{user.get_username()}",
+            data={"request": request.pk, "course": request.course.code, "hours": request.hours},
+        )
+        raise Forbidden(
+            _(
+                "You cannot answer your own request: another of the course's instructors, "
+                "its TAs allowed to, or an admin answers it."
+            )
+        )
     if not may_answer(user, request.course):
         raise Forbidden(
             _("Only the course's instructors, its TAs allowed to, and admins answer requests.")
         )
+    return request
+
+
+def check_answer(
+    user: User, request_id: int, decision: str, hours: object, answer: str = ""
+) -> AnswerRequest:
+    """Validate an answer: 404 if the request is not visible, 403 if it is the person's own
+    or they may not answer for its course, 409 if it was answered, 400 for bad input."""
+    request = check_answerer(user, request_id)
     if request.state != QuotaRequestState.PENDING:
         raise Conflict(_("This request was already answered."))
     if decision not in (GRANT, REFUSE):

@@ -6,13 +6,17 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
 from rest_framework.test import APIClient
 
 from portal.models import Course, Member, Role, ThesisGrant
+from scheduling.choices import AuditKind
+from scheduling.models import AuditEvent
 from scheduling.models.policy import QuotaRequest, QuotaRequestState
 from scheduling.services.grants import check_grant, do_grant
 from scheduling.services.quota_requests import check_ask, do_ask
@@ -153,6 +157,69 @@ def test_the_teacher_answers_and_a_ta_only_with_the_permission(owner, course, ma
     assert "Granted" in student_page and "ok" in student_page
 
 
+def test_a_ta_is_not_offered_and_may_not_post_an_answer_to_their_own_request(
+    owner, course, make_user
+):
+    ta_user = make_user("ta2")
+    assign_perm("portal.answer_quota_requests", ta_user, course)
+    course.students.add(ta_user)
+    own = do_ask(ta_user, check_ask(ta_user, "cs101", 500, "my own runs"))
+    students = do_ask(owner, check_ask(owner, "cs101", 8, "project"))
+    ta = client_for(ta_user)
+    shown = ta.get(reverse("quota-requests")).content.decode()
+    assert reverse("quota-request-answer", args=[students.pk]) in shown
+    assert reverse("quota-request-answer", args=[own.pk]) not in shown
+    assert f'data-request-id="{own.pk}"' in shown  # listed among their own, to read
+
+    refused = ta.post(reverse("quota-request-answer", args=[own.pk]), {"decision": "grant"})
+    assert refused.status_code == 403
+    assert "You cannot answer your own request" in refused.content.decode()
+    own.refresh_from_db()
+    assert own.state == QuotaRequestState.PENDING
+    event = AuditEvent.objects.get(kind=AuditKind.QUOTA_SELF_ANSWER_REFUSED)
+    assert (event.actor, event.data["request"]) == ("user:ta2", own.pk)
+
+
+def test_the_answer_form_offers_grant_and_refuse_as_radio_buttons(owner, course):
+    request = do_ask(owner, check_ask(owner, "cs101", 8, "project"))
+    shown = client_for(course.instructors.get()).get(reverse("quota-requests")).content.decode()
+    for value in ("grant", "refuse"):
+        assert (
+            f'<input type="radio" name="decision" value="{value}" '
+            f'id="request-{request.pk}-decision_' in shown
+        )
+
+
+def test_teachers_see_how_many_requests_wait_in_the_header_and_on_the_course_page(
+    owner, stranger, course, make_user
+):
+    teacher = course.instructors.get()
+    course.students.add(stranger, teacher)
+    for student in (owner, stranger, teacher):  # the teacher's own request is not theirs to answer
+        do_ask(student, check_ask(student, "cs101", 8, "project"))
+    answering_ta, watching_ta = make_user("ta"), make_user("ta-watch")
+    assign_perm("portal.answer_quota_requests", answering_ta, course)
+    assign_perm("portal.view_live_class", watching_ta, course)
+
+    for who, waiting in ((teacher, 2), (answering_ta, 3)):
+        page = client_for(who)
+        with CaptureQueriesContext(connection) as queries:
+            header = page.get(reverse("thesis-grants")).content.decode()
+        asked = [q for q in queries.captured_queries if "quotarequest" in q["sql"]]
+        assert len(asked) == 1  # the header's count is one query
+        assert f'<span class="count" id="nav-quota-waiting">{waiting}<' in header
+        course_page = page.get(reverse("course-detail", args=["cs101"])).content.decode()
+        assert 'id="course-quota-waiting"' in course_page
+        assert f"{waiting}</span> quota requests wait for your answer" in course_page
+    for who in (watching_ta, owner):  # may not answer: no count
+        assert (
+            'id="nav-quota-waiting"'
+            not in client_for(who).get(reverse("thesis-grants")).content.decode()
+        )
+    watching = client_for(watching_ta).get(reverse("course-detail", args=["cs101"]))
+    assert 'id="course-quota-waiting"' not in watching.content.decode()
+
+
 def test_someone_with_no_course_is_told_there_is_no_one_to_ask(stranger):
     shown = client_for(stranger).get(reverse("quota-requests")).content.decode()
     assert 'id="no-quota-requests"' in shown
@@ -214,6 +281,21 @@ def test_api_quota_requests_ask_and_answer(owner, course, make_user, stranger):
     assert (granted.json()["state"], granted.json()["hours"]) == ("granted", 4.0)
     mine = api_for(owner).get("/api/v1/me/quota/").json()
     assert mine["extra_gpu_hours"] == 4.0 and mine["max_open_sessions"] == 3
+
+
+def test_api_refuses_an_admin_answering_their_own_request_and_audits_it(course, admin_user):
+    course.students.add(admin_user)
+    asked = api_for(admin_user).post(
+        "/api/v1/quota-requests/", {"course": "cs101", "hours": 500, "reason": "x"}, format="json"
+    )
+    request_id = asked.json()["id"]
+    answer = f"/api/v1/quota-requests/{request_id}/answer/"
+    refused = api_for(admin_user).post(answer, {"decision": "grant"}, format="json")
+    assert refused.status_code == 403
+    assert "your own request" in refused.json()["detail"]
+    assert QuotaRequest.objects.get().state == QuotaRequestState.PENDING
+    event = AuditEvent.objects.get(kind=AuditKind.QUOTA_SELF_ANSWER_REFUSED)
+    assert (event.actor, event.data["request"]) == ("user:root", request_id)
 
 
 def test_the_schema_documents_the_grant_resources(admin_user):

@@ -33,6 +33,7 @@ from scheduling.services.quota_requests import (
     do_answer,
     do_ask,
     extra_gpu_hours,
+    pending_to_answer,
     visible_quota_requests,
 )
 from scheduling.services.quota_view import quota_left
@@ -123,6 +124,43 @@ def test_who_may_answer(owner, teacher, course, make_user, admin_user):
     assert check_answer(admin_user, request.pk, "grant", 1).hours == 1
     assert list(visible_quota_requests(ta)) == [request]
     assert not visible_quota_requests(outsider).exists()
+
+
+def test_nobody_answers_their_own_request_whatever_their_rights_and_the_try_is_audited(
+    course, teacher, make_user, admin_user
+):
+    """The probe: a TA enrolled in the course granted their own request (40 -> 1,540 weekly
+    GPU-hours). A TA allowed to answer, an instructor enrolled in their own course and an
+    admin are each refused, and each try is in the audit trail; nothing is answered."""
+    ta = make_user("ta2")
+    assign_perm("portal.answer_quota_requests", ta, course)
+    course.students.add(ta, teacher, admin_user)
+    for asker in (ta, teacher, admin_user):
+        request = ask(asker, hours=500)
+        with pytest.raises(Forbidden) as refused:
+            check_answer(asker, request.pk, "grant", 500)
+        assert "your own request" in refused.value.message
+        request.refresh_from_db()
+        assert request.state == QuotaRequestState.PENDING
+        event = AuditEvent.objects.filter(kind=AuditKind.QUOTA_SELF_ANSWER_REFUSED).latest("pk")
+        assert (event.actor, event.data["request"], event.data["course"]) == (
+            f"user:{asker.username}",
+            request.pk,
+            "cs101",
+        )
+    assert AuditEvent.objects.filter(kind=AuditKind.QUOTA_SELF_ANSWER_REFUSED).count() == 3
+    assert not AuditEvent.objects.filter(kind=AuditKind.QUOTA_ANSWERED).exists()
+    # Someone else still answers the TA's request.
+    theirs = QuotaRequest.objects.get(student=ta)
+    assert check_answer(teacher, theirs.pk, "grant", 5).hours == 5
+
+
+def test_the_requests_to_answer_leave_out_ones_own(course, teacher, owner, make_user):
+    course.students.add(teacher)
+    own = ask(teacher)
+    students = ask(owner)
+    assert list(pending_to_answer(teacher)) == [students]
+    assert own in visible_quota_requests(teacher)  # still theirs to read
 
 
 def test_an_answer_grants_at_most_the_hours_asked_and_only_once(owner, teacher):
