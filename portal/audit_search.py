@@ -8,7 +8,6 @@ The CSV export streams the search, newest first, cut at :data:`EXPORT_CAP` rows.
 
 from __future__ import annotations
 
-import csv
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from scheduling.csv_export import SafeWriter
 from scheduling.models import AuditEvent
 
 PAGE_SIZE = 50
@@ -77,7 +77,7 @@ class _Echo:
 def export_rows(events: QuerySet[AuditEvent]) -> Iterator[str]:
     """CSV lines of ``events`` (a header first), at most ``EXPORT_CAP`` events; when there
     are more, a last line says the export was cut."""
-    writer = csv.writer(_Echo())
+    writer = SafeWriter(_Echo())
     yield writer.writerow(CSV_COLUMNS)
     for written, event in enumerate(events[: EXPORT_CAP + 1].iterator(chunk_size=2000)):
         if written == EXPORT_CAP:

@@ -112,7 +112,16 @@ def _key(header: str) -> str:
 def _decode(file_bytes: bytes) -> str:
     if len(file_bytes) > MAX_BYTES:
         raise RosterErrors(
-            [RowError(0, "file", _("The file is larger than 2 MB. Is it the right file?"))]
+            [
+                RowError(
+                    0,
+                    "file",
+                    _(
+                        "The file is larger than 2 MB, far more than a class list. Is it the "
+                        "right file? Save only the class list as CSV and upload that."
+                    ),
+                )
+            ]
         )
     try:
         if file_bytes.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
@@ -134,11 +143,40 @@ def _decode(file_bytes: bytes) -> str:
 
 
 def _read_rows(text: str) -> list[list[str]]:
+    """The file's rows, the header first: at most ``MAX_ROWS`` + 1 of students (more is
+    refused without reading on). A row the csv module cannot read (a cell over its field
+    limit, most often a quote left open that runs on through the file) is a RowError, not
+    a 500."""
     first = text.split("\n", 1)[0]
     delimiter = ";" if first.count(";") > first.count(",") else ","
     if "\t" in first and not first.count(delimiter):
         delimiter = "\t"
-    return list(csv.reader(io.StringIO(text), delimiter=delimiter))
+    # newline="": the csv module's own line handling, so a file of lone \r line ends (old
+    # Mac spreadsheets) reads as rows instead of raising.
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    rows: list[list[str]] = []
+    try:
+        for cells in reader:
+            rows.append(cells)
+            if len(rows) > MAX_ROWS + 1:
+                break
+    except csv.Error as error:
+        row = len(rows) + 1  # the header is row 1
+        limit = csv.field_size_limit()
+        if "field limit" in str(error):
+            message = _(
+                "Row %(row)s (line %(line)s of the file) has a cell longer than %(limit)s "
+                'characters (%(kb)s KB), the most a cell may hold. Most often a quote (") '
+                "opens a cell and is never closed, so the cell runs on through the file: "
+                "close or delete that quote, or shorten the cell, and upload the file again."
+            ) % {"row": row, "line": reader.line_num, "limit": limit, "kb": limit // 1024}
+        else:
+            message = _(
+                "Row %(row)s (line %(line)s of the file) cannot be read as CSV. Check its "
+                "quotes and separators, or save the class list again as “CSV UTF-8”."
+            ) % {"row": row, "line": reader.line_num}
+        raise RosterErrors([RowError(row, "file", message)]) from error
+    return rows
 
 
 def _columns(header: list[str]) -> dict[str, int]:
@@ -172,7 +210,15 @@ def _parse(text: str) -> tuple[list[RosterRow], list[RowError]]:
         ]
     if len(rows) - 1 > MAX_ROWS:
         return [], [
-            RowError(0, "file", _("The file has more than %(max)s rows.") % {"max": MAX_ROWS})
+            RowError(
+                0,
+                "file",
+                _(
+                    "The file has more than %(max)s students, the most one import takes. "
+                    "Import the class list in parts of at most %(max)s rows (without Sync)."
+                )
+                % {"max": MAX_ROWS},
+            )
         ]
     parsed: list[RosterRow] = []
     for number, cells in enumerate(rows[1:], start=2):

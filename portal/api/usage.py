@@ -3,7 +3,6 @@ price list. Thin views over ``scheduling.services.accounting``."""
 
 from __future__ import annotations
 
-import csv
 import io
 from typing import Any
 
@@ -24,6 +23,7 @@ from rest_framework.views import APIView
 from portal.api.schema import ErrorDetailSerializer
 from portal.people import signed_in
 from scheduling.api_errors import as_api_error
+from scheduling.csv_export import SafeWriter
 from scheduling.models import PriceRule, PriceUnit, UsageRecord
 from scheduling.services import ServiceError
 from scheduling.services.accounting import (
@@ -54,7 +54,7 @@ class CsvRenderer(renderers.BaseRenderer):
     def render(self, data: Any, accepted_media_type=None, renderer_context=None) -> str:
         if isinstance(data, dict):  # an error: a line per field and message
             out = io.StringIO()
-            writer = csv.writer(out)
+            writer = SafeWriter(out)
             writer.writerow(["field", "message"])
             for name, messages in data.items():
                 for message in messages if isinstance(messages, list) else [messages]:

@@ -7,7 +7,6 @@ elastic use (sessions outside a booking) on what it used. Prices come from ``sch
 
 from __future__ import annotations
 
-import csv
 import io
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -24,6 +23,7 @@ from django.utils.translation import gettext as _
 
 from .. import pricing
 from ..choices import AuditKind, SliceKind
+from ..csv_export import SafeWriter
 from ..models import (
     Booking,
     DesktopProfile,
@@ -380,7 +380,7 @@ def row_fields(row: Row) -> dict[str, Any]:
 def report_csv(rows: Iterable[Mapping[str, Any]]) -> str:
     """Rows (as :func:`row_fields` gives them) as CSV, after a header of the column names."""
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = SafeWriter(out)
     writer.writerow(CSV_COLUMNS)
     for values in rows:
         writer.writerow([values.get(name, "") for name in CSV_COLUMNS])

@@ -292,6 +292,13 @@ def test_audit_pages_of_fifty_and_the_csv_of_the_search(admin, events, monkeypat
     assert [r[4] for r in rows[1:]] == ["77"]
 
 
+def test_the_audit_csv_quotes_a_cell_that_starts_like_a_formula(admin):
+    record(AuditKind.ALERT_RAISED, '=HYPERLINK("http://evil.example/","Click")', data={})
+    exported = admin.get("/console/audit/?format=csv")
+    lines = list(csv.reader(io.StringIO(b"".join(exported.streaming_content).decode())))
+    assert lines[1][2] == '\'=HYPERLINK("http://evil.example/","Click")'
+
+
 def test_the_live_fragment_is_the_pages_alerts_section(admin, owner, firing):
     page = admin.get("/console/alerts/").content.decode()
     assert '"fragment_url": "/console/alerts/fragment/"' in page

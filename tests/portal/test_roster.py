@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+from rest_framework.test import APIClient
 
+from portal import roster
 from portal.models import Course, Member
 from portal.roster import (
     RosterErrors,
@@ -157,3 +161,64 @@ def test_a_forty_name_export_imports_in_one_go(teacher, course):
     result = do_import_roster(teacher, course, check_roster(course, "\n".join(lines).encode()))
     assert (result.added, result.created) == (40, 40)
     assert course.students.count() == 40
+
+
+# --- files the csv module cannot read, and files too big ----------------------------------
+
+HUGE_CELL = "x" * (200 * 1024)  # over the csv module's 128 KB field limit
+
+
+def test_a_cell_over_the_field_limit_is_a_row_error_saying_where_and_what_the_limit_is(course):
+    text = f"username,name,e-mail\ns001,Alice Chen,a@example.edu\ns002,{HUGE_CELL},b@x.edu\n"
+    with pytest.raises(RosterErrors) as refused:
+        check_roster(course, text.encode())
+    [error] = refused.value.errors
+    assert (error.row, error.column) == (3, "file")
+    assert "Row 3" in error.message and "131072 characters (128 KB)" in error.message
+    assert not course.students.exists()
+
+
+def test_a_quote_left_open_is_reported_on_the_row_where_it_opens(course):
+    rows = [f"s{i:03d},Student {i},s{i:03d}@example.edu" for i in range(4500)]
+    rows[1] = 's001,"Student 1,s001@example.edu'  # the quote runs on through the file
+    text = "username,name,e-mail\n" + "\n".join(rows) + "\n"
+    with pytest.raises(RosterErrors) as refused:
+        check_roster(course, text.encode())
+    [error] = refused.value.errors
+    assert error.row == 3 and "quote" in error.message
+
+
+def test_old_mac_line_ends_are_read_as_rows(teacher, course):
+    plan = check_roster(course, b"username,name\rs001,Alice\rs002,Bo\r")
+    assert [row.username for row in plan.to_add] == ["s001", "s002"]
+
+
+def test_more_rows_than_an_import_takes_are_refused_with_what_to_do(course, monkeypatch):
+    monkeypatch.setattr(roster, "MAX_ROWS", 3)
+    five = "username\n" + "".join(f"s{i}\n" for i in range(5))
+    with pytest.raises(RosterErrors) as refused:
+        check_roster(course, five.encode())
+    [error] = refused.value.errors
+    assert error.column == "file" and "more than 3 students" in error.message
+    assert "parts of at most 3 rows" in error.message
+    check_roster(course, b"username\ns0\ns1\ns2\n")  # exactly the most: fine
+
+
+def test_the_page_and_the_api_answer_a_cell_over_the_limit_with_the_row_not_a_500(teacher, course):
+    text = f"username,name\ns001,Alice\ns002,{HUGE_CELL}\n".encode()
+    page = Client()
+    page.force_login(teacher)
+    upload = SimpleUploadedFile("class.csv", text, content_type="text/csv")
+    shown = page.post("/courses/cs101/roster/import/", {"file": upload, "action": "preview"})
+    assert shown.status_code == 400
+    html = shown.content.decode()
+    assert "row-errors" in html and "Row 3 (line 3 of the file)" in html and "128 KB" in html
+
+    api = APIClient()
+    api.force_authenticate(teacher)
+    upload = SimpleUploadedFile("class.csv", text, content_type="text/csv")
+    answer = api.post("/api/v1/courses/cs101/roster/", {"file": upload}, format="multipart")
+    assert answer.status_code == 400
+    [row] = answer.json()["rows"]
+    assert (row["row"], row["column"]) == (3, "file") and "128 KB" in row["message"]
+    assert not course.students.exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 from datetime import timedelta
 from decimal import Decimal
 
@@ -123,3 +125,13 @@ def test_admins_add_price_lines_and_an_overlap_is_a_400_with_nothing_created(adm
     assert unknown.status_code == 400 and "unit" in unknown.json()
     assert PriceRule.objects.count() == 1
     assert len(client.get("/api/v1/prices/").json()) == 1
+
+
+def test_a_report_cell_that_starts_like_a_formula_is_quoted_in_the_csv(admin_user, records):
+    """OWASP CSV injection: a department (free text) named like a spreadsheet formula."""
+    formula = '=HYPERLINK("http://evil.example/","Click")'
+    UsageRecord.objects.filter(username="ada").update(department=formula)
+    query = {"group": "department", "period": "month", "start": "2026-03-01", "end": "2026-03-31"}
+    as_csv = client_for(admin_user).get("/api/v1/usage/report/", {**query, "format": "csv"})
+    rows = list(csv.reader(io.StringIO(as_csv.content.decode())))
+    assert [row[1] for row in rows[1:]] == ["'" + formula, "Maths"]
