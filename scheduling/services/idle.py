@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -93,7 +94,10 @@ def _apply(
     result: SweepResult,
     now: datetime,
 ) -> None:
-    fields = {"idle_state": IdleState(verdict.state.value), "idle_since": verdict.since}
+    fields: dict[str, Any] = {
+        "idle_state": IdleState(verdict.state.value),
+        "idle_since": verdict.since,
+    }
     try:
         if verdict.state == Idle.SUSPENDED:
             quiet = idle_rules.quiet_since(
