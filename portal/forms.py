@@ -12,7 +12,7 @@ from scheduling.form_fields import AsciiIntegerField
 from scheduling.services import ServiceError
 from scheduling.services.sessions import SubmitRequest, check_submit
 
-from .models import Member
+from .models import COURSE_CODE_MAX, Member
 
 
 class PreferencesForm(forms.ModelForm):
@@ -39,7 +39,7 @@ class SessionRequestForm(forms.Form):
         }
     )
     purpose = forms.CharField(error_messages={"required": _("Pick a purpose.")})
-    course = forms.CharField(required=False)
+    course = forms.CharField(required=False, max_length=COURSE_CODE_MAX)
 
     def __init__(self, user: User, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -44,10 +44,13 @@ class CourseQuerySet(models.QuerySet["Course"]):
         return visible_through(self, user, "portal.view_course", own)
 
 
+COURSE_CODE_MAX = 40  # what forms and the API take as a course's code, too
+
+
 class Course(models.Model):
     """A class taught with pool desktops; coursework requests name one."""
 
-    code = models.SlugField(max_length=40, unique=True)
+    code = models.SlugField(max_length=COURSE_CODE_MAX, unique=True)
     title = models.CharField(max_length=200)
     department = models.CharField(max_length=100, blank=True)
     instructors = models.ManyToManyField(

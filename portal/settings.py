@@ -346,6 +346,12 @@ _WARM_MAX = env.str("DESKPOOL_WARM_MAX_PER_BOOKING", default="").strip()
 WARM_MAX_PER_BOOKING: int | None = int(_WARM_MAX) if _WARM_MAX else None  # None: every seat
 WARM_RETRY_S = env.float("DESKPOOL_WARM_RETRY_S", default=60.0)
 
+# Class bookings (scheduling/services/bookings.py): no date more than this many days ahead (a
+# booking, each date of a series); a term's weekly series fits well within the default year.
+BOOKING_HORIZON_DAYS = env.int("DESKPOOL_BOOKING_HORIZON_DAYS", default=366)
+if BOOKING_HORIZON_DAYS < 1:
+    raise ImproperlyConfigured("DESKPOOL_BOOKING_HORIZON_DAYS must be 1 or more")
+
 # Audit trail (docs/audit.md): events are kept this many days, at least six months; the
 # retention task deletes older ones. Behind this many reverse proxies (nginx) the client's
 # address is read from X-Forwarded-For; 0: the connection's address, the header ignored.

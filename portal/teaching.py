@@ -22,6 +22,7 @@ from guardian.shortcuts import (
 )
 
 from scheduling.choices import ON_NODE_STATES, AuditKind
+from scheduling.excerpt import excerpt
 from scheduling.models import AuditEvent, DesktopProfile, Quota, QuotaScope
 from scheduling.services import ServiceError
 from scheduling.services.usage import collect_usage
@@ -124,7 +125,7 @@ def check_ta(course: Course, username: str, permissions: list[str] | set[str]) -
     if user is None:
         raise ServiceError(
             _("No one has the username “%(name)s”. Check the spelling; they must sign in once.")
-            % {"name": username},
+            % {"name": excerpt(username)},
             field="username",
         )
     if course.instructors.filter(pk=user.pk).exists():

@@ -14,7 +14,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from portal.models import Course
+from portal.models import COURSE_CODE_MAX, Course
 from portal.people import signed_in
 from scheduling.api_errors import as_api_error
 from scheduling.models import Booking, BookingSeries
@@ -46,7 +46,7 @@ class BookingChangeSerializer(serializers.Serializer):
 
 
 class SeriesRequestSerializer(serializers.Serializer):
-    course = serializers.CharField()
+    course = serializers.CharField(max_length=COURSE_CODE_MAX)
     profile = serializers.IntegerField()
     seats = serializers.IntegerField()
     weekly = serializers.BooleanField(default=False)
@@ -56,7 +56,10 @@ class SeriesRequestSerializer(serializers.Serializer):
     ends = serializers.TimeField(help_text="Time of day, in time_zone.")
     skip_dates = serializers.ListField(child=serializers.DateField(), default=list)
     time_zone = serializers.CharField(
-        required=False, allow_blank=True, help_text="Blank: the person's time zone."
+        required=False,
+        allow_blank=True,
+        max_length=64,
+        help_text="Blank: the person's time zone.",
     )
 
 

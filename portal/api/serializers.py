@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
+from portal.models import COURSE_CODE_MAX
 from scheduling.choices import ON_NODE_STATES, IdleState, Purpose, SessionState
 from scheduling.events import session_payload
 from scheduling.models import Booking, DesktopProfile, Gpu, Node, Session, Slice
@@ -46,8 +48,14 @@ class DesktopProfileSerializer(serializers.ModelSerializer):
 
 class SessionCreateSerializer(serializers.Serializer):
     profile = serializers.IntegerField()
-    purpose = serializers.ChoiceField(choices=Purpose.choices)
-    course = serializers.CharField(required=False, allow_blank=True, allow_null=True)
+    # Not DRF's '"<input>" is not a valid choice.': the input is not repeated back.
+    purpose = serializers.ChoiceField(
+        choices=Purpose.choices,
+        error_messages={"invalid_choice": _("Purpose must be one of: thesis, coursework, hobby.")},
+    )
+    course = serializers.CharField(
+        required=False, allow_blank=True, allow_null=True, max_length=COURSE_CODE_MAX
+    )
 
 
 class IdleSerializer(serializers.Serializer):
@@ -161,7 +169,7 @@ class PoolSerializer(serializers.Serializer):
 
 
 class BookingCreateSerializer(serializers.Serializer):
-    course = serializers.CharField()
+    course = serializers.CharField(max_length=COURSE_CODE_MAX)
     profile = serializers.IntegerField()
     seats = serializers.IntegerField()
     starts_at = serializers.DateTimeField()

@@ -24,6 +24,7 @@ from django.utils.translation import gettext as _
 from .. import pricing
 from ..choices import AuditKind, SliceKind
 from ..csv_export import SafeWriter
+from ..excerpt import excerpt
 from ..models import (
     Booking,
     DesktopProfile,
@@ -119,7 +120,7 @@ def check_price(
     if profile and found is None:
         raise ServiceError(
             _("There is no desktop profile %(slug)s; give a profile's slug, or none for any.")
-            % {"slug": profile},
+            % {"slug": excerpt(profile)},
             field="profile",
         )
     if unit not in PriceUnit.values:

@@ -24,6 +24,7 @@ from portal.models import Course
 
 from .. import engine
 from ..choices import AuditKind
+from ..excerpt import excerpt
 from ..locks import lock_policy
 from ..models import Booking, BookingSeries, DesktopProfile
 from . import Conflict, ServiceError
@@ -31,6 +32,7 @@ from .audit import record
 from .bookings import (
     alternative_words,
     can_book_for,
+    check_horizon,
     check_seats,
     check_window,
     course_to_book,
@@ -141,7 +143,7 @@ def _zone(name: str | None) -> tuple[str, ZoneInfo]:
         return name, ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as error:
         raise ServiceError(
-            _("%(name)s is not a time zone we know.") % {"name": name}, field="time_zone"
+            _("%(name)s is not a time zone we know.") % {"name": excerpt(name)}, field="time_zone"
         ) from error
 
 
@@ -206,6 +208,8 @@ def check_series(
     check_seats(seats)
     zone_name, zone = _zone(time_zone)
     last = last_date if weekly and last_date else first_date
+    check_horizon(first_date, field="first_date")
+    check_horizon(last, field="last_date")
     if last < first_date:
         raise ServiceError(_("The last date must not be before the first date."), field="last_date")
     if last - first_date > MAX_TERM:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import formats, timezone
@@ -25,6 +26,7 @@ from portal.models import Course
 from .. import engine
 from ..choices import AuditKind
 from ..engine import fit_codes
+from ..excerpt import excerpt
 from ..locks import lock_policy
 from ..models import Booking, DesktopProfile, Node, Slice
 from . import Conflict, ServiceError
@@ -65,7 +67,7 @@ def course_to_book(user: User, course_code: str) -> Course:
     course = Course.objects.filter(code=course_code).first()
     if course is None:
         raise ServiceError(
-            _("There is no course “%(course)s”.") % {"course": course_code}, field="course"
+            _("There is no course “%(course)s”.") % {"course": excerpt(course_code)}, field="course"
         )
     if not can_book_for(user, course):
         raise ServiceError(
@@ -96,13 +98,34 @@ def check_seats(seats: int) -> None:
 def check_window(
     starts_at: datetime, ends_at: datetime, *, starts: str = "starts_at", ends: str = "ends_at"
 ) -> None:
-    """A window that ends after it starts, lasts at most 12 hours and is not in the past."""
+    """A window that ends after it starts, lasts at most 12 hours, is not in the past and not
+    past the booking horizon."""
     if ends_at <= starts_at:
         raise ServiceError(_("The window must end after it starts."), field=ends)
     if ends_at - starts_at > MAX_WINDOW:
         raise ServiceError(_("A booking window is at most 12 hours; book each day."), field=ends)
     if starts_at < timezone.now() - timedelta(minutes=5):
         raise ServiceError(_("The window starts in the past; pick a later start."), field=starts)
+    check_horizon(timezone.localdate(starts_at), field=starts)
+
+
+def horizon() -> date:
+    """The last date a booking may be on: ``BOOKING_HORIZON_DAYS`` after today."""
+    return timezone.localdate() + timedelta(days=settings.BOOKING_HORIZON_DAYS)
+
+
+def check_horizon(day: date, *, field: str) -> None:
+    """Refuse a date past the booking horizon (a year ahead by default)."""
+    last = horizon()
+    if day > last:
+        raise ServiceError(
+            _(
+                "Bookings can be made up to %(days)d days ahead, until %(date)s; "
+                "pick an earlier date."
+            )
+            % {"days": settings.BOOKING_HORIZON_DAYS, "date": formats.date_format(last)},
+            field=field,
+        )
 
 
 # -- the capacity check --

@@ -15,6 +15,7 @@ from django.utils.translation import gettext as _
 from portal.models import ThesisGrant
 
 from ..choices import AuditKind
+from ..excerpt import excerpt
 from . import Conflict, NotFound, ServiceError
 from .audit import record
 from .eligibility import Forbidden, close_grant, is_faculty
@@ -47,7 +48,7 @@ def check_grant(
     if student is None:
         raise ServiceError(
             _("There is no student with the username “%(username)s”. Check the spelling.")
-            % {"username": student_username},
+            % {"username": excerpt(student_username)},
             field="student",
         )
     if student.pk == user.pk:

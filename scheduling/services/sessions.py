@@ -25,6 +25,7 @@ from ..choices import (
 )
 from ..engine.reasons import Code, Reason
 from ..events import broadcast_created
+from ..excerpt import excerpt
 from ..locks import lock_person
 from ..models import Booking, DesktopProfile, PoolPolicy, Session
 from ..presenters import refusal, stored
@@ -73,7 +74,8 @@ def check_submit(
         course = Course.objects.filter(code=course_code).annotate(**enrolment(user)).first()
         if course is None:
             raise ServiceError(
-                _("There is no course “%(course)s”.") % {"course": course_code}, field="course"
+                _("There is no course “%(course)s”.") % {"course": excerpt(course_code)},
+                field="course",
             )
         if not (course.__dict__["as_student"] or course.__dict__["as_teacher"]):
             raise ServiceError(
