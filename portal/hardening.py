@@ -11,14 +11,23 @@
 - Referrer and framing: same-origin referrers, no framing.
 - Sessions: signed in for ``DESKPOOL_SESSION_HOURS`` (12) at most; SameSite=Lax, HttpOnly,
   and with Secure cookies the ``__Host-`` prefix.
+- The secret key (:func:`secret_key`): ``SECRET_KEY`` or ``SECRET_KEY_FILE``; without either,
+  a production configuration refuses to start, anything else (the embedded first run, a
+  developer's or the tests' local database) uses a random key generated once into
+  ``var/secret-key`` (mode 0600).
 """
 
 from __future__ import annotations
 
+import os
+import secrets
+import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 SELF, NONE = "'self'", "'none'"
 
@@ -87,3 +96,56 @@ def read(env: environ.Env, signin_settings: dict[str, Any]) -> dict[str, Any]:
     else:
         values["CONTENT_SECURITY_POLICY"] = policy
     return values
+
+
+SECRET_KEY_FILE_NAME = "secret-key"
+
+
+def is_production(env: environ.Env, database_engine: str, debug: bool) -> bool:
+    """A deployment others reach: a shared database (not SQLite), DEBUG off, and served under a
+    host name of its own (``ALLOWED_HOSTS``) or behind the TLS proxy, as deploy/ sets it up.
+    The embedded first run, a developer's and the tests' local runs are not."""
+    if debug or database_engine.endswith("sqlite3"):
+        return False
+    return bool(env.str("ALLOWED_HOSTS", default="")) or env.bool(
+        "DESKPOOL_BEHIND_TLS_PROXY", default=False
+    )
+
+
+def secret_key(given: str, var_dir: Path, *, production: bool) -> str:
+    """``given`` (SECRET_KEY or the file SECRET_KEY_FILE names) when there is one; otherwise,
+    outside production, the key kept in ``var_dir/secret-key``, generated there once (mode
+    0600, written whole before it appears, so processes starting together share one)."""
+    if given:
+        return given
+    if production:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set: a production configuration (a PostgreSQL DATABASE_URL, "
+            "ALLOWED_HOSTS or DESKPOOL_BEHIND_TLS_PROXY, DEBUG off) needs SECRET_KEY_FILE naming "
+            "a file with a long random key (or SECRET_KEY); see docs/security.md."
+        )
+    path = var_dir / SECRET_KEY_FILE_NAME
+    for _attempt in range(50):
+        if path.exists():
+            key = path.read_text().strip()
+            if key:
+                return key
+        else:
+            _write_new_key(path)
+            continue
+        time.sleep(0.1)  # pragma: no cover - another process is writing it
+    raise ImproperlyConfigured(f"{path} is empty: remove it and start again")
+
+
+def _write_new_key(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    draft = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(secrets.token_urlsafe(50) + "\n")
+    try:
+        os.link(draft, path)  # fails when another process was first: theirs is kept
+    except FileExistsError:
+        pass
+    finally:
+        draft.unlink()

@@ -31,7 +31,6 @@ def _secret(name: str, default: str) -> str:
 
 
 DEBUG = env.bool("DEBUG", default=False)
-SECRET_KEY = _secret("SECRET_KEY", "deskpool-embedded-default-not-for-production")
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
@@ -146,6 +145,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         # Each connection is checked as it leaves the pool (an empty query, well under a
         # millisecond here), so one broken by a database restart is replaced, not used.
         DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# No built-in key: SECRET_KEY(_FILE), or outside production one generated once under var/
+# (portal/hardening.py, docs/security.md).
+SECRET_KEY = hardening.secret_key(
+    _secret("SECRET_KEY", ""),
+    VAR_DIR,
+    production=hardening.is_production(env, DATABASES["default"]["ENGINE"], DEBUG),
+)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Overload (the database pool exhausted, the database refusing connections): 503 with this
 # Retry-After, in seconds (portal.overload).

@@ -23,6 +23,19 @@ from nodeagent.runtime.desktop_network import remove_networks
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def shared_secret_key() -> dict[str, str]:
+    """The test process's secret key for the processes it starts (their var/ is their own),
+    so a login session made here is valid there: the file it was generated into."""
+    if os.environ.get("SECRET_KEY") or os.environ.get("SECRET_KEY_FILE"):
+        return {}
+    from django.conf import settings
+
+    from portal.hardening import SECRET_KEY_FILE_NAME
+
+    key_file = Path(settings.VAR_DIR) / SECRET_KEY_FILE_NAME
+    return {"SECRET_KEY_FILE": str(key_file)} if key_file.exists() else {}
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -125,6 +138,7 @@ class Stack:
             "DESKPOOL_VAR_DIR": str(workdir / "var"),
             "PYTHONUNBUFFERED": "1",
             "DESKPOOL_AGENT_POLL_INTERVAL_S": "0.25",
+            **shared_secret_key(),
             **(extra_env or {}),
         }
         self.processes: dict[str, subprocess.Popen] = {}

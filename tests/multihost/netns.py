@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -221,7 +222,17 @@ class MultiHost:
             "DESKPOOL_SCHEDULER_BEAT_SECONDS": "2",
             "PYTHONUNBUFFERED": "1",
             "SSL_CERT_FILE": str(self.cert),  # the agents trust the test's certificate
+            # As deployed, a key of its own: production refuses to start without one.
+            "SECRET_KEY_FILE": str(self._secret_key_file(workdir)),
         }
+
+    @staticmethod
+    def _secret_key_file(workdir: Path) -> Path:
+        path = workdir / "secret-key"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+        return path
 
     # --- the network ------------------------------------------------------------------
     def network(self) -> None:
