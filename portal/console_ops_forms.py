@@ -11,8 +11,8 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from scheduling.choices import AuditKind
 from scheduling.form_fields import AsciiFloatField, AsciiIntegerField
+from scheduling.labels import audit_kind_choices
 from scheduling.models import AlertRule
 from scheduling.models.alerts import Metric, Scope
 from scheduling.services import ServiceError
@@ -137,7 +137,9 @@ class AuditSearchForm(forms.Form):
         label=_("Who"), required=False, max_length=200, help_text=_("Part of the actor, e.g. ada.")
     )
     kind = forms.ChoiceField(
-        label=_("What"), required=False, choices=[("", _("Any kind")), *AuditKind.choices]
+        label=_("What"),
+        required=False,
+        choices=lambda: [("", _("Any kind")), *audit_kind_choices()],
     )
     since = forms.DateField(
         label=_("From"), required=False, widget=_date_input(), error_messages=DATE_ERRORS

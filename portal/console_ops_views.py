@@ -6,13 +6,11 @@ template fragment (``console/_alerts.html``) for the page and for its live refre
 
 from __future__ import annotations
 
-import json
 from decimal import Decimal
 from typing import Any, cast
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.core.serializers.json import DjangoJSONEncoder
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -193,10 +191,6 @@ def reports(request: HttpRequest) -> HttpResponse:
 # -- audit -----------------------------------------------------------------------------------
 
 
-def _details(data: Any) -> str:
-    return json.dumps(data, cls=DjangoJSONEncoder, ensure_ascii=False, sort_keys=True)
-
-
 @admin_only
 @require_GET
 def audit(request: HttpRequest) -> HttpResponse:
@@ -224,7 +218,7 @@ def audit(request: HttpRequest) -> HttpResponse:
     context = {
         "form": form,
         "page": page,
-        "events": [(e, _details(e.data)) for e in page.object_list],
+        "events": page.object_list,
         "query": query.urlencode(),
         "csv_url": f"{reverse('console-audit')}?{csv_query.urlencode()}",
         "export_cap": EXPORT_CAP,

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -59,7 +60,7 @@ def _clock(value: Any) -> str:
     local = timezone.localtime(moment)
     if local.date() == timezone.localtime().date():
         return local.strftime("%H:%M")
-    return local.strftime("%Y-%m-%d %H:%M")
+    return date_format(local, "SHORT_DATETIME_FORMAT")  # per language (portal/formats)
 
 
 def _percent(value: Any) -> str:
@@ -114,7 +115,7 @@ def _waiting(p: Mapping[str, Any], why: str) -> str:
 
 
 def _quota(code: Code, p: Mapping[str, Any]) -> str:
-    """The quota sentence without its "blocked:" lead (submit refusals use it bare)."""
+    """The quota sentence without its "Held by a quota:" lead (submit refusals use it bare)."""
     whose = _whose(p)
     if code == Code.QUOTA_SLICE_MEMORY:
         return _(
@@ -307,7 +308,7 @@ def render(code: str, params: Mapping[str, Any] | None = None) -> str:
         return code
     p = params or {}
     if known in QUOTA_CODES:
-        return _("blocked: %(why)s") % {"why": _quota(known, p)}
+        return _("Held by a quota: %(why)s") % {"why": _quota(known, p)}
     return SENTENCES[known](p)
 
 

@@ -180,7 +180,8 @@ def test_a_person_starts_uses_and_stops_a_desktop_in_the_browser(
         assert [s for s in seen if s not in LIVE_STATES] == [], seen
         assert seen == sorted(seen, key=LIVE_STATES.index), seen
         assert page.inner_text("#node") == stack.node
-        assert page.inner_text("#slice") == "gpu0 1g.10gb"
+        assert page.inner_text("#slice") == "GPU 0, MIG 1g.10gb"
+        assert page.get_attribute("#slice", "title") == "gpu0 1g.10gb"  # the code, kept
         assert page.is_visible("#open-desktop")
         page.screenshot(path=str(OUTPUT / "e2e-session-running.png"), full_page=True)
 

@@ -150,9 +150,9 @@ def test_the_current_use_is_shown_beside_each_limit(admin_user, owner, profile, 
     html = page.content.decode()
     row = html.split(f'id="quota-{quota.pk}"')[1].split("</tr>")[0]
     sessions = row.split('class="quota-sessions">')[1].split("</td>")[0]
-    assert sessions.split() == ["1", "/", "2"]
+    assert sessions == "1 of 2 desktops"
     hours = row.split('class="quota-hours">')[1].split("</td>")[0]
-    assert hours.split()[-1] == "5"
+    assert hours.endswith(" of 5 GPU-hours"), hours
     assert "per member" in html  # the * default is counted per member
 
 

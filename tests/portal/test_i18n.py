@@ -227,7 +227,7 @@ def test_live_updates_follow_the_listeners_saved_language_and_zone(owner):
     Member.objects.create(user=owner, language=ZH, time_zone="Asia/Shanghai")
     saved = _live_reason(owner, params, "en")
     assert (
-        saved == "正在等待空闲切片：兴趣项目队列中你前面还有 1 个请求；预计 2030-03-02 07:15 开始"
+        saved == "正在等待空闲切片：兴趣项目队列中你前面还有 1 个请求；预计 2030年3月2日 07:15 开始"
     )
 
 

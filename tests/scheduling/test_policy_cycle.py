@@ -138,7 +138,7 @@ def test_quotas_block_at_placement_with_a_reason_and_at_submit(make_user, owner,
     second.refresh_from_db()
     assert first.state == S.PLACED
     assert second.state == S.QUEUED and second.blocked and second.queue_position is None
-    assert second.reason.startswith("blocked: your quota of 1 concurrent desktops")
+    assert second.reason.startswith("Held by a quota: your quota of 1 concurrent desktops")
     # Another user is not held back by ada's use of the default quota.
     other = submit(make_user("cy"), profile)
     do_scheduling_cycle()

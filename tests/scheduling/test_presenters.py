@@ -63,7 +63,7 @@ def test_quota_reasons_read_as_blocked_on_a_session_and_as_a_refusal_at_submit()
         Code.QUOTA_GPU_HOURS, {"scope": "course", "key": "cs101", "limit": 40.0, "used": 41.25}
     )
     assert render_reason(reason) == (
-        "blocked: course cs101's quota of 40 GPU-hours this week is used (41.2 used)"
+        "Held by a quota: course cs101's quota of 40 GPU-hours this week is used (41.2 used)"
     )
     assert refusal(reason) == "Course cs101's quota of 40 GPU-hours this week is used (41.2 used)."
 
