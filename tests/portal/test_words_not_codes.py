@@ -114,3 +114,23 @@ def test_the_500_page_is_translated_and_needs_no_database(django_assert_num_quer
     assert answer.status_code == 500
     page = answer.content.decode()
     assert '<html lang="zh-hans">' in page and "出错了" in page
+
+
+def test_course_dates_read_in_chinese_order(owner, pool, profile):
+    from datetime import time, timedelta
+
+    from portal.models import Course
+    from scheduling.services.booking_series import check_series, do_create_series
+
+    course = Course.objects.create(code="cs101", title="GPUs")
+    course.instructors.add(owner)
+    first = timezone.localdate() + timedelta(days=14 - timezone.localdate().weekday())
+    plan = check_series(
+        owner, "cs101", profile.pk, 2, first, first + timedelta(weeks=1), True, time(9), time(11)
+    )
+    do_create_series(owner, plan)
+    page = get(owner, f"/courses/cs101/calendar/?week={first.isoformat()}").content.decode()
+    assert f"{first.month}月{first.day}日 星期一" in page  # the day's heading
+    assert f"{first.year}年{first.month}月{first.day}日" in page  # week of …
+    english = get(owner, f"/courses/cs101/calendar/?week={first.isoformat()}", "en")
+    assert f"Mon {first.day} {first:%b}" in english.content.decode()
