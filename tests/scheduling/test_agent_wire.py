@@ -40,6 +40,7 @@ from nodeagent.protocol import (
 from nodeagent.runtime.simulated_runtime import SimulatedRuntime
 from portal.models import Course
 from scheduling.models import (
+    AuditEvent,
     Booking,
     Gpu,
     JoinToken,
@@ -304,12 +305,16 @@ def test_every_field_of_a_session_report_is_stored(owner, profile, register_node
         state="RUNNING", host="10.0.0.7", port=32001, container_id="c0ffee" * 8,
         reason="SIMULATED desktop: no container runs on this node", placement=placement,
     )  # fmt: skip
-    assert_fully_populated(running)
+    # ``failure`` is a FAILED report's: the one at the end sets it.
+    assert set(SessionReport.model_fields) - running.model_fields_set == {"failure"}
     post(path, running, token)
     session.refresh_from_db()
     # Every field but ``host``, which is deliberately not used: the relay connects to the
     # node's registered address, never to one a report names (docs/agent-protocol.md).
-    expected = {**running.model_dump(mode="json"), "host": session.node.address}
+    expected = {
+        **running.model_dump(mode="json", exclude={"failure"}),
+        "host": session.node.address,
+    }
     assert stored_report(session) == expected
     assert session.node.address != running.host
 
@@ -318,6 +323,22 @@ def test_every_field_of_a_session_report_is_stored(owner, profile, register_node
     session.refresh_from_db()
     assert stored_report(session)["state"] == "LOST"
     assert stored_report(session)["reason"] == lost.reason
+
+    # A FAILED report: its code is the session's cause, its words the audit event's detail.
+    other = Session.objects.create(
+        user=owner, profile=profile, purpose="hobby", state="PLACED", node=session.node
+    )
+    failed = SessionReport(
+        state="FAILED", host="10.0.0.7", port=32002, container_id="dead" * 8,
+        reason="image deskpool/x is not present on node gpu-r", placement="",
+        failure="image_missing",
+    )  # fmt: skip
+    assert_fully_populated(failed)
+    post(f"sessions/{other.pk}/report/", failed, token)
+    other.refresh_from_db()
+    assert (other.state, other.reason_params["cause"]) == ("FAILED", failed.failure)
+    event = AuditEvent.objects.get(session_id=other.pk, data__to="FAILED")
+    assert (event.data["detail"], event.data["cause"]) == (failed.reason, failed.failure)
 
 
 def test_every_field_of_the_warm_reports_is_stored(owner, profile, register_node) -> None:

@@ -396,11 +396,15 @@ def test_reasons_carry_their_parameters_and_standing_holds_are_free_and_unplaced
     for entry in result.queue:
         reason, r = entry.reason, requests[entry.session_id]
         if reason.code == Code.NO_FIT:
+            # What it needs; ``short`` and the largest node's figures only where no node
+            # is that large at all (the snapshots here give no node's whole size).
             assert reason.params == {
                 "gpu_count": r.gpu_count,
                 "memory_mb": r.gpu_memory_min_mb,
                 "kinds": list(r.allowed_kinds),
                 "models": list(r.gpu_models),
+                "cpus": r.cpus,
+                "ram_mb": r.memory_mb,
             }
             continue
         assert reason.code in WAITING_CODES
