@@ -39,10 +39,12 @@ an optional field left out is absent, not ``null``. Field names here are the wir
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 PROTOCOL_VERSION = 1
 AGENT_VERSION = "0.1.0"
@@ -57,9 +59,9 @@ LABEL_PLACEMENT = "deskpool.placement"
 # Warm desktops (no session yet): the portal's key, and the booking they were started for.
 LABEL_WARM = "deskpool.warm"
 LABEL_BOOKING = "deskpool.booking"
+LABEL_INSTALLATION = "deskpool.installation"  # the portal's installation id (RegistrationAnswer)
 # A warm key names containers, folders and files: the portal makes them from this alphabet.
 WARM_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$"
-LABEL_INSTALLATION = "deskpool.installation"  # the portal's installation id (RegistrationAnswer)
 
 # Inside every desktop image: websockify listens here, the VNC password file is mounted here.
 DESKTOP_WEBSOCKIFY_PORT = 6080
@@ -92,9 +94,12 @@ RuntimeKind = Literal["docker", "simulated"]
 
 # What the portal keeps in a PostgreSQL integer column (PositiveIntegerField).
 _INT32_MAX = 2**31 - 1
+# The largest id a PostgreSQL bigint primary key holds: a larger one names nothing (400).
+ID_MAX = 2**63 - 1
 Count = Annotated[int, Field(ge=0, le=_INT32_MAX)]
 SmallCount = Annotated[int, Field(ge=0, le=32767)]  # a PositiveSmallIntegerField
 Port = Annotated[int, Field(ge=1, le=65535)]
+SessionId = Annotated[int, Field(ge=1, le=ID_MAX)]
 Uuid = Annotated[str, Field(min_length=1, max_length=100)]  # GPU or MIG UUID
 Reason = Annotated[str, Field(max_length=REASON_MAX_CHARS)]
 PcieLevel = Annotated[
@@ -123,6 +128,47 @@ def _refuse_nul(value: Any) -> Any:
         for item in value:
             _refuse_nul(item)
     return value
+
+
+NODE_ADDRESS_MAX = 200
+_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def node_address(value: str) -> str:
+    """A node's management address as the portal may connect to it: a hostname or an IP
+    literal and nothing else (no scheme, port, path, query, fragment, user or spaces; the
+    port is each desktop's own). ValueError saying what to send instead."""
+    if not isinstance(value, str) or not value or len(value) > NODE_ADDRESS_MAX:
+        raise ValueError(
+            f"must be a hostname or an IP address of 1 to {NODE_ADDRESS_MAX} characters"
+        )
+    try:
+        ip = ipaddress.ip_address(value)
+    except ValueError:
+        ip = None
+    if ip is not None:
+        if (
+            ip.is_unspecified
+            or ip.is_multicast
+            or str(ip) == "255.255.255.255"
+            or getattr(ip, "scope_id", None)  # fe80::1%eth0: a link, not a node
+        ):
+            raise ValueError(f"{value} is not one node's address: give its management address")
+        return str(ip)
+    labels = value.rstrip(".").split(".") if value != "." else [""]
+    if (
+        len(value) > 253
+        or not all(_HOST_LABEL.match(label) for label in labels)
+        or labels[-1].isdigit()  # 10.0.0.300, 1.2.3: a broken IP address, not a name
+    ):
+        raise ValueError(
+            "must be a hostname or an IP address only (such as gpu-a01.campus or 10.20.0.11): "
+            "no scheme, port, path, query, fragment, user name or spaces"
+        )
+    return value.rstrip(".").lower()
+
+
+NodeAddress = Annotated[str, AfterValidator(node_address)]
 
 
 class AgentMessage(BaseModel):
@@ -201,8 +247,12 @@ class Registration(AgentMessage):
         max_length=200,
         description="First registration only (one-time).",
     )
-    address: str = Field(
-        min_length=1, max_length=200, description="Where the portal reaches published ports."
+    address: NodeAddress = Field(
+        min_length=1,
+        max_length=NODE_ADDRESS_MAX,
+        description="Where the portal reaches published ports: the node's management "
+        "address, a hostname or an IP address only (no scheme, port, path or user); the "
+        "portal accepts only addresses in its DESKPOOL_NODE_ADDRESS_NETWORKS.",
     )
     cpu_count: Count
     memory_mb: Count
@@ -230,6 +280,14 @@ class RegistrationAnswer(PortalMessage):
         le=60,
         description="How long the agent's wait/ may be held: the slow fallback poll. Absent "
         "(0) from an older portal, which the agent then polls every poll_interval_s.",
+    )
+    installation_id: str = Field(
+        default="",
+        max_length=16,
+        pattern=r"^[a-z0-9]*$",
+        description="The portal's installation id: the agent names and labels its containers, "
+        "volumes and networks with it and adopts or removes only those that carry it. Absent "
+        "from an older portal.",
     )
 
 
@@ -281,14 +339,6 @@ class GpuMetrics(AgentMessage):
     )
 
 
-    installation_id: str = Field(
-        default="",
-        max_length=16,
-        pattern=r"^[a-z0-9]*$",
-        description="The portal's installation id: the agent names and labels its containers, "
-        "volumes and networks with it and adopts or removes only those that carry it. Absent "
-        "from an older portal.",
-    )
 # At most this many sessions' usage in one heartbeat (a node runs far fewer desktops).
 USAGE_MAX = 500
 
@@ -297,7 +347,7 @@ class SessionUsage(AgentMessage):
     """One running session's own utilisation, for idle detection (docs/lifecycle.md);
     ``None`` where the agent has no figure. The simulated runtime sends SIMULATED figures."""
 
-    session_id: int = Field(ge=1)
+    session_id: SessionId
     gpu_pct: float | None = Field(
         default=None,
         ge=0,
@@ -316,7 +366,7 @@ class SessionUsage(AgentMessage):
 
 class Heartbeat(AgentMessage):
     gpus: list[GpuMetrics]
-    running_sessions: list[Annotated[int, Field(ge=0)]]
+    running_sessions: list[Annotated[int, Field(ge=0, le=ID_MAX)]]
     # Optional within protocol version 1: an older agent leaves it out.
     usage: list[SessionUsage] | None = Field(
         default=None,
@@ -351,7 +401,7 @@ class DesktopSpec(PortalMessage):
 class DesiredSession(DesktopSpec):
     """A session whose desktop should run on this node."""
 
-    session_id: int = Field(ge=1)
+    session_id: SessionId
     user: str
     vnc_password: str = Field(min_length=1, max_length=8, description="VNC cuts longer ones.")
     home_volume: str = Field(min_length=1, description="Docker volume, kept across sessions.")
@@ -425,10 +475,17 @@ class SessionReport(AgentMessage):
         max_length=40,
         description="The placement the report is about (DesiredSession's).",
     )
+    failure: str = Field(
+        default="",
+        max_length=40,
+        pattern=r"^[a-z_]*$",
+        description="FAILED: why, as a code of nodeagent.failures (not_enough_cpus, "
+        "image_missing, ...); ``reason`` keeps the runtime's words. Absent from an older agent.",
+    )
 
 
 class BatchedReport(SessionReport):
-    session_id: int = Field(ge=1)
+    session_id: SessionId
 
 
 MAX_BATCH = 500
@@ -475,13 +532,6 @@ class DetailAnswer(PortalMessage):
 
 
 class ConflictAnswer(DetailAnswer):
-    failure: str = Field(
-        default="",
-        max_length=40,
-        pattern=r"^[a-z_]*$",
-        description="FAILED: why, as a code of nodeagent.failures (not_enough_cpus, "
-        "image_missing, ...); ``reason`` keeps the runtime's words. Absent from an older agent.",
-    )
     """409: stop that desktop (or, at registration: the protocol version is not spoken)."""
 
     state: str | None = Field(

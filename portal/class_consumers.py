@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.template.loader import render_to_string
@@ -12,6 +14,7 @@ from scheduling.services.classroom import class_sessions
 
 from .input_limits import ListenOnly
 from .preferences import handshake_language, saved_preferences
+from .socket_guard import CLOSE_FORBIDDEN, LISTENER_CHECK_S, guard, sign_in_of
 from .teaching import CourseRole, role_by_code
 
 
@@ -32,18 +35,24 @@ def render_class_rows(role: CourseRole, session_ids: list[int]) -> list[tuple[in
 class ClassConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
     """Sends ``class.row`` messages (the row's HTML, rendered in the listener's language and
     time zone) for every session of the course that changed (``class.sessions``); teachers
-    and TAs with ``view_live_class`` only; what a client sends is dropped (``ListenOnly``)."""
+    and TAs with ``view_live_class`` only; what a client sends is dropped (``ListenOnly``).
+    Open only while the sign-in stands (4401 after) and the person may still view the live
+    class (4403 after: a TA removed from the course): every :attr:`check_s`
+    (:func:`portal.socket_guard.guard`)."""
 
     group: str | None = None
+    check_s = LISTENER_CHECK_S
+    watch: asyncio.Task | None = None
 
     async def connect(self) -> None:
         user = self.scope.get("user")
+        sign_in = sign_in_of(self.scope)
         code = self.scope["url_route"]["kwargs"]["code"]
         role = None
         if user is not None and user.is_authenticated:
             role = await database_sync_to_async(role_by_code)(user, code)
-        if role is None or not role.view_live_class:
-            await self.close(code=4403)
+        if role is None or not role.view_live_class or sign_in is None:
+            await self.close(code=CLOSE_FORBIDDEN)
             return
         self.role = role
         saved, self.zone = await database_sync_to_async(saved_preferences)(user)
@@ -51,8 +60,15 @@ class ClassConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
         self.group = course_group(role.course.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        self.watch = asyncio.create_task(guard(self, sign_in, self.check_s, self._still_allowed))
+
+    def _still_allowed(self, user) -> bool:  # type: ignore[no-untyped-def]
+        role = role_by_code(user, self.role.course.code)
+        return role is not None and role.view_live_class
 
     async def disconnect(self, code: int) -> None:
+        if self.watch is not None and self.watch is not asyncio.current_task():
+            self.watch.cancel()
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 

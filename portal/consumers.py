@@ -3,6 +3,7 @@ module, :mod:`portal.desktop_relay`)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from urllib.parse import parse_qs
 
@@ -19,6 +20,7 @@ from .desktop_relay import DesktopProxyConsumer
 from .input_limits import ListenOnly
 from .preferences import handshake_language, saved_preferences
 from .session_fragment import BOTH, PAGE_FORMS, render_forms
+from .socket_guard import CLOSE_SIGNED_OUT, LISTENER_CHECK_S, guard, sign_in_of
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +38,18 @@ def page_forms(query_string: bytes) -> tuple[str, ...] | None:
 
 class UpdatesConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
     """Pushes ``session.update`` events for the signed-in person's sessions; what a client
-    sends is dropped (``ListenOnly``)."""
+    sends is dropped (``ListenOnly``). Open only while the sign-in stands (4401 after) and,
+    for the admins' events, while the person is an admin (4403 after): every
+    :attr:`check_s` (:func:`portal.socket_guard.guard`)."""
+
+    check_s = LISTENER_CHECK_S
+    watch: asyncio.Task | None = None
 
     async def connect(self) -> None:
         user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+        sign_in = sign_in_of(self.scope)
+        if user is None or not user.is_authenticated or sign_in is None:
+            await self.close(code=CLOSE_SIGNED_OUT)
             return
         forms = page_forms(self.scope.get("query_string", b""))
         if forms is None:
@@ -57,8 +65,14 @@ class UpdatesConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
+        admin = ADMIN_GROUP in self.groups_joined
+        self.watch = asyncio.create_task(
+            guard(self, sign_in, self.check_s, (lambda fresh: fresh.is_staff) if admin else None)
+        )
 
     async def disconnect(self, code: int) -> None:
+        if self.watch is not None and self.watch is not asyncio.current_task():
+            self.watch.cancel()
         for group in getattr(self, "groups_joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
 

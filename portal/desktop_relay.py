@@ -11,7 +11,20 @@ has none to try, and a wrong one is never asked for.
 The relay lives as long as the sign-in it was opened with: every :data:`SIGN_IN_CHECK_S` it
 asks whether that login session still exists, still belongs to this user (Django's own
 check, password changes included) and whether the user is still active; when not (logout,
-an admin ending the user's sessions, a disabled account) it closes with 4401.
+an admin ending the user's sessions, a disabled account) it closes with 4401; when the person
+may no longer open the session (an admin made a plain user) with 4403
+(:func:`portal.socket_guard.guard`).
+
+The node's address is its word: the relay connects only to a valid ``host:port`` in the
+management network (:func:`scheduling.services.node_address.desktop_url`), else 4502. Every
+accepted viewer is audited (``desktop.opened``: who, whose desktop, as its owner or an admin).
+
+Bounded memory: a message either way is at most ``settings.RELAY_MAX_MESSAGE_BYTES`` (the
+desktop's side by websockets' ``max_size``, which reads no payload past it; the browser's by
+daphne, 1 MiB, and checked here again); at most :data:`UPSTREAM_QUEUE` of the desktop's
+messages wait unread, and the handshake holds at most :data:`HANDSHAKE_MAX_BYTES`. A message
+over the limit ends the relay with :data:`CLOSE_TOO_BIG` (4413) and a reason in the
+person's language.
 
 Idle detection (docs/lifecycle.md): an accepted relay is a viewer
 (``session_activity.viewer_opened``, and ``viewer_closed`` when it ends). Past the handshake
@@ -27,15 +40,17 @@ import contextlib
 import logging
 import struct
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib import import_module
 from types import SimpleNamespace
 
 import websockets
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
-from django.contrib.auth import get_user
+from django.template.defaultfilters import filesizeformat
+from django.utils import translation
+from django.utils.translation import gettext as _
 
 from nodeagent.readiness import (
     BANNER_LENGTH,
@@ -45,22 +60,39 @@ from nodeagent.readiness import (
     parse_banner,
     vnc_auth_response,
 )
+from portal.middleware import client_address_of
+from portal.preferences import handshake_language, saved_preferences
 from portal.rfb_input import InputCounter
+from portal.socket_guard import (
+    CLOSE_FORBIDDEN,
+    CLOSE_SIGNED_OUT,
+    SIGN_IN_CHECK_S,
+    SignIn,
+    guard,
+    sign_in_of,
+    still_signed_in,
+)
 from scheduling.choices import OPENABLE_STATES
 from scheduling.models import Session
 from scheduling.services import session_activity
+from scheduling.services.node_address import desktop_url
 
 log = logging.getLogger(__name__)
 
-SIGN_IN_CHECK_S = 2.0  # how often an open relay checks that its sign-in still stands
+__all__ = ["SIGN_IN_CHECK_S", "CLOSE_SIGNED_OUT", "still_signed_in", "DesktopProxyConsumer"]
+
 UPSTREAM_TIMEOUT_S = 5.0  # connect and log in to the desktop within this
+UPSTREAM_QUEUE = 4  # the desktop's messages received but not yet relayed, at most
+HANDSHAKE_MAX_BYTES = 64 * 1024  # what the desktop may send before its login is done
 RFB_38 = b"RFB 003.008\n"
-CLOSE_FORBIDDEN, CLOSE_SIGNED_OUT, CLOSE_UNREACHABLE = 4403, 4401, 4502
+CLOSE_UNREACHABLE, CLOSE_TOO_BIG = 4502, 4413
+REASON_MAX_BYTES = 123  # what a WebSocket close frame carries
+MESSAGE_TOO_BIG = 1009  # the close code websockets sends for a message over max_size
 INPUT_FLUSH_S = 5.0  # how often counted input goes to the activity store (while there is any)
 CLIENT_INIT_LENGTH = 1  # the browser's first byte past the handshake, before any message
 
 record_input = database_sync_to_async(session_activity.record_input)
-viewer_opened = database_sync_to_async(session_activity.viewer_opened)
+open_viewer = database_sync_to_async(session_activity.do_open_viewer)
 viewer_closed = database_sync_to_async(session_activity.viewer_closed)
 
 
@@ -68,8 +100,20 @@ class RfbError(Exception):
     """The other side broke the RFB handshake, or the desktop refused the login."""
 
 
+@dataclass(frozen=True)
+class Target:
+    url: str | None  # None: the node's address or the port is not one to connect to
+    password: str
+    where: str  # for the log
+
+
+def may_open(user, session_id: int) -> bool:  # type: ignore[no-untyped-def]
+    """May this (freshly read) user still open the session's desktop?"""
+    return Session.objects.openable_by(user).filter(pk=session_id).exists()
+
+
 @database_sync_to_async
-def desktop_target(user, session_id: int) -> tuple[str, int, str] | None:
+def desktop_target(user, session_id: int) -> Target | None:  # type: ignore[no-untyped-def]
     """Where the session's websockify is and its secret, for someone who may open it."""
     session = (
         Session.objects.openable_by(user)
@@ -79,18 +123,34 @@ def desktop_target(user, session_id: int) -> tuple[str, int, str] | None:
     )
     if session is None or session.desktop_port is None or session.node is None:
         return None
-    # The node's registered management address (docs/deploy.md), not one an agent reported.
-    return session.node.address, session.desktop_port, session.vnc_password
+    # The node's registered management address (docs/deploy.md), not one an agent reported,
+    # checked again here: a bare host in DESKPOOL_NODE_ADDRESS_NETWORKS, a port 1-65535.
+    address, port = session.node.address, session.desktop_port
+    return Target(desktop_url(address, port), session.vnc_password, f"{address!r}:{port}")
 
 
 @database_sync_to_async
-def still_signed_in(session_key: str, user_pk: int) -> bool:
-    """Does the login session still exist, for this user, who is still active?"""
-    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=session_key)
-    if not store.exists(session_key):
-        return False
-    user = get_user(SimpleNamespace(session=store))  # type: ignore[arg-type]
-    return bool(user.is_authenticated and user.pk == user_pk and user.is_active)
+def language_of(user, scope: dict) -> str:  # type: ignore[no-untyped-def]
+    saved, _zone = saved_preferences(user)
+    return saved or handshake_language(scope)
+
+
+def scope_address(scope: dict) -> str | None:
+    """The browser's address, as the audit trail has it for a request (behind nginx, the
+    address it saw): :func:`portal.middleware.client_address_of` on the handshake."""
+    headers = dict(scope.get("headers", []))
+    meta = {"REMOTE_ADDR": (scope.get("client") or ("",))[0] or ""}
+    if forwarded := headers.get(b"x-forwarded-for"):
+        meta["HTTP_X_FORWARDED_FOR"] = forwarded.decode("latin-1")
+    return client_address_of(SimpleNamespace(META=meta))  # type: ignore[arg-type]
+
+
+def close_reason(text: str) -> str:
+    """``text`` cut to what a close frame carries (123 bytes of UTF-8)."""
+    data = text.encode()
+    if len(data) <= REASON_MAX_BYTES:
+        return text
+    return data[: REASON_MAX_BYTES - 3].decode(errors="ignore") + "…"
 
 
 class _Reader:
@@ -104,6 +164,10 @@ class _Reader:
         while len(self.buffer) < length:
             message = await self.connection.recv()
             self.buffer += message.encode("latin-1") if isinstance(message, str) else message
+            if len(self.buffer) > HANDSHAKE_MAX_BYTES:
+                raise RfbError(
+                    f"the desktop sent over {HANDSHAKE_MAX_BYTES} bytes in its handshake"
+                )
         data, self.buffer = self.buffer[:length], self.buffer[length:]
         return data
 
@@ -194,31 +258,35 @@ class DesktopProxyConsumer(AsyncWebsocketConsumer):
     pending = b""  # what the desktop sent past its SecurityResult, for after the handshake
     tasks: tuple[asyncio.Task, ...] = ()
     session_id = 0
-    viewing = False  # viewer_opened was called: viewer_closed is owed
+    viewing = False  # the viewer was counted: viewer_closed is owed
     counter: InputCounter | None = None
     input_at = 0.0  # time.time() of the latest counted event
+    language = settings.LANGUAGE_CODE  # of the close reasons the person may read
 
     async def connect(self) -> None:
         user = self.scope.get("user")
-        session = self.scope.get("session")
-        session_key = getattr(session, "session_key", None)
+        sign_in = sign_in_of(self.scope)
         session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
-        target = None
-        if user is not None and user.is_authenticated and session_key:
-            target = await desktop_target(user, session_id)
-        if target is None or not session_key:
+        # Only a login session (the cookie's): the relay lives as long as it does.
+        target = await desktop_target(user, session_id) if sign_in and sign_in[0] else None
+        if sign_in is None or target is None:
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        host, port, password = target
+        if target.url is None:
+            log.warning("desktop %s: refused to connect to %s", session_id, target.where)
+            await self.close(code=CLOSE_UNREACHABLE)
+            return
+        limit = settings.RELAY_MAX_MESSAGE_BYTES
         try:
             self.upstream = await websockets.connect(
-                f"ws://{host}:{port}/websockify",
-                max_size=None,
+                target.url,
+                max_size=limit,
+                max_queue=UPSTREAM_QUEUE,
                 open_timeout=UPSTREAM_TIMEOUT_S,
                 compression=None,
             )
             pending = await asyncio.wait_for(
-                log_in_upstream(self.upstream, password), UPSTREAM_TIMEOUT_S
+                log_in_upstream(self.upstream, target.password), UPSTREAM_TIMEOUT_S
             )
         except (
             OSError,
@@ -227,7 +295,7 @@ class DesktopProxyConsumer(AsyncWebsocketConsumer):
             TimeoutError,
             RfbError,
         ) as error:
-            log.warning("desktop %s unreachable at %s:%s: %s", session_id, host, port, error)
+            log.warning("desktop %s unreachable at %s: %s", session_id, target.where, error)
             await self._close_upstream()
             await self.close(code=CLOSE_UNREACHABLE)
             return
@@ -235,13 +303,14 @@ class DesktopProxyConsumer(AsyncWebsocketConsumer):
         self.handshake = BrowserHandshake()
         self.session_id = session_id
         self.counter = InputCounter(skip=CLIENT_INIT_LENGTH)
+        self.language = await language_of(user, self.scope)
         await self.accept()
         await self.send(bytes_data=RFB_38)
         self.viewing = True
-        await viewer_opened(session_id)
+        await open_viewer(session_id, user, scope_address(self.scope))
         self.tasks = (
             asyncio.create_task(self._from_desktop()),
-            asyncio.create_task(self._watch_sign_in(session_key, user.pk)),
+            asyncio.create_task(self._watch_sign_in(sign_in)),
             asyncio.create_task(self._flush_input_regularly()),
         )
 
@@ -253,16 +322,30 @@ class DesktopProxyConsumer(AsyncWebsocketConsumer):
                     await self.send(bytes_data=message)
                 else:
                     await self.send(text_data=message)
-        except websockets.ConnectionClosed:
-            pass
-        finally:
-            await self.close()
+        except websockets.ConnectionClosed as closed:
+            if closed.sent is not None and closed.sent.code == MESSAGE_TOO_BIG:
+                await self._too_much(by_desktop=True)
+                return
+        await self.close()
 
-    async def _watch_sign_in(self, session_key: str, user_pk: int) -> None:
-        while await still_signed_in(session_key, user_pk):
-            await asyncio.sleep(SIGN_IN_CHECK_S)
-        log.info("desktop relay closed: user %s is no longer signed in", user_pk)
-        await self.close(code=CLOSE_SIGNED_OUT)
+    async def _too_much(self, by_desktop: bool) -> None:
+        """Close both ways, saying why in the person's language: a side sent a message over
+        the limit."""
+        limit = settings.RELAY_MAX_MESSAGE_BYTES
+        side = "desktop" if by_desktop else "browser"
+        log.warning("desktop %s: the %s sent over %d bytes at once", self.session_id, side, limit)
+        with translation.override(self.language):
+            if by_desktop:
+                text = _("The desktop sent more at once than the portal relays (%(limit)s).")
+            else:
+                text = _("This page sent more at once than the portal relays (%(limit)s).")
+            text %= {"limit": filesizeformat(limit)}
+        await self.close(code=CLOSE_TOO_BIG, reason=close_reason(text))
+        await self._close_upstream()
+
+    async def _watch_sign_in(self, sign_in: SignIn) -> None:
+        session_id = self.session_id
+        await guard(self, sign_in, SIGN_IN_CHECK_S, lambda user: may_open(user, session_id))
         await self._close_upstream()
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
@@ -270,6 +353,9 @@ class DesktopProxyConsumer(AsyncWebsocketConsumer):
             return
         if bytes_data is None:  # RFB travels in binary frames only
             await self.close()
+            return
+        if len(bytes_data) > settings.RELAY_MAX_MESSAGE_BYTES:
+            await self._too_much(by_desktop=False)
             return
         data = bytes_data
         if not self.handshake.done:

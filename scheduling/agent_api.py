@@ -28,6 +28,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from nodeagent.protocol import (
+    ID_MAX,
     WARM_KEY_PATTERN,
     ConflictAnswer,
     DesiredState,
@@ -50,8 +51,8 @@ from .api_errors import as_api_error
 from .models import Node, Session
 from .services import ServiceError
 from .services.agent_sessions import desired_state, do_report, do_report_batch
-from .services.nodes import do_heartbeat, do_register, node_for_token
 from .services.installation import installation_id
+from .services.nodes import do_heartbeat, do_register, node_for_token
 from .services.warm import do_warm_report
 
 MAX_ERRORS = 50  # field errors listed in a 400 answer
@@ -103,6 +104,31 @@ class InvalidMessage(exceptions.APIException):
     def __init__(self, message: type[BaseModel], error: ValidationError) -> None:
         # Set directly: APIException would turn every value into a string.
         self.detail = to_wire(error_answer(message, error))  # type: ignore[assignment]
+
+
+class InvalidField(exceptions.APIException):
+    """400 with an :class:`~nodeagent.protocol.ErrorAnswer` about one field."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_code = "invalid"
+
+    def __init__(self, field: str, message: str, kind: str = "value_error") -> None:
+        answer = ErrorAnswer(
+            detail=f"{field}: {message}",
+            errors=[FieldError(field=field, message=message, type=kind)],
+        )
+        self.detail = to_wire(answer)  # type: ignore[assignment]
+
+
+def check_session_id(session_id: int) -> int:
+    """A session id from a URL: one a session could have, else 400 (never a database error)."""
+    if not 1 <= session_id <= ID_MAX:
+        raise InvalidField(
+            "session_id",
+            f"Input should be between 1 and {ID_MAX}: no session has the id {session_id}.",
+            "less_than_equal",
+        )
+    return session_id
 
 
 def error_answer(message: type[BaseModel], error: ValidationError) -> ErrorAnswer:
@@ -232,12 +258,15 @@ class RegisterView(AgentView):
         except ServiceError as error:
             if error.code == "auth":
                 raise exceptions.AuthenticationFailed(error.message) from error
+            if error.field and error.code == "invalid":
+                raise InvalidField(error.field, error.message) from error
             raise as_api_error(error) from error
         registered = RegistrationAnswer(
             node_id=node.pk,
             heartbeat_interval_s=settings.AGENT_HEARTBEAT_INTERVAL_S,
             poll_interval_s=settings.AGENT_POLL_INTERVAL_S,
             wait_s=settings.AGENT_WAIT_S,
+            installation_id=installation_id(),
             **({"node_token": plain_token} if plain_token else {}),
         )
         return answer(registered, status.HTTP_201_CREATED if plain_token else status.HTTP_200_OK)
@@ -263,10 +292,10 @@ class ReportView(AgentView):
         responses={200: ReportAnswer, 404: DetailAnswer, 409: ConflictAnswer, **ERRORS},
     )
     def post(self, request: Request, session_id: int) -> Response:
+        check_session_id(session_id)
         body = read_message(request, SessionReport)
         try:
             session = do_report(self.node, session_id, body)
-            installation_id=installation_id(),
         except ServiceError as error:
             api_error = as_api_error(error)
             if api_error.status_code == status.HTTP_409_CONFLICT:

@@ -119,3 +119,8 @@ class AuditKind(models.TextChoices):
     SIGNIN_LOCKED_OUT = "signin.locked_out"
     SESSIONS_ENDED = "signin.sessions_ended"
     SESSION_EXTENDED = "session.extended"  # its time limit moved by the profile's step
+    # a node registered again with another address (data: old, new): where the relay connects
+    NODE_ADDRESS_CHANGED = "node.address_changed", _("Node address changed")
+    # the desktop relay let someone in to a session's screen (data: viewer, owner, as: owner
+    # or admin), the owner's own opens included
+    DESKTOP_OPENED = "desktop.opened", _("Desktop opened")

@@ -29,6 +29,7 @@ from . import Conflict, ServiceError
 from .audit import record
 from .kick import schedule_soon
 from .metric_history import record_heartbeat_metrics
+from .node_address import check_node_address
 from .session_activity import record_usage
 
 
@@ -181,6 +182,7 @@ def check_registration(payload: Registration, node: Node | None) -> None:
         raise ServiceError(_("A new node needs a join token; ask an admin for one."), code="auth")
     if node is not None and node.hostname != payload.hostname:
         raise ServiceError(_("This node credential belongs to another hostname."), code="auth")
+    check_node_address(payload.address)
 
 
 def do_register(
@@ -207,6 +209,14 @@ def do_register(
             token.used_by = node
             token.save(update_fields=["used_at", "used_by"])
         now = timezone.now()
+        if node.registered_at is not None and node.address != payload.address:
+            # Where the relay connects to: every change is audited (docs/audit.md).
+            record(
+                AuditKind.NODE_ADDRESS_CHANGED,
+                f"node:{node.hostname}",
+                node=node,
+                data={"old": node.address, "new": payload.address},
+            )
         node.address = payload.address
         node.labels = payload.labels
         node.cpu_count = payload.cpu_count
@@ -223,7 +233,11 @@ def do_register(
             AuditKind.NODE_REGISTERED,
             f"node:{node.hostname}",
             node=node,
-            data={"gpus": len(payload.gpus), "runtime": payload.runtime},
+            data={
+                "gpus": len(payload.gpus),
+                "runtime": payload.runtime,
+                "address": payload.address,
+            },
         )
         _after_commit_schedule()
     return node, plain_token

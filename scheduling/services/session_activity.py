@@ -17,14 +17,17 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from ..choices import AuditKind
 from ..idle_lookup import policy_of
 from ..idle_rules import Activity, Sample
 from ..models import Session, SessionActivity, UsageRecord
+from .audit import record, requests_from
 
 SAMPLE_WINDOW = timedelta(hours=2)
 MAX_SAMPLES = 480
@@ -59,6 +62,29 @@ def viewer_opened(session_id: int, at: datetime | None = None) -> None:
     if _row(session_id):
         SessionActivity.objects.filter(session_id=session_id).update(
             viewers=F("viewers") + 1, viewer_seen_at=at or timezone.now()
+        )
+
+
+def do_open_viewer(session_id: int, viewer: AbstractBaseUser, address: str | None = None) -> None:
+    """The relay let ``viewer`` in to the session's screen: one more viewer, and an audit
+    event (docs/audit.md ``desktop.opened``) saying who, whose desktop, and whether they
+    opened it as its owner or as an admin; from ``address``, the browser's."""
+    session = Session.objects.filter(pk=session_id).select_related("user").first()
+    if session is None:
+        return
+    viewer_opened(session_id)
+    owner = session.user
+    with requests_from(address):
+        record(
+            AuditKind.DESKTOP_OPENED,
+            f"user:{viewer.get_username()}",
+            session=session,
+            node=session.node_id,
+            data={
+                "viewer": viewer.get_username(),
+                "owner": owner.get_username(),
+                "as": "owner" if owner.pk == viewer.pk else "admin",
+            },
         )
 
 

@@ -1,0 +1,93 @@
+"""An open WebSocket lives only as long as the sign-in and the right it was opened with.
+
+A WebSocket is authenticated once, at its handshake; the person may sign out, be signed out
+by an admin, be disabled, or lose the right to what the socket streams (a TA removed from a
+course, an admin made a plain user) while it stays open. :func:`guard` runs beside such a
+consumer and asks every few seconds: does the login session still exist, still belong to
+this user (Django's own check, password changes included), is the user still active
+(:func:`still_signed_in`), and, through the consumer's ``allowed``, may the person still
+have what the socket sends. When not, it closes the socket with :data:`CLOSE_SIGNED_OUT`
+(4401) or :data:`CLOSE_FORBIDDEN` (4403) (docs/security.md "WebSockets").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from importlib import import_module
+from types import SimpleNamespace
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.contrib.auth import get_user, get_user_model
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+log = logging.getLogger(__name__)
+
+CLOSE_FORBIDDEN, CLOSE_SIGNED_OUT = 4403, 4401
+SIGN_IN_CHECK_S = 2.0  # how often an open desktop relay checks its sign-in
+LISTENER_CHECK_S = 5.0  # how often a live-update socket (one per open page) checks
+
+Allowed = Callable[[Any], bool]  # the freshly read user -> may they still listen?
+
+
+def signed_in_user(
+    session_key: str | None, user_pk: int
+) -> AbstractBaseUser | AnonymousUser | None:
+    """The user of this login session, read afresh, when it still exists, is still theirs
+    and they are still active; None when not. Without a login session (a socket whose scope
+    has none, as in-process tests open them), the user read afresh, while active."""
+    if session_key is None:
+        return get_user_model().objects.filter(pk=user_pk, is_active=True).first()
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=session_key)
+    if not store.exists(session_key):
+        return None
+    user = get_user(SimpleNamespace(session=store))  # type: ignore[arg-type]
+    if user.is_authenticated and user.pk == user_pk and user.is_active:
+        return user
+    return None
+
+
+@database_sync_to_async
+def still_signed_in(session_key: str, user_pk: int) -> bool:
+    """Does the login session still exist, for this user, who is still active?"""
+    return signed_in_user(session_key, user_pk) is not None
+
+
+@database_sync_to_async
+def standing(session_key: str | None, user_pk: int, allowed: Allowed | None) -> int | None:
+    """None while the socket may stay open; else the close code that ends it."""
+    user = signed_in_user(session_key, user_pk)
+    if user is None:
+        return CLOSE_SIGNED_OUT
+    if allowed is not None and not allowed(user):
+        return CLOSE_FORBIDDEN
+    return None
+
+
+SignIn = tuple[str | None, int]  # (login session key, user id)
+
+
+def sign_in_of(scope: dict) -> SignIn | None:
+    """(login session key or None, user id) of a handshake by a signed-in person; None if
+    not signed in."""
+    user = scope.get("user")
+    if user is None or not user.is_authenticated:
+        return None
+    return getattr(scope.get("session"), "session_key", None) or None, user.pk
+
+
+async def guard(
+    consumer: Any, sign_in: SignIn, interval: float, allowed: Allowed | None = None
+) -> int:
+    """Check every ``interval`` seconds; close ``consumer`` when its sign-in or right ends.
+    Returns the close code it closed with."""
+    session_key, user_pk = sign_in
+    while (code := await standing(session_key, user_pk, allowed)) is None:
+        await asyncio.sleep(interval)
+    reason = "no longer signed in" if code == CLOSE_SIGNED_OUT else "no longer allowed"
+    log.info("%s closed: user %s is %s", type(consumer).__name__, user_pk, reason)
+    await consumer.close(code=code)
+    return code

@@ -1,0 +1,94 @@
+"""A node's address: only where the management network lets the portal reach it.
+
+A node declares its address when it registers (``Registration.address``: a hostname or an
+IP literal, :func:`nodeagent.protocol.node_address`), and the desktop relay connects to
+``ws://<address>:<desktop port>/websockify``. The address is the node's word, so the portal
+keeps it to ``settings.NODE_ADDRESS_NETWORKS`` (``DESKPOOL_NODE_ADDRESS_NETWORKS``, docs/
+deploy.md): at registration every address a hostname resolves to must be in one of those
+networks, and the relay checks the address and port again before it connects
+(docs/security.md "Node addresses").
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+from django.conf import settings
+from django.utils.translation import gettext as _
+
+from nodeagent.protocol import node_address
+
+from . import ServiceError
+
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _resolved(host: str) -> list[IpAddress]:
+    """The addresses of an IP literal or a hostname (empty when it does not resolve)."""
+    try:
+        return [ipaddress.ip_address(host)]
+    except ValueError:
+        pass
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return []
+    # sockaddr[0] of an IPv6 answer may carry a scope (fe80::1%eth0): keep the address.
+    return sorted({ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in found}, key=str)
+
+
+def check_node_address(address: str) -> str:
+    """The address, normalised, when it is a hostname or an IP literal whose every address is
+    in the management network; ServiceError (``field="address"``) saying what to do if not."""
+    try:
+        address = node_address(address)
+    except ValueError as error:
+        raise ServiceError(
+            _("The node address %(address)s is not valid: %(problem)s.")
+            % {"address": address[:200], "problem": error},
+            field="address",
+        ) from None
+    resolved = _resolved(address)
+    if not resolved:
+        raise ServiceError(
+            _(
+                "The node address %(address)s does not resolve. Set DESKPOOL_PUBLISH_ADDRESS "
+                "on the node to its management IP address or a name the portal resolves."
+            )
+            % {"address": address},
+            field="address",
+        )
+    networks = settings.NODE_ADDRESS_NETWORKS
+    outside = [ip for ip in resolved if not any(ip in network for network in networks)]
+    if outside:
+        raise ServiceError(
+            _(
+                "The node address %(address)s (%(outside)s) is outside the management "
+                "network (%(networks)s). Set DESKPOOL_PUBLISH_ADDRESS on the node to its "
+                "management address, or have an admin add its network to "
+                "DESKPOOL_NODE_ADDRESS_NETWORKS."
+            )
+            % {
+                "address": address,
+                "outside": ", ".join(map(str, outside)),
+                "networks": ", ".join(map(str, networks)) or "-",
+            },
+            field="address",
+        )
+    return address
+
+
+def desktop_url(address: str, port: int) -> str | None:
+    """``ws://<address>:<port>/websockify`` for the relay, or None when the address is not a
+    valid node address in the management network or the port is not 1-65535 (a row written
+    before these checks, or by hand)."""
+    if not isinstance(port, int) or not 1 <= port <= 65535:
+        return None
+    try:
+        host = check_node_address(address)
+    except ServiceError:
+        return None
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    return f"ws://{host}:{port}/websockify"

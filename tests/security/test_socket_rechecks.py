@@ -1,0 +1,107 @@
+"""Live-update sockets end with the sign-in and the right they were opened with (issue 25).
+
+A WebSocket is authenticated at its handshake only. In process, through the portal's ASGI
+application with a real login cookie: the updates socket closes with 4401 once its login
+session ends (logout) and with 4403 once an admin listening to the admins' events is no
+longer one; the live class socket closes with 4403 once a TA is removed from the course,
+and with 4401 once the account is disabled. The check is the desktop relay's
+(``portal.socket_guard``), every ``check_s`` (shortened here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import User
+from django.contrib.sessions.backends.db import SessionStore
+from guardian.shortcuts import assign_perm, remove_perm
+
+from portal.asgi import application
+from portal.class_consumers import ClassConsumer
+from portal.consumers import UpdatesConsumer
+from portal.models import Course
+from tests.security.test_bad_input import signed_in_cookie
+
+pytestmark = pytest.mark.django_db(transaction=True)
+WAIT_S = 10
+
+
+@pytest.fixture(autouse=True)
+def _check_often(monkeypatch):
+    monkeypatch.setattr(UpdatesConsumer, "check_s", 0.05, raising=False)
+    monkeypatch.setattr(ClassConsumer, "check_s", 0.05, raising=False)
+
+
+def close_code_after(path: str, cookie: bytes, change: Callable[[], object]) -> int:
+    """Open ``path`` signed in with ``cookie``, make ``change`` (in a thread: it writes to
+    the database), and return the code the socket closes with."""
+
+    async def run() -> int:
+        socket = WebsocketCommunicator(
+            application,
+            path,
+            headers=[
+                (b"cookie", cookie),
+                (b"origin", b"http://testserver"),
+                (b"host", b"testserver"),
+            ],
+        )
+        connected, _ = await socket.connect(timeout=WAIT_S)
+        assert connected, path
+        await asyncio.sleep(0.2)  # a few checks pass while nothing changed
+        await asyncio.to_thread(change)
+        while True:
+            output = await socket.receive_output(timeout=WAIT_S)
+            if output["type"] == "websocket.close":
+                return output["code"]
+
+    return async_to_sync(run)()
+
+
+def session_key(cookie: bytes) -> str:
+    return cookie.decode().split("=", 1)[1]
+
+
+def test_the_updates_socket_closes_with_4401_after_logout(owner):
+    cookie = signed_in_cookie(owner)
+    code = close_code_after(
+        "/ws/updates/", cookie, lambda: SessionStore(session_key(cookie)).delete()
+    )
+    assert code == 4401
+
+
+def test_an_admins_updates_socket_closes_with_4403_when_they_are_no_longer_admin(admin_user):
+    cookie = signed_in_cookie(admin_user)
+
+    def demote() -> None:
+        User.objects.filter(pk=admin_user.pk).update(is_staff=False, is_superuser=False)
+
+    assert close_code_after("/ws/updates/", cookie, demote) == 4403
+
+
+def test_a_removed_tas_live_class_socket_closes_with_4403(owner, make_user):
+    course = Course.objects.create(code="cs101", title="GPU 101")
+    course.instructors.add(owner)
+    ta = make_user("tina")
+    assign_perm("portal.view_live_class", ta, course)
+    cookie = signed_in_cookie(ta)
+
+    def remove_ta() -> None:
+        remove_perm("portal.view_live_class", ta, course)
+
+    assert close_code_after("/ws/courses/cs101/", cookie, remove_ta) == 4403
+
+
+def test_a_disabled_teachers_live_class_socket_closes_with_4401(owner):
+    course = Course.objects.create(code="cs101", title="GPU 101")
+    course.instructors.add(owner)
+    cookie = signed_in_cookie(owner)
+
+    def disable() -> None:
+        User.objects.filter(pk=owner.pk).update(is_active=False)
+
+    assert close_code_after("/ws/courses/cs101/", cookie, disable) == 4401
