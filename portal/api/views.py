@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models import Prefetch, prefetch_related_objects
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -23,12 +23,20 @@ from scheduling.services.idle import do_resume
 from scheduling.services.pool import pool_utilisation
 from scheduling.services.sessions import check_submit, do_stop, do_submit
 
+from .schema import ErrorDetailSerializer
 from .serializers import (
     DesktopProfileSerializer,
     NodeSerializer,
     PoolSerializer,
     SessionCreateSerializer,
     SessionSerializer,
+)
+
+# A person's submits and stops are rate limited (scheduling/services/rate_limits.py).
+RATE_LIMITED = OpenApiResponse(
+    ErrorDetailSerializer,
+    description="Too many requests in a short time: the detail says when to try again, in "
+    "seconds, as does the Retry-After header. Nothing was done.",
 )
 
 
@@ -62,7 +70,9 @@ class SessionViewSet(
     def get_serializer_class(self):
         return SessionCreateSerializer if self.action == "create" else SessionSerializer
 
-    @extend_schema(request=SessionCreateSerializer, responses={201: SessionSerializer})
+    @extend_schema(
+        request=SessionCreateSerializer, responses={201: SessionSerializer, 429: RATE_LIMITED}
+    )
     def create(self, request: Request, *args, **kwargs) -> Response:
         form = SessionCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
@@ -80,7 +90,7 @@ class SessionViewSet(
         prefetch_related_objects([session], "allocations__slice__gpu")
         return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=None, responses={200: SessionSerializer})
+    @extend_schema(request=None, responses={200: SessionSerializer, 429: RATE_LIMITED})
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str | None = None) -> Response:
         session = self.get_object()

@@ -123,8 +123,11 @@ def test_field_errors_name_the_field(owner, course, profile, pool, stranger):
     assert refused.value.field == "course"
 
 
-def test_times_of_day_hold_across_a_change_of_daylight_saving_time(owner, course, profile, pool):
-    # Europe/Berlin moves to summer time on Sunday 31 March 2030.
+def test_times_of_day_hold_across_a_change_of_daylight_saving_time(
+    owner, course, profile, pool, settings
+):
+    # Europe/Berlin moves to summer time on Sunday 31 March 2030 (past the default horizon).
+    settings.BOOKING_HORIZON_DAYS = 366 * 10
     plan = series(
         owner,
         profile,
