@@ -217,8 +217,8 @@ AXES_DISABLE_ACCESS_LOG = True
 # Session requests (scheduling/services/rate_limits.py): a person may submit (and, apart,
 # stop) this many at once, then one every this many seconds; counted in Redis, so across every
 # portal process. A period of 0 turns the limit off.
-SESSION_RATE_BURST = env.int("DESKPOOL_SESSION_RATE_BURST", default=5)
-SESSION_RATE_PERIOD_S = env.float("DESKPOOL_SESSION_RATE_PERIOD_S", default=3.0)
+SESSION_RATE_BURST = env.int("DESKPOOL_SESSION_RATE_BURST", default=6)
+SESSION_RATE_PERIOD_S = env.float("DESKPOOL_SESSION_RATE_PERIOD_S", default=2.0)
 if SESSION_RATE_BURST < 1 or SESSION_RATE_PERIOD_S < 0:
     raise ImproperlyConfigured(
         "DESKPOOL_SESSION_RATE_BURST must be 1 or more and DESKPOOL_SESSION_RATE_PERIOD_S "
