@@ -2,10 +2,11 @@ from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from .account_audit import setting_passwords_as
 from .api_tokens import end_every_session
 from .console_access import actor_of
 from .models import Course
@@ -18,9 +19,16 @@ class CourseAdmin(admin.ModelAdmin):
 
 
 class PersonAdmin(UserAdmin):
-    """Django's user admin, with an action that signs a person out everywhere."""
+    """Django's user admin, with an action that signs a person out everywhere; a password set
+    through its form is audited as set by the admin (portal.account_audit)."""
 
     actions = ["end_every_session"]
+
+    def user_change_password(
+        self, request: HttpRequest, id: str, form_url: str = ""
+    ) -> HttpResponse:
+        with setting_passwords_as(actor_of(request)):
+            return super().user_change_password(request, id, form_url)
 
     @admin.action(description=_("End every session (sign out of all browsers, revoke API tokens)"))
     def end_every_session(self, request: HttpRequest, queryset: QuerySet[User]) -> None:

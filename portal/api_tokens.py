@@ -2,7 +2,8 @@
 
 A token is ``dpa_`` and 40 random characters; only its SHA-256 is stored (the same digest
 as nodes' join tokens, ``scheduling.models.hash_token``). It expires ``API_TOKEN_DAYS`` after
-it is issued. A person lists and revokes their own; a password change or a disabled account
+it is issued. Issuing and revoking are audited (portal.account_audit). A person lists and
+revokes their own; a password change or a disabled account
 revokes them all (portal.token_models); an admin ends every login session and every token of
 a person at once (``end_every_session``), audited.
 """
@@ -25,6 +26,7 @@ from scheduling.choices import AuditKind
 from scheduling.models import hash_token
 from scheduling.services.audit import record
 
+from .account_audit import record_token_issued, record_token_revoked
 from .token_models import ApiToken, ApiTokenQuerySet
 
 TOKEN_PREFIX = "dpa_"
@@ -58,6 +60,7 @@ def issue_token(user: User, name: str = "", now: datetime | None = None) -> tupl
         created_at=now,
         expires_at=now + timedelta(days=settings.API_TOKEN_DAYS),
     )
+    record_token_issued(token)
     return token, plain
 
 
@@ -91,7 +94,11 @@ def revoke_own(user: User, token_id: int) -> bool:
     """Revoke one of the person's own live tokens; False when they have none by that id."""
     if not 0 < token_id <= MAX_ID:
         return False
-    return ApiToken.objects.filter(user=user, pk=token_id).live().revoke() == 1
+    token = ApiToken.objects.filter(user=user, pk=token_id).live().first()
+    if token is None or ApiToken.objects.filter(pk=token.pk).revoke() != 1:
+        return False
+    record_token_revoked(token)
+    return True
 
 
 def _session_keys_of(user: User, now: datetime) -> list[str]:

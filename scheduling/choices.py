@@ -124,3 +124,10 @@ class AuditKind(models.TextChoices):
     # the desktop relay let someone in to a session's screen (data: viewer, owner, as: owner
     # or admin), the owner's own opens included
     DESKTOP_OPENED = "desktop.opened", _("Desktop opened")
+    # account hygiene (docs/audit.md): API tokens issued and revoked (data: token id and name,
+    # never the token), a password changed by its owner or set by an admin or on the console
+    # (data: user name, never the password)
+    API_TOKEN_ISSUED = "signin.token_issued", _("API token issued")
+    API_TOKEN_REVOKED = "signin.token_revoked", _("API token revoked")
+    PASSWORD_CHANGED = "signin.password_changed", _("Password changed")
+    PASSWORD_SET = "signin.password_set", _("Password set by an admin")

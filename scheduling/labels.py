@@ -63,6 +63,10 @@ AUDIT_LABELS = {
     "alert.resolved": gettext_lazy("Alert resolved"),
     "signin.locked_out": gettext_lazy("Sign-in locked out"),
     "signin.sessions_ended": gettext_lazy("Every sign-in ended"),
+    "signin.token_issued": gettext_lazy("API token issued"),
+    "signin.token_revoked": gettext_lazy("API token revoked"),
+    "signin.password_changed": gettext_lazy("Password changed"),
+    "signin.password_set": gettext_lazy("Password set by an admin"),
 }
 
 # The keys events' details use most; any other key is shown as itself, spaced.
