@@ -11,6 +11,9 @@ from rest_framework.test import APIClient
 from scheduling.choices import AuditKind
 from scheduling.models import AuditEvent
 
+from ..signin.slapd import password_of, slapd  # noqa: F401 - the fixture
+from ..signin.test_ldap import ldap_signin
+
 pytestmark = pytest.mark.django_db
 
 PAIR_LIMIT = 3
@@ -85,3 +88,14 @@ def test_a_limit_of_zero_turns_the_address_limit_off(owner, settings):
     client = Client(REMOTE_ADDR="10.7.7.7")
     spray(client, LOGIN, ADDRESS_LIMIT * 2)
     assert client.post(LOGIN, {"username": "ada", "password": "pw-ada"}).status_code == 302
+
+
+def test_ldap_sign_ins_spread_over_names_lock_the_address_out(slapd, db):  # noqa: F811
+    """A real slapd (tests/signin/slapd.py): the directory's accounts go through the same
+    count; the right password of a real directory account is refused from that address."""
+    with ldap_signin(slapd.uri):
+        attacker = Client(REMOTE_ADDR="10.6.6.6")
+        assert spray(attacker, LOGIN, ADDRESS_LIMIT) == [200] * ADDRESS_LIMIT
+        right = {"username": "lina", "password": password_of("lina")}
+        assert attacker.post(LOGIN, right).status_code == 429
+        assert Client(REMOTE_ADDR="10.6.6.7").post(LOGIN, right).status_code == 302
