@@ -15,12 +15,12 @@ websockets library on 127.0.0.1 that does the RFB handshake with VNC authenticat
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from collections.abc import Awaitable, Callable
 
 import pytest
 from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from websockets.asyncio.server import ServerConnection, serve
@@ -131,7 +131,7 @@ def test_a_desktop_message_over_the_limit_closes_the_relay_with_a_reason(
     cookie = signed_in_cookie(owner)
 
     async def body(port: int) -> dict:
-        session = await asyncio.to_thread(running_session, owner, profile, port)
+        session = await database_sync_to_async(running_session)(owner, profile, port)
         browser = relay(session.pk, cookie)
         await log_in(browser)
         return await closed(browser)
@@ -152,7 +152,7 @@ def test_a_browser_message_over_the_limit_closes_the_relay_with_a_reason(owner, 
     cookie = signed_in_cookie(owner)
 
     async def body(port: int) -> dict:
-        session = await asyncio.to_thread(running_session, owner, profile, port)
+        session = await database_sync_to_async(running_session)(owner, profile, port)
         browser = relay(session.pk, cookie)
         await log_in(browser)
         await browser.send_to(bytes_data=b"\x05" * (1024 * 1024 + 1))
@@ -175,8 +175,8 @@ def test_the_relay_refuses_a_node_address_that_is_not_a_management_host(owner, p
 
     async def body(port: int) -> dict:
         # The desktop's port is not the fake desktop's: only a steered relay would reach it.
-        session = await asyncio.to_thread(
-            running_session, owner, profile, 1, address.format(port=port)
+        session = await database_sync_to_async(running_session)(
+            owner, profile, 1, address.format(port=port)
         )
         browser = relay(session.pk, cookie)
         connected, code = await browser.connect(timeout=WAIT_S)
@@ -195,7 +195,7 @@ def test_every_accepted_viewer_is_audited_as_the_owner_or_an_admin(owner, admin_
     cookies = [signed_in_cookie(owner), signed_in_cookie(admin_user)]
 
     async def body(port: int) -> dict:
-        session = await asyncio.to_thread(running_session, owner, profile, port)
+        session = await database_sync_to_async(running_session)(owner, profile, port)
         for cookie in cookies:
             browser = relay(session.pk, cookie)
             await log_in(browser)
@@ -223,12 +223,12 @@ def test_an_admin_made_a_plain_user_loses_the_screen_they_watch(
     cookie = signed_in_cookie(admin_user)
 
     async def body(port: int) -> dict:
-        session = await asyncio.to_thread(running_session, owner, profile, port)
+        session = await database_sync_to_async(running_session)(owner, profile, port)
         browser = relay(session.pk, cookie)
         await log_in(browser)
-        await asyncio.to_thread(
+        await database_sync_to_async(
             lambda: User.objects.filter(pk=admin_user.pk).update(is_staff=False)
-        )
+        )()
         return await closed(browser)
 
     assert with_desktop(FakeDesktop(idle), body)["code"] == 4403

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import pytest
 from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.contrib.sessions.backends.db import SessionStore
@@ -53,7 +54,7 @@ def close_code_after(path: str, cookie: bytes, change: Callable[[], object]) -> 
         connected, _ = await socket.connect(timeout=WAIT_S)
         assert connected, path
         await asyncio.sleep(0.2)  # a few checks pass while nothing changed
-        await asyncio.to_thread(change)
+        await database_sync_to_async(change)()
         while True:
             output = await socket.receive_output(timeout=WAIT_S)
             if output["type"] == "websocket.close":
