@@ -106,8 +106,8 @@ def check_submit(
             .order_by("starts_at")
             .first()
         )
-    _check_admission(user, profile, Purpose(purpose), course)
     check_profile_can_run(profile)
+    _check_admission(user, profile, Purpose(purpose), course)
     return SubmitRequest(profile=profile, purpose=Purpose(purpose), course=course, booking=booking)
 
 
