@@ -28,5 +28,6 @@ def check_retry(user: User, session: Session) -> SubmitRequest:
 
 
 def do_retry(user: User, session: Session) -> Session:
-    """Submit the failed session's request again; the new session (QUEUED)."""
-    return do_submit(user, check_retry(user, session))
+    """Submit the failed session's request again (counted against the person's submit rate
+    limit, as any submit of theirs); the new session (QUEUED)."""
+    return do_submit(user, check_retry(user, session), by_person=True)
