@@ -13,6 +13,7 @@ from scheduling.choices import Purpose, SessionState
 from scheduling.models import Node, Session
 from scheduling.services.sessions import check_submit, do_submit
 
+from ..conftest import gpu_inventory
 from .test_api import client_for
 
 pytestmark = pytest.mark.django_db
@@ -20,7 +21,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def running_session(owner, profile, register_node):
-    node, _ = register_node("perm-node", [])  # registered at 127.0.0.1: the relay goes there
+    # Registered at 127.0.0.1 (the relay goes there), with a GPU the profile fits on: a
+    # profile no node could ever run is refused at submit.
+    node, _ = register_node("perm-node", [gpu_inventory("GPU-perm", 0, shares=2)])
     Node.objects.filter(pk=node.pk).update(runtime="docker")  # a real desktop to show
     session = do_submit(owner, check_submit(owner, profile.pk, Purpose.HOBBY, None))
     Session.objects.filter(pk=session.pk).update(
