@@ -10,6 +10,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from .protocol import node_address
+
 RuntimeChoice = Literal["docker", "simulated", "auto"]
 # SIGTERM to SIGKILL when a desktop is stopped: its save hooks and programs save meanwhile
 # (nodeagent/images/files/deskpool-save). DESKPOOL_AGENT_STOP_GRACE_S; at most this much.
@@ -71,7 +73,7 @@ class AgentConfig:
         if runtime := env.get("DESKPOOL_RUNTIME"):
             values["runtime"] = parse_runtime(runtime)
         if address := env.get("DESKPOOL_PUBLISH_ADDRESS"):
-            values["publish_address"] = address
+            values["publish_address"] = parse_publish_address(address)
         if interval := env.get("DESKPOOL_POLL_INTERVAL"):
             values["poll_interval_s"] = _positive_float("DESKPOOL_POLL_INTERVAL", interval)
         if labels := env.get("DESKPOOL_LABELS"):
@@ -101,6 +103,18 @@ def parse_runtime(value: str) -> RuntimeChoice:
     raise ConfigError(
         f"DESKPOOL_RUNTIME must be one of {', '.join(_RUNTIME_CHOICES)}, not {value!r}"
     )
+
+
+def parse_publish_address(value: str) -> str:
+    """Validate ``DESKPOOL_PUBLISH_ADDRESS``: the node's management address, which the agent
+    registers and the portal's relay connects to (a hostname or an IP address only)."""
+    try:
+        return node_address(value.strip())
+    except ValueError as error:
+        raise ConfigError(
+            f"DESKPOOL_PUBLISH_ADDRESS {value!r}: {error}. Set it to this node's address on "
+            "the network the portal reaches it by (docs/deploy.md)"
+        ) from None
 
 
 def parse_labels(value: str) -> dict[str, str]:
