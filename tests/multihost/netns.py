@@ -22,7 +22,6 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-import secrets
 import shutil
 import signal
 import socket
@@ -228,9 +227,13 @@ class MultiHost:
 
     @staticmethod
     def _secret_key_file(workdir: Path) -> Path:
+        """A key file, as deployed, holding the test process's key: the test signs its
+        students in here, and their login sessions must be valid in the workers."""
+        from django.conf import settings
+
         path = workdir / "secret-key"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_urlsafe(50))
+        path.write_text(settings.SECRET_KEY)
         path.chmod(0o600)
         return path
 
