@@ -4,18 +4,20 @@ the 404 and 500 pages are styled and translated (the 500 one without a database)
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, time, timedelta
 
 import pytest
 from django.test import Client, RequestFactory
 from django.utils import timezone, translation
 
+from portal.models import Course
 from portal.overload import server_error
 from scheduling.choices import AuditKind
 from scheduling.models import Quota, Session
 from scheduling.presenters import render
 from scheduling.services.alerts import ensure_default_rules
 from scheduling.services.audit import record
+from scheduling.services.booking_series import check_series, do_create_series
 from scheduling.services.cycle import do_scheduling_cycle
 from scheduling.services.sessions import check_submit, do_submit
 
@@ -117,11 +119,6 @@ def test_the_500_page_is_translated_and_needs_no_database(django_assert_num_quer
 
 
 def test_course_dates_read_in_chinese_order(owner, pool, profile):
-    from datetime import time, timedelta
-
-    from portal.models import Course
-    from scheduling.services.booking_series import check_series, do_create_series
-
     course = Course.objects.create(code="cs101", title="GPUs")
     course.instructors.add(owner)
     first = timezone.localdate() + timedelta(days=14 - timezone.localdate().weekday())
