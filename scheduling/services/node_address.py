@@ -5,8 +5,8 @@ IP literal, :func:`nodeagent.protocol.node_address`), and the desktop relay conn
 ``ws://<address>:<desktop port>/websockify``. The address is the node's word, so the portal
 keeps it to ``settings.NODE_ADDRESS_NETWORKS`` (``DESKPOOL_NODE_ADDRESS_NETWORKS``, docs/
 deploy.md): at registration every address a hostname resolves to must be in one of those
-networks, and the relay checks the address and port again before it connects
-(docs/security.md "Node addresses").
+networks, and the relay checks the address and port again before it connects, to the
+address it checked (docs/security.md "Desktops sealed off").
 """
 
 from __future__ import annotations
@@ -41,6 +41,11 @@ def _resolved(host: str) -> list[IpAddress]:
 def check_node_address(address: str) -> str:
     """The address, normalised, when it is a hostname or an IP literal whose every address is
     in the management network; ServiceError (``field="address"``) saying what to do if not."""
+    return _checked(address)[0]
+
+
+def _checked(address: str) -> tuple[str, list[IpAddress]]:
+    """The normalised address and what it resolves to, all in the management network."""
     try:
         address = node_address(address)
     except ValueError as error:
@@ -76,19 +81,21 @@ def check_node_address(address: str) -> str:
             },
             field="address",
         )
-    return address
+    return address, resolved
 
 
 def desktop_url(address: str, port: int) -> str | None:
-    """``ws://<address>:<port>/websockify`` for the relay, or None when the address is not a
-    valid node address in the management network or the port is not 1-65535 (a row written
-    before these checks, or by hand)."""
+    """``ws://<IP>:<port>/websockify`` for the relay, or None when the address is not a valid
+    node address in the management network or the port is not 1-65535 (a row written before
+    these checks, or by hand). A hostname is resolved and checked here and the URL names the
+    address it checked (IPv4 first), so a name cannot resolve elsewhere by the time the relay
+    connects."""
     if not isinstance(port, int) or not 1 <= port <= 65535:
         return None
     try:
-        host = check_node_address(address)
+        _address, resolved = _checked(address)
     except ServiceError:
         return None
-    if ":" in host:  # an IPv6 literal
-        host = f"[{host}]"
+    ip = min(resolved, key=lambda found: (found.version, str(found)))
+    host = f"[{ip}]" if ip.version == 6 else str(ip)
     return f"ws://{host}:{port}/websockify"

@@ -115,7 +115,7 @@ def test_every_change_of_a_nodes_address_is_audited_with_the_old_and_the_new():
     [
         ("127.0.0.1", 6080, "ws://127.0.0.1:6080/websockify"),
         ("::1", 6080, "ws://[::1]:6080/websockify"),
-        ("localhost", 1, "ws://localhost:1/websockify"),
+        ("localhost", 1, "ws://127.0.0.1:1/websockify"),  # the address it checked
         ("127.0.0.1:18081/x?", 6080, None),
         ("localhost:18081#", 6080, None),
         ("8.8.8.8", 6080, None),
