@@ -14,6 +14,9 @@ SIZE_EXEMPT = ("/migrations/", "/mig_tables/")
 # and Django's static-files handler, loaded only when DEBUG serves static files.
 LATE_IMPORT_ALLOWED = {
     "portal/asgi.py": {"django.contrib.staticfiles.handlers"},
+    # AppConfig.ready: Django's one place to connect signals once every model is loaded
+    # (portal.account_audit reads the user model, which apps.py may not import at load).
+    "portal/apps.py": {"."},
     "nodeagent/images/check_image.py": {
         "cryptography.hazmat.primitives.ciphers",
         "cryptography.hazmat.decrepit.ciphers.algorithms",
