@@ -10,7 +10,8 @@ websockets library on 127.0.0.1 that does the RFB handshake with VNC authenticat
 - the relay connects only to a valid host:port in the management network: a stored address
   with a path or a fragment (from before registration checked it) is refused with 4502, and
   the fake desktop is never reached;
-- every accepted viewer is audited: who, whose desktop, as its owner or as an admin.
+- every accepted viewer is audited: who, whose desktop, as its owner or as an admin, and the
+  console's audit log names it (and a node's address change) in words, in both languages.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
+from django.test import Client
 from websockets.asyncio.server import ServerConnection, serve
 
 from portal import desktop_relay
@@ -30,6 +32,7 @@ from portal.asgi import application
 from portal.models import Member
 from scheduling.choices import AuditKind, SessionState
 from scheduling.models import AuditEvent, Node, Session
+from scheduling.services.audit import record
 from tests.security.test_bad_input import signed_in_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -232,3 +235,24 @@ def test_an_admin_made_a_plain_user_loses_the_screen_they_watch(
         return await closed(browser)
 
     assert with_desktop(FakeDesktop(idle), body)["code"] == 4403
+
+
+@pytest.mark.parametrize(
+    ("language", "words"),
+    [
+        ("en", ["Desktop opened", "Node address changed"]),
+        ("zh-hans", ["桌面已打开", "节点地址已变更"]),
+    ],
+)
+def test_the_console_audit_log_names_desktop_opens_and_address_changes_in_words(
+    admin_user, language, words
+):
+    Member.objects.create(user=admin_user, language=language, time_zone="UTC")
+    record(AuditKind.DESKTOP_OPENED, "user:root", data={"viewer": "root", "as": "admin"})
+    record(
+        AuditKind.NODE_ADDRESS_CHANGED, "node:gpu-a", data={"old": "10.0.0.5", "new": "10.0.0.6"}
+    )
+    browser = Client()
+    browser.force_login(admin_user)
+    page = browser.get("/console/audit/").content.decode()
+    assert all(word in page for word in words)
