@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from .protocol import node_address
+from .addresses import node_address
 
 RuntimeChoice = Literal["docker", "simulated", "auto"]
 # SIGTERM to SIGKILL when a desktop is stopped: its save hooks and programs save meanwhile

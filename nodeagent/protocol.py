@@ -39,12 +39,25 @@ an optional field left out is absent, not ``null``. Field names here are the wir
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .addresses import NODE_ADDRESS_MAX
+from .wire_types import (  # noqa: F401 - REASON_MAX_CHARS: the agent and tests read it here
+    ID_MAX,
+    INT32_MAX,
+    REASON_MAX_CHARS,
+    Count,
+    NodeAddress,
+    PcieLevel,
+    Port,
+    Reason,
+    SessionId,
+    SmallCount,
+    Uuid,
+)
 
 PROTOCOL_VERSION = 1
 AGENT_VERSION = "0.1.0"
@@ -69,21 +82,6 @@ DESKTOP_PASSWORD_MOUNT = "/run/deskpool/vnc"
 DESKTOP_PASSWORD_FILE = f"{DESKTOP_PASSWORD_MOUNT}/passwd"
 DESKTOP_HOME = "/home/desktop"
 
-# A report's ``reason`` is shown to the user and stored in 300 characters; the agent cuts
-# longer ones (the portal answers a longer one with 400).
-REASON_MAX_CHARS = 300
-
-# nvmlDeviceGetTopologyCommonAncestor's levels, nearest first (nvidia-smi topo: PIX, PXB, PHB,
-# NODE, SYS).
-PCIE_TOPOLOGY_LEVELS = {
-    0: "internal",  # the same board (a dual-GPU card)
-    10: "single",  # one PCIe switch between them
-    20: "multiple",  # several PCIe switches, no host bridge
-    30: "hostbridge",  # the same PCIe host bridge
-    40: "node",  # the same NUMA node, different host bridges
-    50: "system",  # across the CPUs' interconnect
-}
-
 # At most this many XID codes per GPU in one heartbeat; later ones are dropped (and logged).
 XID_ERRORS_MAX = 32
 
@@ -91,24 +89,6 @@ ReportedState = Literal["STARTING", "RUNNING", "FAILED", "LOST", "ENDED"]
 WarmState = Literal["READY", "FAILED"]
 SharingMode = Literal["mig", "share", "whole"]
 RuntimeKind = Literal["docker", "simulated"]
-
-# What the portal keeps in a PostgreSQL integer column (PositiveIntegerField).
-_INT32_MAX = 2**31 - 1
-# The largest id a PostgreSQL bigint primary key holds: a larger one names nothing (400).
-ID_MAX = 2**63 - 1
-Count = Annotated[int, Field(ge=0, le=_INT32_MAX)]
-SmallCount = Annotated[int, Field(ge=0, le=32767)]  # a PositiveSmallIntegerField
-Port = Annotated[int, Field(ge=1, le=65535)]
-SessionId = Annotated[int, Field(ge=1, le=ID_MAX)]
-Uuid = Annotated[str, Field(min_length=1, max_length=100)]  # GPU or MIG UUID
-Reason = Annotated[str, Field(max_length=REASON_MAX_CHARS)]
-PcieLevel = Annotated[
-    str,
-    Field(
-        pattern=r"^(internal|single|multiple|hostbridge|node|system|level-[0-9]+)$",
-        description="A value of PCIE_TOPOLOGY_LEVELS (level-N for one NVML adds later).",
-    ),
-]
 
 
 def to_wire(message: BaseModel) -> dict[str, Any]:
@@ -128,47 +108,6 @@ def _refuse_nul(value: Any) -> Any:
         for item in value:
             _refuse_nul(item)
     return value
-
-
-NODE_ADDRESS_MAX = 200
-_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
-
-
-def node_address(value: str) -> str:
-    """A node's management address as the portal may connect to it: a hostname or an IP
-    literal and nothing else (no scheme, port, path, query, fragment, user or spaces; the
-    port is each desktop's own). ValueError saying what to send instead."""
-    if not isinstance(value, str) or not value or len(value) > NODE_ADDRESS_MAX:
-        raise ValueError(
-            f"must be a hostname or an IP address of 1 to {NODE_ADDRESS_MAX} characters"
-        )
-    try:
-        ip = ipaddress.ip_address(value)
-    except ValueError:
-        ip = None
-    if ip is not None:
-        if (
-            ip.is_unspecified
-            or ip.is_multicast
-            or str(ip) == "255.255.255.255"
-            or getattr(ip, "scope_id", None)  # fe80::1%eth0: a link, not a node
-        ):
-            raise ValueError(f"{value} is not one node's address: give its management address")
-        return str(ip)
-    labels = value.rstrip(".").split(".") if value != "." else [""]
-    if (
-        len(value) > 253
-        or not all(_HOST_LABEL.match(label) for label in labels)
-        or labels[-1].isdigit()  # 10.0.0.300, 1.2.3: a broken IP address, not a name
-    ):
-        raise ValueError(
-            "must be a hostname or an IP address only (such as gpu-a01.campus or 10.20.0.11): "
-            "no scheme, port, path, query, fragment, user name or spaces"
-        )
-    return value.rstrip(".").lower()
-
-
-NodeAddress = Annotated[str, AfterValidator(node_address)]
 
 
 class AgentMessage(BaseModel):
@@ -219,7 +158,7 @@ class GpuInventory(AgentMessage):
         "share_count time-sliced shares with share_memory_mb each, or the whole card."
     )
     share_count: int | None = Field(default=None, ge=1, le=64)
-    share_memory_mb: int | None = Field(default=None, ge=1, le=_INT32_MAX)
+    share_memory_mb: int | None = Field(default=None, ge=1, le=INT32_MAX)
     simulated: bool
     # PCIe, where NVML reports it (None when the card does not; a simulated GPU leaves these
     # out). The current link drops to a lower generation while the GPU idles; max is what the

@@ -22,13 +22,13 @@ import pynvml
 
 from nodeagent.probe.base import NodeFacts, host_facts
 from nodeagent.protocol import (
-    PCIE_TOPOLOGY_LEVELS,
     XID_ERRORS_MAX,
     GpuInventory,
     GpuMetrics,
     MigInstance,
     SliceMetrics,
 )
+from nodeagent.wire_types import PCIE_TOPOLOGY_LEVELS
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """A node's address: only where the management network lets the portal reach it.
 
 A node declares its address when it registers (``Registration.address``: a hostname or an
-IP literal, :func:`nodeagent.protocol.node_address`), and the desktop relay connects to
+IP literal, :func:`nodeagent.addresses.node_address`), and the desktop relay connects to
 ``ws://<address>:<desktop port>/websockify``. The address is the node's word, so the portal
 keeps it to ``settings.NODE_ADDRESS_NETWORKS`` (``DESKPOOL_NODE_ADDRESS_NETWORKS``, docs/
 deploy.md): at registration every address a hostname resolves to must be in one of those
@@ -17,7 +17,7 @@ import socket
 from django.conf import settings
 from django.utils.translation import gettext as _
 
-from nodeagent.protocol import node_address
+from nodeagent.addresses import node_address
 
 from . import ServiceError
 

@@ -1,0 +1,46 @@
+"""The field types of the agent protocol's messages (:mod:`nodeagent.protocol`): bounds the
+portal's columns can hold, ids, ports and addresses. No Django."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
+
+from .addresses import node_address
+
+# A report's ``reason`` is shown to the user and stored in 300 characters; the agent cuts
+# longer ones (the portal answers a longer one with 400).
+REASON_MAX_CHARS = 300
+
+# nvmlDeviceGetTopologyCommonAncestor's levels, nearest first (nvidia-smi topo: PIX, PXB, PHB,
+# NODE, SYS).
+PCIE_TOPOLOGY_LEVELS = {
+    0: "internal",  # the same board (a dual-GPU card)
+    10: "single",  # one PCIe switch between them
+    20: "multiple",  # several PCIe switches, no host bridge
+    30: "hostbridge",  # the same PCIe host bridge
+    40: "node",  # the same NUMA node, different host bridges
+    50: "system",  # across the CPUs' interconnect
+}
+
+# What the portal keeps in a PostgreSQL integer column (PositiveIntegerField).
+INT32_MAX = 2**31 - 1
+# The largest id a PostgreSQL bigint primary key holds: a larger one names nothing (400).
+ID_MAX = 2**63 - 1
+Count = Annotated[int, Field(ge=0, le=INT32_MAX)]
+SmallCount = Annotated[int, Field(ge=0, le=32767)]  # a PositiveSmallIntegerField
+Port = Annotated[int, Field(ge=1, le=65535)]
+SessionId = Annotated[int, Field(ge=1, le=ID_MAX)]
+Uuid = Annotated[str, Field(min_length=1, max_length=100)]  # GPU or MIG UUID
+Reason = Annotated[str, Field(max_length=REASON_MAX_CHARS)]
+PcieLevel = Annotated[
+    str,
+    Field(
+        pattern=r"^(internal|single|multiple|hostbridge|node|system|level-[0-9]+)$",
+        description="A value of PCIE_TOPOLOGY_LEVELS (level-N for one NVML adds later).",
+    ),
+]
+
+
+NodeAddress = Annotated[str, AfterValidator(node_address)]
