@@ -51,6 +51,10 @@ _PORT_KEY = f"{DESKTOP_WEBSOCKIFY_PORT}/tcp"
 START_ERRORS = (DockerException, OSError, DesktopNotReady, StartFailed)
 
 ReadinessCheck = Callable[..., object]
+# A desktop that does not answer while its memory use is this close to its limit is starved
+# of memory: without swap (cgroup v1 measured, docs/measurements.md) the kernel may keep
+# reclaiming its programs' pages for tens of seconds instead of OOM-killing anything.
+_AT_MEMORY_LIMIT = 0.9
 WILDCARD_ADDRESSES = ("0.0.0.0", "", "::")
 
 
@@ -332,13 +336,43 @@ class DesktopContainers:
         port = published_port(container.attrs)
         if port is None:
             raise StartFailed("the engine published no port for websockify")
-        self.readiness(
-            connect_host(self.publish_address),
-            port,
-            self.ready_timeout_s,
-            abort_reason=lambda: self.exit_reason(container),
-        )
+        self.await_answer(container, port)
         return port
+
+    def await_answer(self, container: Container, port: int) -> None:
+        """Wait for a VNC handshake on the container's published port. One that exits
+        meanwhile ends the wait with its exit reason; one still stuck at its memory limit
+        when the time is up fails as out of memory rather than as a bare timeout."""
+        try:
+            self.readiness(
+                connect_host(self.publish_address),
+                port,
+                self.ready_timeout_s,
+                abort_reason=lambda: self.exit_reason(container),
+            )
+        except DesktopNotReady as error:
+            starved = self.memory_starved(container)
+            if starved is None:
+                raise
+            raise DesktopNotReady(f"{starved}; {error}") from error
+
+    def memory_starved(self, container: Container) -> str | None:
+        """Why a running container is out of memory without having been OOM-killed (its
+        use at its limit); None when it is not, has no limit or is gone."""
+        limit = (container.attrs.get("HostConfig") or {}).get("Memory") or 0
+        if not limit:
+            return None
+        try:
+            stats = container.stats(stream=False)
+        except DockerException:
+            return None
+        usage = (stats.get("memory_stats") or {}).get("usage") or 0
+        if usage < limit * _AT_MEMORY_LIMIT:
+            return None
+        return (
+            "desktop ran out of memory: it hung at its limit and did not answer "
+            f"(memory limit {memory_limit_mb(container.attrs)} MB)"
+        )
 
     def remove(
         self,

@@ -45,7 +45,6 @@ from nodeagent.runtime.docker_desktops import (
     START_ERRORS,
     DesktopContainers,
     ReadinessCheck,
-    connect_host,
     docker_client,
     start_error_text,
 )
@@ -186,12 +185,7 @@ class DockerRuntime:
             container = desktops.client.containers.get(managed.container_id)
             if managed.port is None:
                 raise StartFailed("the desktop container publishes no websockify port")
-            desktops.readiness(
-                connect_host(desktops.publish_address),
-                managed.port,
-                desktops.ready_timeout_s,
-                abort_reason=lambda: desktops.exit_reason(container),
-            )
+            desktops.await_answer(container, managed.port)
         except START_ERRORS as error:
             raise StartFailed(start_error_text(error), code=getattr(error, "code", "")) from error
         return managed
