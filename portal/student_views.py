@@ -255,6 +255,12 @@ def _desktop_words() -> dict[str, str]:
         "retrying": _("connection lost: trying again in %(seconds)s s…"),
         "ended": _("the session has ended"),
         "refused": _("the desktop refused its password: stop and start a new session"),
+        "signed_out": _("you are signed out: sign in again, then reopen this desktop"),
+        "forbidden": _("you may no longer open this desktop"),
+        "too_large": _(
+            "the connection closed: more was sent at once than the portal relays (a very large "
+            "paste?). Reload the page to reconnect."
+        ),
         "time_left": _("Time left: %(time)s"),
         "limit_soon": _(
             "This desktop reaches its time limit in less than %(minutes)s minutes, at "

@@ -29,11 +29,21 @@ const clock = (seconds) => {
 let rfb = null;
 let retryDelay = 1000;
 let refused = false; // the relay refused the handshake: trying again will not help
+// The relay's close codes after which trying again cannot help (portal/desktop_relay.py):
+// signed out, no longer allowed to open it, a message over the relay's size limit.
+const FINAL_CLOSES = { 4401: "signed_out", 4403: "forbidden", 4413: "too_large" };
+let closeCode = null;
 
 function connect() {
   // No credentials: the portal's relay logs in to the desktop itself and offers this page
-  // security type None, so the desktop's password never reaches the browser.
-  rfb = new RFB(screen, scheme + location.host + config.proxy_url);
+  // security type None, so the desktop's password never reaches the browser. The page opens
+  // the socket itself (noVNC takes it as a channel) to read the relay's close code.
+  const channel = new WebSocket(scheme + location.host + config.proxy_url);
+  closeCode = null;
+  channel.addEventListener("close", (event) => {
+    closeCode = event.code;
+  });
+  rfb = new RFB(screen, channel);
   rfb.scaleViewport = true;
   rfb.addEventListener("connect", () => {
     retryDelay = 1000;
@@ -43,6 +53,11 @@ function connect() {
   // calls a close by the server "clean"): try again while the session can still be opened.
   rfb.addEventListener("disconnect", () => {
     if (refused) return;
+    if (closeCode in FINAL_CLOSES) {
+      refused = true;
+      status.textContent = words[FINAL_CLOSES[closeCode]];
+      return;
+    }
     status.textContent = words.disconnected;
     retry();
   });
