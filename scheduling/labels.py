@@ -94,6 +94,28 @@ DETAIL_LABELS = {
     "stopped": gettext_lazy("stopped"),
     "student": gettext_lazy("student"),
     "username": gettext_lazy("user name"),
+    "viewer": gettext_lazy("viewer"),
+    "owner": gettext_lazy("owner"),
+    "as": gettext_lazy("opened as"),
+    "address": gettext_lazy("address"),
+    "node": gettext_lazy("node"),
+    "token": gettext_lazy("token"),
+    "tokens": gettext_lazy("tokens"),
+    "name": gettext_lazy("name"),
+    "failures": gettext_lazy("failures"),
+    "failures_in_a_row": gettext_lazy("failures in a row"),
+    "expires_at": gettext_lazy("expires at"),
+    "deadline": gettext_lazy("deadline"),
+    "position": gettext_lazy("position"),
+    "removed": gettext_lazy("removed"),
+    "detail": gettext_lazy("detail"),
+}
+
+# Values that are codes under one key: shown in words ("as": "admin" is "an admin", while a
+# user name "admin" under "viewer" stays a name).
+DETAIL_VALUES = {
+    ("as", "owner"): gettext_lazy("its owner"),
+    ("as", "admin"): gettext_lazy("an admin"),
 }
 
 
@@ -175,7 +197,12 @@ def detail_rows(data: Any) -> list[tuple[str, str, str]]:
     not a mapping is one row with an empty key."""
     if not isinstance(data, Mapping):
         return [] if data in (None, "", [], {}) else [("", "", _value(data))]
-    return [(str(k), capfirst(_key(k)), _value(v)) for k, v in sorted(data.items())]
+    return [(str(k), capfirst(_key(k)), _detail_value(str(k), v)) for k, v in sorted(data.items())]
+
+
+def _detail_value(key: str, value: Any) -> str:
+    words = DETAIL_VALUES.get((key, value)) if isinstance(value, str) else None
+    return str(words) if words is not None else _value(value)
 
 
 def kind_label(kind: str) -> str:
