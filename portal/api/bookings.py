@@ -14,6 +14,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from portal.api.fields import ChoiceField
 from portal.models import COURSE_CODE_MAX, Course
 from portal.people import signed_in
 from scheduling.api_errors import as_api_error
@@ -70,7 +71,7 @@ class SeriesCreateSerializer(SeriesRequestSerializer):
 
 
 class AlternativeSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=["seats", "time", "profile"])
+    kind = ChoiceField(choices=["seats", "time", "profile"])
     seats = serializers.IntegerField()
     starts_at = serializers.DateTimeField()
     ends_at = serializers.DateTimeField()

@@ -15,6 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.api.fields import ChoiceField
 from portal.people import signed_in
 from portal.roster import MAX_BYTES, RosterErrors, check_roster, do_import_roster
 from portal.teaching import (
@@ -95,7 +96,7 @@ RosterResultSerializer = inline_serializer(
 class TaSerializer(serializers.Serializer):
     username = serializers.CharField()
     permissions = serializers.ListField(
-        child=serializers.ChoiceField(choices=list(TA_PERMISSIONS)), allow_empty=True
+        child=ChoiceField(choices=list(TA_PERMISSIONS)), allow_empty=True
     )
 
 

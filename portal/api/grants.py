@@ -14,6 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.api.fields import ChoiceField
 from portal.models import ThesisGrant
 from portal.people import signed_in
 from scheduling.api_errors import as_api_error
@@ -148,7 +149,7 @@ class QuotaAskSerializer(serializers.Serializer):
 
 
 class QuotaAnswerSerializer(serializers.Serializer):
-    decision = serializers.ChoiceField(choices=[GRANT, REFUSE])
+    decision = ChoiceField(choices=[GRANT, REFUSE])
     hours = serializers.FloatField(
         required=False, allow_null=True, help_text="Hours to grant (default: all asked)."
     )

@@ -20,6 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.api.fields import ChoiceField
 from portal.api.schema import ErrorDetailSerializer
 from portal.people import signed_in
 from scheduling.api_errors import as_api_error
@@ -130,8 +131,8 @@ class UsageRecordViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
 
 
 class ReportQuerySerializer(serializers.Serializer):
-    group = serializers.ChoiceField(choices=GROUPS)
-    period = serializers.ChoiceField(choices=PERIODS)
+    group = ChoiceField(choices=GROUPS)
+    period = ChoiceField(choices=PERIODS)
     start = serializers.DateField(help_text=_("First day (inclusive)."))
     end = serializers.DateField(help_text=_("Last day (inclusive)."))
 
@@ -214,7 +215,7 @@ class PriceRuleCreateSerializer(serializers.Serializer):
     profile = serializers.CharField(
         required=False, allow_blank=True, default="", help_text=_("A profile's slug; empty: any")
     )
-    unit = serializers.ChoiceField(choices=PriceUnit.choices)
+    unit = ChoiceField(choices=PriceUnit.choices)
     price = serializers.DecimalField(max_digits=12, decimal_places=4)
     currency = serializers.CharField(max_length=3)
     valid_from = serializers.DateField()

@@ -65,3 +65,14 @@ def test_an_unknown_course_is_quoted_by_an_excerpt(owner, profile):
 
 def test_an_excerpt_drops_control_characters():
     assert excerpt("ab\x00c\nd\x1b[31m") == "abcd[31m"
+
+
+def test_a_100_kb_choice_in_any_api_is_quoted_by_an_excerpt_with_the_choices(admin_user):
+    answer = api_for(admin_user).get(
+        "/api/v1/usage/report/",
+        {"group": HUGE, "period": "week", "start": "2026-03-01", "end": "2026-03-31"},
+    )
+    assert answer.status_code == 400
+    assert len(answer.content) < 500
+    message = answer.json()["group"][0]
+    assert excerpt(HUGE) in message and "user" in message  # what was typed, cut; what to pick
