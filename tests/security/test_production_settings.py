@@ -24,6 +24,7 @@ from scheduling.choices import Purpose, SessionState
 from scheduling.models import Node, Session
 from scheduling.services.sessions import check_submit, do_submit
 
+from ..conftest import gpu_inventory
 from ..integration.conftest import database_url
 from ..integration.stack import Stack
 
@@ -90,7 +91,8 @@ def test_a_real_portal_behind_tls_sends_hsts_secure_cookies_and_the_policy(
 
 @pytest.mark.django_db
 def test_the_desktop_page_is_never_stored(owner, profile, register_node):
-    node, _ = register_node("nc-node", [])
+    # A GPU the profile fits on: a profile no node could ever run is refused at submit.
+    node, _ = register_node("nc-node", [gpu_inventory("GPU-nc", 0, shares=2)])
     Node.objects.filter(pk=node.pk).update(runtime="docker")
     session = do_submit(owner, check_submit(owner, profile.pk, Purpose.HOBBY, None))
     Session.objects.filter(pk=session.pk).update(
