@@ -22,7 +22,7 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 venv: $(VENV)/.installed-dev
 
 demo: $(VENV)/.installed
-	$(PY) -m portal.demo
+	$(PY) -m bench.demo
 
 images:
 	bash nodeagent/images/build.sh all

@@ -308,6 +308,8 @@ REST_FRAMEWORK = {
     # The schema documents the errors each operation may answer (portal/api/schema.py).
     "DEFAULT_SCHEMA_CLASS": "portal.api.schema.DeskpoolAutoSchema",
     "DEFAULT_PAGINATION_CLASS": None,
+    # A service refusal (ServiceError) answers 400, 403, 404, 409 or 429 with its message.
+    "EXCEPTION_HANDLER": "scheduling.api_errors.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Deskpool API",

@@ -47,9 +47,8 @@ from nodeagent.protocol import (
     to_wire,
 )
 
-from .api_errors import as_api_error
 from .models import Node, Session
-from .services import ServiceError
+from .services import Conflict, ServiceError
 from .services.agent_sessions import desired_state, do_report, do_report_batch
 from .services.installation import installation_id
 from .services.nodes import do_heartbeat, do_register, node_for_token
@@ -260,7 +259,7 @@ class RegisterView(AgentView):
                 raise exceptions.AuthenticationFailed(error.message) from error
             if error.field and error.code == "invalid":
                 raise InvalidField(error.field, error.message) from error
-            raise as_api_error(error) from error
+            raise  # the API exception handler answers it
         registered = RegistrationAnswer(
             node_id=node.pk,
             heartbeat_interval_s=settings.AGENT_HEARTBEAT_INTERVAL_S,
@@ -296,14 +295,11 @@ class ReportView(AgentView):
         body = read_message(request, SessionReport)
         try:
             session = do_report(self.node, session_id, body)
-        except ServiceError as error:
-            api_error = as_api_error(error)
-            if api_error.status_code == status.HTTP_409_CONFLICT:
-                # A conflict is only ever about a session this node holds or once held.
-                current = Session.objects.filter(pk=session_id).values_list("state", flat=True)
-                conflict = ConflictAnswer(detail=error.message, state=current.first())
-                return answer(conflict, status.HTTP_409_CONFLICT)
-            raise api_error from error
+        except Conflict as error:
+            # A conflict is only ever about a session this node holds or once held.
+            current = Session.objects.filter(pk=session_id).values_list("state", flat=True)
+            conflict = ConflictAnswer(detail=error.message, state=current.first())
+            return answer(conflict, status.HTTP_409_CONFLICT)
         return answer(ReportAnswer(state=session.state))
 
 
@@ -324,11 +320,8 @@ class WarmReportView(AgentView):
         body = read_message(request, WarmReport)
         try:
             warm = do_warm_report(self.node, key, body)
-        except ServiceError as error:
-            api_error = as_api_error(error)
-            if api_error.status_code == status.HTTP_409_CONFLICT:
-                return answer(ConflictAnswer(detail=error.message), status.HTTP_409_CONFLICT)
-            raise api_error from error
+        except Conflict as error:
+            return answer(ConflictAnswer(detail=error.message), status.HTTP_409_CONFLICT)
         return answer(ReportAnswer(state=warm.state))
 
 

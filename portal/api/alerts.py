@@ -9,16 +9,14 @@ from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from portal.people import signed_in
-from scheduling.api_errors import as_api_error
 from scheduling.events import alert_payload
 from scheduling.models import Alert, AlertRule, AlertState
 from scheduling.models.alerts import Metric, Scope
-from scheduling.services import ServiceError
 from scheduling.services.alert_changes import (
     check_acknowledge,
     check_resolve,
@@ -28,13 +26,6 @@ from scheduling.services.alert_changes import (
     do_save_rule,
 )
 from scheduling.services.alerts import ensure_default_rules
-from scheduling.services.eligibility import Forbidden
-
-
-def _api_error(error: ServiceError) -> APIException:
-    if isinstance(error, Forbidden):
-        return PermissionDenied(error.message)
-    return as_api_error(error)
 
 
 class AlertSerializer(serializers.Serializer):
@@ -117,20 +108,14 @@ class AlertViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     @action(detail=True, methods=["post"])
     def acknowledge(self, request: Request, pk: str | None = None) -> Response:
         person = signed_in(request.user)
-        try:
-            alert = do_acknowledge(person, check_acknowledge(person, int(pk or 0)))
-        except ServiceError as error:
-            raise _api_error(error) from error
+        alert = do_acknowledge(person, check_acknowledge(person, int(pk or 0)))
         return Response(AlertSerializer(self.get_queryset().get(pk=alert.pk)).data)
 
     @extend_schema(summary="Resolve an open alert by hand", request=None, responses=AlertSerializer)
     @action(detail=True, methods=["post"])
     def resolve(self, request: Request, pk: str | None = None) -> Response:
         person = signed_in(request.user)
-        try:
-            alert = do_resolve(person, check_resolve(person, int(pk or 0)))
-        except ServiceError as error:
-            raise _api_error(error) from error
+        alert = do_resolve(person, check_resolve(person, int(pk or 0)))
         return Response(AlertSerializer(self.get_queryset().get(pk=alert.pk)).data)
 
 
@@ -153,10 +138,7 @@ class AlertRuleViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         if not isinstance(request.data, dict):
             raise ValidationError({"non_field_errors": [_("Send the rule as a JSON object.")]})
         person = signed_in(request.user)
-        try:
-            return do_save_rule(person, check_rule(person, dict(request.data), rule))
-        except ServiceError as error:
-            raise _api_error(error) from error
+        return do_save_rule(person, check_rule(person, dict(request.data), rule))
 
     @extend_schema(
         summary="Create an alert rule",

@@ -1,7 +1,8 @@
 """The bookings API: single bookings, booking series and the feasibility check.
 
 Thin viewsets over :mod:`scheduling.services.bookings` and
-:mod:`scheduling.services.booking_series`; every refusal goes through ``as_api_error``.
+:mod:`scheduling.services.booking_series`; a refusal answers through the API exception
+handler (``scheduling.api_errors``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from rest_framework.response import Response
 from portal.api.fields import ChoiceField
 from portal.models import COURSE_CODE_MAX, Course
 from portal.people import signed_in
-from scheduling.api_errors import as_api_error
 from scheduling.models import Booking, BookingSeries
-from scheduling.services import Conflict, ServiceError
+from scheduling.services import Conflict
 from scheduling.services.booking_series import (
     SeriesPlan,
     check_series,
@@ -166,22 +166,19 @@ def _check(
     form = serializer_class(data=request.data)
     form.is_valid(raise_exception=True)
     data = form.validated_data
-    try:
-        plan = check_series(
-            signed_in(request.user),
-            data["course"],
-            data["profile"],
-            data["seats"],
-            data["first_date"],
-            data.get("last_date"),
-            data["weekly"],
-            data["starts"],
-            data["ends"],
-            data["skip_dates"],
-            time_zone=data.get("time_zone") or None,
-        )
-    except ServiceError as error:
-        raise as_api_error(error) from error
+    plan = check_series(
+        signed_in(request.user),
+        data["course"],
+        data["profile"],
+        data["seats"],
+        data["first_date"],
+        data.get("last_date"),
+        data["weekly"],
+        data["starts"],
+        data["ends"],
+        data["skip_dates"],
+        time_zone=data.get("time_zone") or None,
+    )
     return plan, data
 
 
@@ -207,18 +204,15 @@ class BookingViewSet(
         form.is_valid(raise_exception=True)
         data = form.validated_data
         user = signed_in(request.user)
-        try:
-            checked = check_booking(
-                user,
-                data["course"],
-                data["profile"],
-                data["seats"],
-                data["starts_at"],
-                data["ends_at"],
-            )
-            booking = do_create_booking(user, checked)
-        except ServiceError as error:
-            raise as_api_error(error) from error
+        checked = check_booking(
+            user,
+            data["course"],
+            data["profile"],
+            data["seats"],
+            data["starts_at"],
+            data["ends_at"],
+        )
+        booking = do_create_booking(user, checked)
         return Response(BookingSerializer(booking).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=BookingChangeSerializer, responses={200: BookingSerializer})
@@ -228,28 +222,22 @@ class BookingViewSet(
         form.is_valid(raise_exception=True)
         data = form.validated_data
         user = signed_in(request.user)
-        try:
-            change = check_booking_change(
-                user,
-                booking,
-                seats=data.get("seats"),
-                starts_at=data.get("starts_at"),
-                ends_at=data.get("ends_at"),
-                profile_id=data.get("profile"),
-            )
-            booking = do_change_booking(user, change)
-        except ServiceError as error:
-            raise as_api_error(error) from error
+        change = check_booking_change(
+            user,
+            booking,
+            seats=data.get("seats"),
+            starts_at=data.get("starts_at"),
+            ends_at=data.get("ends_at"),
+            profile_id=data.get("profile"),
+        )
+        booking = do_change_booking(user, change)
         return Response(BookingSerializer(booking).data)
 
     @extend_schema(request=None, responses={200: BookingSerializer})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         booking = self.get_object()
-        try:
-            booking = do_cancel_booking(signed_in(request.user), booking)
-        except ServiceError as error:
-            raise as_api_error(error) from error
+        booking = do_cancel_booking(signed_in(request.user), booking)
         return Response(BookingSerializer(booking).data)
 
 
@@ -275,14 +263,11 @@ class BookingSeriesViewSet(
     def create(self, request: Request, *args, **kwargs) -> Response:
         plan, data = _check(request, SeriesCreateSerializer)
         user = signed_in(request.user)
-        try:
-            if data["without_conflicts"] and plan.conflicts:
-                plan = without_conflicts(user, plan)
-            if not plan.fits:
-                raise Conflict(" ".join(f"{d.day.isoformat()}: {d.words}" for d in plan.conflicts))
-            series = do_create_series(user, plan)
-        except ServiceError as error:
-            raise as_api_error(error) from error
+        if data["without_conflicts"] and plan.conflicts:
+            plan = without_conflicts(user, plan)
+        if not plan.fits:
+            raise Conflict(" ".join(f"{d.day.isoformat()}: {d.words}" for d in plan.conflicts))
+        series = do_create_series(user, plan)
         return Response(
             BookingSeriesSerializer(self.get_queryset().get(pk=series.pk)).data,
             status=status.HTTP_201_CREATED,
@@ -298,8 +283,5 @@ class BookingSeriesViewSet(
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         series = self.get_object()
-        try:
-            do_cancel_series(signed_in(request.user), series)
-        except ServiceError as error:
-            raise as_api_error(error) from error
+        do_cancel_series(signed_in(request.user), series)
         return Response(BookingSeriesSerializer(self.get_queryset().get(pk=series.pk)).data)

@@ -29,7 +29,6 @@ from portal.teaching import (
     role_by_code,
     teaching_courses,
 )
-from scheduling.api_errors import as_api_error
 from scheduling.events import session_payload
 from scheduling.services import ServiceError
 from scheduling.services.classroom import class_sessions, do_start_all, do_stop_all
@@ -176,7 +175,7 @@ class RosterView(APIView):
             content = form.validated_data["csv"].encode("utf-8")
         if content is None:
             message = _("Send the class list as a file (field “file”) or as text (field “csv”).")
-            raise as_api_error(ServiceError(message, field="file"))
+            raise ServiceError(message, field="file")
         try:
             plan = check_roster(role.course, content, sync=form.validated_data["sync"])
         except RosterErrors as error:
@@ -211,12 +210,9 @@ class TaView(APIView):
         role = _role(request, code, "teacher")
         form = TaSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        try:
-            grant = check_ta(
-                role.course, form.validated_data["username"], form.validated_data["permissions"]
-            )
-        except ServiceError as error:
-            raise as_api_error(error) from error
+        grant = check_ta(
+            role.course, form.validated_data["username"], form.validated_data["permissions"]
+        )
         do_set_ta(signed_in(request.user), role.course, grant)
         return Response(
             {"username": grant.user.get_username(), "permissions": sorted(grant.permissions)}
@@ -239,10 +235,7 @@ class StartAllView(APIView):
     @extend_schema(request=None, responses={200: StartAllSerializer})
     def post(self, request: Request, code: str) -> Response:
         role = _role(request, code, "manage_class_desktops")
-        try:
-            result = do_start_all(signed_in(request.user), role.course)
-        except ServiceError as error:
-            raise as_api_error(error) from error
+        result = do_start_all(signed_in(request.user), role.course)
         return Response(
             {
                 "started": result.started,

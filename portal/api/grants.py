@@ -9,7 +9,6 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -17,11 +16,8 @@ from rest_framework.views import APIView
 from portal.api.fields import ChoiceField
 from portal.models import ThesisGrant
 from portal.people import signed_in
-from scheduling.api_errors import as_api_error
 from scheduling.events import quota_request_payload
 from scheduling.models.policy import QuotaRequest
-from scheduling.services import ServiceError
-from scheduling.services.eligibility import Forbidden
 from scheduling.services.grants import check_grant, check_revoke, do_grant, do_revoke
 from scheduling.services.quota_requests import (
     GRANT,
@@ -33,13 +29,6 @@ from scheduling.services.quota_requests import (
     visible_quota_requests,
 )
 from scheduling.services.quota_view import quota_left
-
-
-def _api_error(error: ServiceError) -> APIException:
-    """As ``as_api_error``, with the 403 for who may see but not act."""
-    if isinstance(error, Forbidden):
-        return PermissionDenied(error.message)
-    return as_api_error(error)
 
 
 class ThesisGrantSerializer(serializers.ModelSerializer):
@@ -100,12 +89,7 @@ class ThesisGrantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
         form.is_valid(raise_exception=True)
         person = signed_in(request.user)
         data: dict[str, Any] = dict(form.validated_data)
-        try:
-            grant = do_grant(
-                person, check_grant(person, data["student"], data["until"], data["note"])
-            )
-        except ServiceError as error:
-            raise _api_error(error) from error
+        grant = do_grant(person, check_grant(person, data["student"], data["until"], data["note"]))
         return Response(ThesisGrantSerializer(grant).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -116,10 +100,7 @@ class ThesisGrantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
     @action(detail=True, methods=["post"])
     def revoke(self, request: Request, pk: str | None = None) -> Response:
         person = signed_in(request.user)
-        try:
-            grant = do_revoke(person, check_revoke(person, int(pk or 0)))
-        except ServiceError as error:
-            raise _api_error(error) from error
+        grant = do_revoke(person, check_revoke(person, int(pk or 0)))
         return Response(ThesisGrantSerializer(grant).data)
 
 
@@ -182,10 +163,7 @@ class QuotaRequestViewSet(
         form.is_valid(raise_exception=True)
         person = signed_in(request.user)
         data = form.validated_data
-        try:
-            made = do_ask(person, check_ask(person, data["course"], data["hours"], data["reason"]))
-        except ServiceError as error:
-            raise _api_error(error) from error
+        made = do_ask(person, check_ask(person, data["course"], data["hours"], data["reason"]))
         return Response(QuotaRequestSerializer(made).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -199,13 +177,10 @@ class QuotaRequestViewSet(
         form.is_valid(raise_exception=True)
         person = signed_in(request.user)
         data = form.validated_data
-        try:
-            reply = check_answer(
-                person, int(pk or 0), data["decision"], data.get("hours"), data["answer"]
-            )
-            answered = do_answer(person, reply)
-        except ServiceError as error:
-            raise _api_error(error) from error
+        reply = check_answer(
+            person, int(pk or 0), data["decision"], data.get("hours"), data["answer"]
+        )
+        answered = do_answer(person, reply)
         return Response(QuotaRequestSerializer(answered).data)
 
 

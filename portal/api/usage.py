@@ -23,10 +23,8 @@ from rest_framework.views import APIView
 from portal.api.fields import ChoiceField
 from portal.api.schema import ErrorDetailSerializer
 from portal.people import signed_in
-from scheduling.api_errors import as_api_error
 from scheduling.csv_export import SafeWriter
 from scheduling.models import PriceRule, PriceUnit, UsageRecord
-from scheduling.services import ServiceError
 from scheduling.services.accounting import (
     GROUPS,
     PERIODS,
@@ -170,11 +168,8 @@ class UsageReportView(APIView):
         query = ReportQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         data = query.validated_data
-        try:
-            checked = check_report(data["group"], data["period"], data["start"], data["end"])
-            rows = usage_report(checked.group, checked.period, checked.start, checked.end)
-        except ServiceError as error:
-            raise as_api_error(error) from error
+        checked = check_report(data["group"], data["period"], data["start"], data["end"])
+        rows = usage_report(checked.group, checked.period, checked.start, checked.end)
         response = Response([row_fields(row) for row in rows])
         if request.accepted_renderer.format == "csv":
             name = f"usage-{checked.group}-{checked.period}-{checked.start}-{checked.end}.csv"
@@ -240,8 +235,5 @@ class PriceRuleViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         form = PriceRuleCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         person = signed_in(request.user)
-        try:
-            rule = do_price(person, check_price(**form.validated_data))
-        except ServiceError as error:
-            raise as_api_error(error) from error
+        rule = do_price(person, check_price(**form.validated_data))
         return Response(PriceRuleSerializer(rule).data, status=status.HTTP_201_CREATED)

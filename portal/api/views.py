@@ -14,9 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.people import signed_in
-from scheduling.api_errors import as_api_error
 from scheduling.models import Allocation, DesktopProfile, Gpu, Node, PoolPolicy, Session
-from scheduling.services import ServiceError
 from scheduling.services.extend import do_extend
 from scheduling.services.feasibility import unavailable_words
 from scheduling.services.idle import do_resume
@@ -76,16 +74,13 @@ class SessionViewSet(
     def create(self, request: Request, *args, **kwargs) -> Response:
         form = SessionCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        try:
-            submit = check_submit(
-                signed_in(request.user),
-                form.validated_data["profile"],
-                form.validated_data["purpose"],
-                form.validated_data.get("course") or None,
-            )
-            session = do_submit(signed_in(request.user), submit, by_person=True)
-        except ServiceError as error:
-            raise as_api_error(error) from error
+        submit = check_submit(
+            signed_in(request.user),
+            form.validated_data["profile"],
+            form.validated_data["purpose"],
+            form.validated_data.get("course") or None,
+        )
+        session = do_submit(signed_in(request.user), submit, by_person=True)
         # Their own session, just created, as it was stored (not placed yet: no node).
         prefetch_related_objects([session], "allocations__slice__gpu")
         return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
@@ -94,10 +89,7 @@ class SessionViewSet(
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str | None = None) -> Response:
         session = self.get_object()
-        try:
-            do_stop(signed_in(request.user), session, by_person=True)
-        except ServiceError as error:
-            raise as_api_error(error) from error
+        do_stop(signed_in(request.user), session, by_person=True)
         return Response(SessionSerializer(self.get_queryset().get(pk=session.pk)).data)
 
     @extend_schema(request=None, responses={200: SessionSerializer})
@@ -105,10 +97,7 @@ class SessionViewSet(
     def extend(self, request: Request, pk: str | None = None) -> Response:
         """One more step of the profile's time, or 409 saying why not (docs/lifecycle.md)."""
         session = self.get_object()
-        try:
-            do_extend(signed_in(request.user), session.pk)
-        except ServiceError as error:
-            raise as_api_error(error) from error
+        do_extend(signed_in(request.user), session.pk)
         return Response(SessionSerializer(self.get_queryset().get(pk=session.pk)).data)
 
     @extend_schema(request=None, responses={200: SessionSerializer})
@@ -116,10 +105,7 @@ class SessionViewSet(
     def resume(self, request: Request, pk: str | None = None) -> Response:
         """Requeue a suspended session with its age kept, or 409."""
         session = self.get_object()
-        try:
-            do_resume(signed_in(request.user), session.pk)
-        except ServiceError as error:
-            raise as_api_error(error) from error
+        do_resume(signed_in(request.user), session.pk)
         return Response(SessionSerializer(self.get_queryset().get(pk=session.pk)).data)
 
 

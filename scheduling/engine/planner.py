@@ -81,7 +81,7 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
 
     The cyclic garbage collector is paused for the call: a cycle allocates many small tuples
     and frees them all at the end, and collections in between cost about 7% of a large cycle
-    (``python -m scheduling.bench``) for nothing.
+    (``python -m bench.scheduler``) for nothing.
     """
     paused = gc.isenabled()
     gc.disable()

@@ -1,11 +1,11 @@
-"""A booked class starts at once: ``portal.bench_class`` at 8 seats, checked for correctness.
+"""A booked class starts at once: ``bench.class_start`` at 8 seats, checked for correctness.
 
 Every real part (daphne, Celery worker, agent process, dockerd, the tiny image). Eight
 students of a booked class ask within one second of the window opening, after the worker
 has started a warm desktop for each seat. Only correctness is asserted: every student gets
 exactly one session and it reaches RUNNING, every warm desktop is claimed (or, when the
 class ends, removed) and no container is left behind. The times are printed, not asserted
-(``python -m portal.bench_class`` is the benchmark; docs/measurements.md has its figures).
+(``python -m bench.class_start`` is the benchmark; docs/measurements.md has its figures).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from portal.bench_class import bench_profile, end_class, release_warm_homes, report, run_class
+from bench.class_start import bench_profile, end_class, release_warm_homes, report, run_class
 from scheduling.models import Session, WarmDesktop
 
 from ..conftest import TEST_IMAGE

@@ -82,7 +82,7 @@ def multihost(multihost_db, orm_module, request):
     """The running stack, with one registered agent in each node namespace."""
     from django.conf import settings
 
-    from portal.bench_class import bench_profile
+    from bench.class_start import bench_profile
     from scheduling.models import Slice
     from scheduling.services.nodes import do_create_join_token
 

@@ -103,7 +103,7 @@ def test_session_through_nginx_runs_and_its_update_arrives_on_the_websocket(mult
     from websockets.sync.client import connect as ws_connect
     from websockets.typing import Origin
 
-    from portal.bench_class import make_class
+    from bench.class_start import make_class
     from scheduling.choices import AuditKind
     from scheduling.models import AuditEvent, Node, Session
 
@@ -404,7 +404,7 @@ def test_storm_of_60_through_nginx_survives_killing_a_worker_of_each_kind(multih
     from django.conf import settings
     from django.db.models import Count
 
-    from portal.bench_class import make_class
+    from bench.class_start import make_class
     from scheduling.models import Allocation, Session
     from scheduling.tasks import CYCLE_LOCK
 

@@ -16,9 +16,9 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client
 
+from bench.demo import private_var_dir
 from portal import hardening
 from portal.asgi import application
-from portal.demo import private_var_dir
 from portal.ws_origin import origin_allowed
 from scheduling.choices import Purpose, SessionState
 from scheduling.models import Node, Session

@@ -1,4 +1,4 @@
-"""The students of the class benchmarks (``portal.bench_class``, ``portal.bench_storm``): each
+"""The students of the class benchmarks (``bench.class_start``, ``bench.storm``): each
 opens the live updates (the WebSocket ``/ws/updates/``, as the home page does), asks for a
 desktop through the API at a given moment, and waits for RUNNING on the socket.
 

@@ -1,4 +1,4 @@
-"""``python -m portal.bench_fleet``: a thousand idle node agents against one portal (issue 13).
+"""``python -m bench.fleet``: a thousand idle node agents against one portal (issue 13).
 
 ``--agents`` simulated agents (coroutines in this process; each node one simulated A100 of 7
 MIG instances) register, then follow the portal as ``nodeagent.agent.PortalFollower`` does:
@@ -44,8 +44,8 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.db.models import Min  # noqa: E402
 
-from portal.bench_class import bench_profile, percentile  # noqa: E402
-from portal.bench_cpu import cpu_s  # noqa: E402
+from bench.class_start import bench_profile, percentile  # noqa: E402
+from bench.cpu import cpu_s  # noqa: E402
 from scheduling.models import Node, Session  # noqa: E402
 from scheduling.services.nodes import do_create_join_token  # noqa: E402
 from scheduling.services.sessions import check_submit, do_stop, do_submit  # noqa: E402

@@ -1,4 +1,4 @@
-"""Scheduler bench: ``python -m scheduling.bench`` (pure Python, no Django; see ``docs/sim.md``).
+"""Scheduler bench: ``python -m bench.scheduler`` (pure Python, no Django; see ``docs/sim.md``).
 
 Two figures, one process on one core:
 
@@ -95,7 +95,7 @@ def bench_plan(snapshot: Snapshot, repeat: int = 3) -> tuple[float, int, int]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m scheduling.bench", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m bench.scheduler", description=__doc__)
     ap.add_argument("--pods", default=str(DEFAULT_PODS))
     ap.add_argument("--nodes", default=str(DEFAULT_NODES))
     ap.add_argument("--seed", type=int, default=42)

@@ -1,4 +1,4 @@
-"""``python -m portal.bench_metrics``: how long one ``/metrics`` scrape takes, 1000 sessions.
+"""``python -m bench.metrics``: how long one ``/metrics`` scrape takes, 1000 sessions.
 
 Fills a database of its own (``<name>_bench_metrics``, dropped at the end) with a pool of
 ``--nodes`` nodes of 4 GPUs of 7 MIG slices each, every GPU with telemetry, and

@@ -1,4 +1,4 @@
-"""``python -m portal.bench_start``: time from submit to RUNNING for one desktop, N times.
+"""``python -m bench.start``: time from submit to RUNNING for one desktop, N times.
 
 Runs against a live portal (``make demo`` in another terminal). Each run logs in through
 the API, submits one session, polls until it is RUNNING, then stops it and waits for ENDED.

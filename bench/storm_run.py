@@ -1,5 +1,5 @@
-"""The storm of ``python -m portal.bench_storm``, run with the demo stack's settings:
-``python -m portal.storm_run URL STUDENTS SPREAD_S TIMEOUT_S``, started by the benchmark once
+"""The storm of ``python -m bench.storm``, run with the demo stack's settings:
+``python -m bench.storm_run URL STUDENTS SPREAD_S TIMEOUT_S``, started by the benchmark once
 the stack is up and the environment names its database and Redis; prints the figures, exits
 1 when a student did not get a desktop."""
 
@@ -22,15 +22,15 @@ logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request hides
 
 from django.conf import settings  # noqa: E402
 
-from portal.bench_class import (  # noqa: E402
+from bench.class_start import (  # noqa: E402
     bench_profile,
     make_class,
     percentile,
     phase_lines,
     phases,
 )
-from portal.bench_cpu import cpu_by_process, cpu_line  # noqa: E402
-from portal.bench_students import Student, run_students  # noqa: E402
+from bench.cpu import cpu_by_process, cpu_line  # noqa: E402
+from bench.students import Student, run_students  # noqa: E402
 from scheduling.models import Slice  # noqa: E402
 from scheduling.redis_client import shared_redis  # noqa: E402
 from scheduling.services.metrics import CYCLE_HISTOGRAM_KEY  # noqa: E402

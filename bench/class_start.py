@@ -1,9 +1,9 @@
-"""``python -m portal.bench_class``: a booked class whose students all ask at once.
+"""``python -m bench.class_start``: a booked class whose students all ask at once.
 
 A 40-seat class (``--seats``) booked on a tiny-image profile; its window opens a minute
 after the booking (inside the warm lead), so the worker's cycles start warm desktops ahead.
 Every student asks within one second of the window opening (one coroutine, its own
-connections and one API token each: ``portal.bench_students``) and waits for RUNNING on
+connections and one API token each: ``bench.students``) and waits for RUNNING on
 the WebSocket ``/ws/updates/`` (the API is asked only if the socket stays silent for 5 s).
 Prints each student's submit → RUNNING, p50, p95 and max, and how many were placed on warm
 desktops; then ends the class and removes every container it started.
@@ -49,9 +49,9 @@ from django.contrib.auth.models import User  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from bench.students import Student, run_students  # noqa: E402
 from nodeagent.runtime import home_mounts  # noqa: E402
 from portal.api_tokens import issue_token  # noqa: E402
-from portal.bench_students import Student, run_students  # noqa: E402
 from portal.models import Course  # noqa: E402
 from scheduling.models import (  # noqa: E402
     Booking,

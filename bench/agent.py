@@ -1,4 +1,4 @@
-"""``python -m nodeagent.bench [--image IMAGE]``: node-agent figures on this machine's dockerd.
+"""``python -m bench.agent [--image IMAGE]``: node-agent figures on this machine's dockerd.
 
 Drives :class:`~nodeagent.runtime.docker_runtime.DockerRuntime` directly (no portal, no
 Django), with the real readiness check (a VNC handshake through websockify):
@@ -43,7 +43,7 @@ SESSION_ID_BASE = 900_000
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m nodeagent.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.agent", description=__doc__)
     parser.add_argument("--image", default="deskpool/desktop:latest")
     parser.add_argument("--sequential", type=int, default=20, help="desktops one at a time")
     parser.add_argument("--parallel", type=int, default=10, help="desktops started together")
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
         ]
     print(
-        f"nodeagent.bench: image {args.image}, {args.cpus:g} CPU / {args.memory_mb} MB "
+        f"bench.agent: image {args.image}, {args.cpus:g} CPU / {args.memory_mb} MB "
         f"per desktop; host {info.get('NCPU')} CPUs, {info.get('MemTotal', 0) / 2**30:.0f} GiB, "
         f"dockerd {info.get('ServerVersion')}, cgroup v{info.get('CgroupVersion', '?')}"
     )

@@ -1,4 +1,4 @@
-"""``python -m scheduling.bench_metric_storage``: the metric history one node takes per day.
+"""``python -m bench.metric_storage``: the metric history one node takes per day.
 
 Fills a database of its own (``<name>_bench_metric_storage``, dropped at the end) with the
 samples of one node heartbeating every ``--interval`` seconds (default: the interval the

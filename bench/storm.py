@@ -1,9 +1,9 @@
-"""``python -m portal.bench_storm``: a class-start storm on the demo stack.
+"""``python -m bench.storm``: a class-start storm on the demo stack.
 
 ``--students`` (200) students of one course each open their live updates (the WebSocket
 ``/ws/updates/``, as the home page does), then all ask for a desktop within ``--spread``
 (1 s) through the API, and wait for RUNNING on the socket. The stack is ``make demo``'s own
-(``python -m portal.demo``: one daphne per CPU up to 4, a Celery worker, beat, one agent per
+(``python -m bench.demo``: one daphne per CPU up to 4, a Celery worker, beat, one agent per
 node) on a SIMULATED fleet of ``--nodes`` nodes × 8 A100 × 7 MIG slices, with the simulated desktop
 runtime, so that only the control plane is measured.
 
@@ -33,7 +33,7 @@ from pathlib import Path
 import psycopg
 import yaml
 
-from portal.bench_cpu import children_cpu_s, cpu_by_process, cpu_line
+from bench.cpu import children_cpu_s, cpu_by_process, cpu_line
 
 ROOT = Path(__file__).resolve().parent.parent
 SLICES_PER_GPU = 7
@@ -99,7 +99,7 @@ def drop_database(env: dict[str, str]) -> None:
 def start_demo(env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "portal.demo", "--port", str(port)],
+            [sys.executable, "-m", "bench.demo", "--port", str(port)],
             cwd=ROOT,
             env=env,
             stdout=out,
@@ -153,7 +153,7 @@ def main() -> int:
     try:
         wait_up(demo, url, log)
         # The storm itself runs in a process of its own, on the stack's settings.
-        storm = [sys.executable, "-m", "portal.storm_run", url, str(args.students)]
+        storm = [sys.executable, "-m", "bench.storm_run", url, str(args.students)]
         storm += [str(args.spread), str(args.timeout)]
         cpu_before, students_before = cpu_by_process(), children_cpu_s()
         storm_started = time.monotonic()
