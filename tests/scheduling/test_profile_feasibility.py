@@ -10,7 +10,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone, translation
 from rest_framework.test import APIClient
 
@@ -140,6 +142,26 @@ def test_with_no_healthy_node_at_all_every_profile_stays_available(small_host, o
     Node.objects.update(last_heartbeat=timezone.now() - timedelta(days=1))
     assert never_fitting([big], timezone.now()) == {}
     check_submit(owner, big.pk, "hobby", None)  # queued until a node is back
+
+
+def test_the_pool_is_read_once_while_its_nodes_stay_as_they_were(small_host):
+    big = make_profile("big", cpus=4)
+    assert big.pk in never_fitting([big], timezone.now())  # reads the pool
+    with CaptureQueriesContext(connection) as again:
+        assert big.pk in never_fitting([big], timezone.now())
+    assert len(again) == 1, [q["sql"] for q in again]  # only: are the nodes as they were?
+
+
+def test_a_node_that_changes_is_seen_at_the_next_check(small_host):
+    big = make_profile("big", cpus=4)
+    assert big.pk in never_fitting([big], timezone.now())
+    token = do_create_join_token("workstation", actor="test")
+    body = registration("workstation", [gpu_inventory("GPU-w", 0, shares=2)], token)
+    body.update(cpu_count=8, memory_mb=32768)
+    do_register(body, None)
+    assert never_fitting([big], timezone.now()) == {}  # the new node can run it
+    Node.objects.filter(hostname="workstation").update(cordoned=True)
+    assert big.pk in never_fitting([big], timezone.now())  # cordoned: takes nothing new
 
 
 def test_the_engine_gives_a_queued_request_too_big_for_every_node_no_fit():
