@@ -15,7 +15,7 @@
   client sends (text, binary, invalid or huge) is dropped without being decoded.
 
 Ids and numbers are bounded where they are read: ``scheduling.form_fields`` for forms (ASCII
-digits, within the database's integer range), the serializers and ``scheduling.api_errors``
+digits, within the database's integer range), the serializers and ``portal.api.errors``
 for the APIs.
 """
 
