@@ -2,7 +2,7 @@
 
 These pydantic models are the single definition of the wire (``/api/agent/v1/``). The agent
 builds what it sends from them and validates what it receives with them; the portal
-validates agent requests with the same models (``scheduling/agent_api.py``) and builds its
+validates agent requests with the same models (``portal/agents/api.py``) and builds its
 answers from them; the OpenAPI schema at ``/api/schema/`` is generated from them. The agent
 owns this module; the portal imports it, never the reverse (no Django here).
 

@@ -18,8 +18,7 @@ if settings.SERVE_STATIC:
 
     http_application = StaticFiles(http_application)
 
-from scheduling import agent_wait  # noqa: E402
-
+from .agents import wait as agent_wait  # noqa: E402
 from .heap import settle_for_serving  # noqa: E402
 from .routing import websocket_urlpatterns  # noqa: E402
 from .ws_origin import SameOriginWebSockets  # noqa: E402

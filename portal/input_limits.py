@@ -5,7 +5,7 @@
   :data:`MAX_JSON_DEPTH` levels is a 400 before any view or parser sees it; Python's ``json``
   would otherwise recurse until a RecursionError (a 500). Every JSON endpoint of the portal
   is behind it: the user API, the token endpoint, the agent API. The agents' long-poll
-  (``scheduling.agent_wait``) parses with pydantic, which refuses deep nesting itself (400).
+  (``portal.agents.wait``) parses with pydantic, which refuses deep nesting itself (400).
 - :class:`StaticFiles`: a path under ``/static/`` that leaves the static folders
   (``..``, encoded or not) or holds a NUL is a 404, not a SuspiciousFileOperation (a 500 and
   a traceback under daphne).
@@ -15,7 +15,7 @@
   client sends (text, binary, invalid or huge) is dropped without being decoded.
 
 Ids and numbers are bounded where they are read: ``scheduling.form_fields`` for forms (ASCII
-digits, within the database's integer range), the serializers and ``scheduling.api_errors``
+digits, within the database's integer range), the serializers and ``portal.api.errors``
 for the APIs.
 """
 

@@ -309,7 +309,7 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "portal.api.schema.DeskpoolAutoSchema",
     "DEFAULT_PAGINATION_CLASS": None,
     # A service refusal (ServiceError) answers 400, 403, 404, 409 or 429 with its message.
-    "EXCEPTION_HANDLER": "scheduling.api_errors.exception_handler",
+    "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Deskpool API",

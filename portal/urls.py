@@ -55,7 +55,7 @@ urlpatterns = [
     path("", include("portal.signin.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include("portal.api.urls")),
-    path("api/agent/v1/", include("scheduling.agent_api")),
+    path("api/agent/v1/", include("portal.agents.api")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # Exactly /metrics, as Prometheus asks for it (no slash, no redirect).
     path("metrics", metrics_view.metrics, name="metrics"),

@@ -46,7 +46,7 @@ OPENABLE_STATES = frozenset({SessionState.RUNNING, SessionState.PREEMPTING})
 
 
 class IdleState(models.TextChoices):
-    """Where a session stands with the idle policy (``scheduling.idle_rules``)."""
+    """Where a session stands with the idle policy (``scheduling.rules.idle_rules``)."""
 
     ACTIVE = "active", _("Active")
     IDLE = "idle", _("Idle")

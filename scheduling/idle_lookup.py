@@ -9,9 +9,9 @@ from datetime import datetime
 
 from django.db.models import Q
 
-from . import idle_rules
 from .choices import IdleState
 from .models import IdlePolicy, Session
+from .rules import idle_rules
 
 
 def to_policy(row: IdlePolicy | None) -> idle_rules.Policy:

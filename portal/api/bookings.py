@@ -2,7 +2,7 @@
 
 Thin viewsets over :mod:`scheduling.services.bookings` and
 :mod:`scheduling.services.booking_series`; a refusal answers through the API exception
-handler (``scheduling.api_errors``).
+handler (``portal.api.errors``).
 """
 
 from __future__ import annotations

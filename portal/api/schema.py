@@ -3,7 +3,7 @@
 DRF answers the same errors for every view: 400 for a body or query that does not validate,
 401 without credentials, 403 without the permission, 404 for an id that is not there (or not
 yours), 409 when a service refuses a change for the state things are in
-(``scheduling.api_errors``), 415 for a body that is not JSON or a form. Rather than repeat
+(``portal.api.errors``), 415 for a body that is not JSON or a form. Rather than repeat
 them on each view, :class:`DeskpoolAutoSchema` (``REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"]``)
 adds the ones that apply to an operation; what a view declares itself with
 ``extend_schema(responses=...)`` (the agent API's pydantic answers) is kept as it is, and a

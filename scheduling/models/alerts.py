@@ -1,5 +1,5 @@
 """Alert rules, the alerts they raised, and what their evaluation remembers between runs
-(``scheduling.services.alerts``; the decision itself is ``scheduling.alert_rules.step``)."""
+(``scheduling.services.alerts``; the decision itself is ``scheduling.rules.alert_rules.step``)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 Usage records are opened and closed by ``usage_runs`` (one per run, written inside the
 transition's transaction). Bookings are billed on what they held,
-elastic use (sessions outside a booking) on what it used. Prices come from ``scheduling.pricing``.
+elastic use (sessions outside a booking) on what it used. Prices come from
+``scheduling.rules.pricing``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from .. import pricing
 from ..choices import AuditKind, SliceKind
 from ..csv_export import SafeWriter
 from ..excerpt import excerpt
@@ -33,6 +33,7 @@ from ..models import (
     Slice,
     UsageRecord,
 )
+from ..rules import pricing
 from . import ServiceError
 from .audit import record
 from .usage_runs import measures

@@ -3,7 +3,7 @@
 Each node has a desired-state version in Redis. After every commit that changes what a node
 should run (a session placed on it or leaving it, a warm desktop added or dropped), the
 version is bumped and the node's id published on one pub/sub channel; the agent's open
-long-poll (``scheduling.agent_wait``) wakes and answers the new desired state. The agent
+long-poll (``portal.agents.wait``) wakes and answers the new desired state. The agent
 sends back the version it has: a change made between its last answer and its next wait is
 seen at once, not lost. If Redis is down, nothing is published and agents catch up at the
 end of their wait (the slow fallback poll).

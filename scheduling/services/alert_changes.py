@@ -16,11 +16,11 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from ..alert_rules import Track, resolved_by_hand
 from ..choices import AuditKind
 from ..events import broadcast_alert
 from ..models import Alert, AlertRule, AlertState, AlertTrack
 from ..models.alerts import METRIC_SCOPES, OPEN_ALERT_STATES, PERCENT_METRICS, Metric, Scope
+from ..rules.alert_rules import Track, resolved_by_hand
 from . import Conflict, NotFound
 from . import ServiceError as Invalid
 from .alerts import subject_node_id

@@ -24,7 +24,6 @@ from django.db import IntegrityError, transaction
 from django.template.loader import render_to_string
 from django.utils import timezone, translation
 
-from ..alert_rules import CRITICAL, Event, Levels, Track, step
 from ..choices import WAITING_STATES, AuditKind, SessionState
 from ..events import broadcast_alert
 from ..models import (
@@ -39,6 +38,7 @@ from ..models import (
     Session,
 )
 from ..models.alerts import GPU_METRICS, OPEN_ALERT_STATES, Metric, Scope
+from ..rules.alert_rules import CRITICAL, Event, Levels, Track, step
 from .audit import record
 from .email_notices import notify
 from .pool import pool_utilisation

@@ -1,7 +1,7 @@
 """Applying the idle policy and the time-limit warnings, once a minute (beat entry
 ``idle-sweep``, docs/lifecycle.md), and resuming a suspended session.
 
-The verdict is ``scheduling.idle_rules.step``'s; this module reads the sessions, their
+The verdict is ``scheduling.rules.idle_rules.step``'s; this module reads the sessions, their
 activity and policies, and acts on changes: IDLE is only recorded (and shown), WARNED tells
 the person (live, and by e-mail if they chose it), SUSPENDED moves the session to
 ``SessionState.SUSPENDED`` through ``lifecycle.do_transition`` (the slice is released, the
@@ -20,13 +20,13 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from .. import idle_rules
 from ..choices import IdleState, Purpose, SessionState
 from ..engine.reasons import Code, Reason
 from ..events import broadcast_session
 from ..idle_lookup import policy_for
-from ..idle_rules import Context, Idle, Track
 from ..models import IdlePolicy, LifecycleNotices, Session, SessionActivity
+from ..rules import idle_rules
+from ..rules.idle_rules import Context, Idle, Track
 from . import Conflict, NotFound
 from .email_notices import notify
 from .lifecycle import do_transition

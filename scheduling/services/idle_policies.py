@@ -17,9 +17,9 @@ from django.db import transaction
 from django.db.models import F
 from django.utils.translation import gettext as _
 
-from .. import idle_rules
 from ..choices import Purpose
 from ..models import DesktopProfile, IdlePolicy
+from ..rules import idle_rules
 from . import ServiceError
 from .catalogue_changes import _audit
 

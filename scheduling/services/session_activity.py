@@ -25,8 +25,8 @@ from django.utils.dateparse import parse_datetime
 
 from ..choices import AuditKind
 from ..idle_lookup import policy_of
-from ..idle_rules import Activity, Sample
 from ..models import Session, SessionActivity, UsageRecord
+from ..rules.idle_rules import Activity, Sample
 from .audit import record, requests_from
 
 SAMPLE_WINDOW = timedelta(hours=2)

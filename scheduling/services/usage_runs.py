@@ -16,9 +16,9 @@ from decimal import Decimal
 
 from django.db.models import Count, Q
 
-from .. import pricing
 from ..choices import TERMINAL_STATES, WAITING_STATES, SessionState
 from ..models import Allocation, Session, UsageRecord
+from ..rules import pricing
 from .usage import department_of
 
 RUN_ENDS = TERMINAL_STATES | WAITING_STATES | {SessionState.SUSPENDED}

@@ -136,7 +136,7 @@ def test_live_metrics_have_the_nvml_keys_and_follow_the_load() -> None:
 
 
 def test_a_heartbeat_of_every_metric_key_passes_the_wire_model_as_sent() -> None:
-    """The portal validates heartbeats with the same model (tests/scheduling/test_agent_wire.py
+    """The portal validates heartbeats with the same model (tests/portal/agents/test_agent_wire.py
     reads every field back from what it stored)."""
     probe = SimulatedProbe(load_fleet(DEMO_FLEET).node("gpu-a01"), seed=3)
     metrics = [to_wire(m) for m in probe.metrics()]

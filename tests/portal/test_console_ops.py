@@ -18,9 +18,9 @@ from guardian.shortcuts import assign_perm
 
 from portal import audit_search
 from portal.models import Course, Member
-from scheduling import pricing
 from scheduling.choices import AuditKind
 from scheduling.models import Alert, AlertRule, AuditEvent, UsageRecord
+from scheduling.rules import pricing
 from scheduling.services.accounting import (
     check_price,
     do_price,

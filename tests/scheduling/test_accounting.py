@@ -12,9 +12,9 @@ from django.conf import settings
 from django.utils import timezone
 
 from portal.models import Course, Member
-from scheduling import pricing
 from scheduling.choices import ON_NODE_STATES, SessionState
 from scheduling.models import Booking, Gpu, Node, PriceRule, Session, UsageRecord
+from scheduling.rules import pricing
 from scheduling.services import ServiceError
 from scheduling.services.accounting import (
     booking_charge,

@@ -21,15 +21,6 @@ from rest_framework.test import APIClient
 from portal.celery import app
 from portal.consumers import UpdatesConsumer
 from scheduling import events
-from scheduling.alert_rules import (
-    CRITICAL,
-    WARNING,
-    Event,
-    Levels,
-    Track,
-    resolved_by_hand,
-    step,
-)
 from scheduling.choices import AuditKind, SessionState
 from scheduling.engine import (
     FreeSlice,
@@ -41,6 +32,15 @@ from scheduling.engine import (
     plan,
 )
 from scheduling.models import Alert, AlertRule, AlertState, AuditEvent, Gpu, Node, Session
+from scheduling.rules.alert_rules import (
+    CRITICAL,
+    WARNING,
+    Event,
+    Levels,
+    Track,
+    resolved_by_hand,
+    step,
+)
 from scheduling.services.alert_changes import (
     check_acknowledge,
     check_resolve,

@@ -15,8 +15,8 @@ from channels.testing import HttpCommunicator
 from rest_framework.test import APIClient
 
 from nodeagent.protocol import ID_MAX
+from portal.agents.wait import PATH as WAIT
 from portal.asgi import application
-from scheduling.agent_wait import PATH as WAIT
 
 pytestmark = pytest.mark.django_db(transaction=True)
 HUGE = 99999999999999999999  # over 2**63 - 1

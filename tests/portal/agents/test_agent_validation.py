@@ -23,7 +23,7 @@ from scheduling.services.cycle import do_scheduling_cycle
 from scheduling.services.nodes import do_create_join_token
 from scheduling.services.sessions import check_submit, do_submit
 
-from ..conftest import gpu_inventory, registration
+from ...conftest import gpu_inventory, registration
 
 pytestmark = pytest.mark.django_db
 

@@ -1,5 +1,5 @@
-"""The idle policy's pure decision (``scheduling.idle_rules.step``), driven by synthetic input,
-GPU and CPU series a minute apart, as the beat task applies it."""
+"""The idle policy's pure decision (``scheduling.rules.idle_rules.step``), driven by synthetic
+input, GPU and CPU series a minute apart, as the beat task applies it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from scheduling.idle_rules import Activity, Context, Idle, Policy, Sample, Track, step
+from scheduling.rules.idle_rules import Activity, Context, Idle, Policy, Sample, Track, step
 
 pytestmark = pytest.mark.lifecycle
 

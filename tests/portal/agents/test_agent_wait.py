@@ -1,4 +1,4 @@
-"""The agents' long-poll ``POST /api/agent/v1/wait/`` (scheduling.agent_wait), in process
+"""The agents' long-poll ``POST /api/agent/v1/wait/`` (portal.agents.wait), in process
 through its ASGI application, on the real Redis and PostgreSQL.
 
 A wait is answered at once when the agent's version is old, holds while nothing changes, and
@@ -17,14 +17,14 @@ from channels.testing import HttpCommunicator
 from django.conf import settings
 from django.db import connection
 
+from portal.agents.wait import PATH
 from portal.asgi import application
-from scheduling.agent_wait import PATH
 from scheduling.models import Node
 from scheduling.services.agent_wake import desired_version
 from scheduling.services.cycle import do_scheduling_cycle
 from scheduling.services.sessions import check_submit, do_submit
 
-from ..conftest import give_thesis_grant
+from ...conftest import give_thesis_grant
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -70,7 +70,7 @@ def test_an_old_version_is_answered_at_once_with_the_desired_state_and_heartbeat
 
 
 def test_a_wait_holds_until_a_placement_on_its_node_commits(register_node, make_user, profile):
-    from ..conftest import gpu_inventory
+    from ...conftest import gpu_inventory
 
     node, token = register_node("wait-2", [gpu_inventory("GPU-w", 0, mig_slices=2)])
     ada = make_user("ada")

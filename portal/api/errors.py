@@ -14,10 +14,10 @@ from rest_framework.exceptions import APIException, NotFound, PermissionDenied, 
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from .services import Conflict, ServiceError
-from .services import NotFound as ServiceNotFound
-from .services.eligibility import Forbidden
-from .services.rate_limits import RateLimited
+from scheduling.services import Conflict, ServiceError
+from scheduling.services import NotFound as ServiceNotFound
+from scheduling.services.eligibility import Forbidden
+from scheduling.services.rate_limits import RateLimited
 
 
 class ConflictError(APIException):

@@ -14,7 +14,7 @@ from scheduling.services.lifecycle import changes_desired, do_transition
 from scheduling.services.nodes import do_create_join_token
 from scheduling.services.sessions import check_submit, do_stop, do_submit
 
-from ..conftest import gpu_inventory, registration
+from ...conftest import gpu_inventory, registration
 
 pytestmark = pytest.mark.django_db
 

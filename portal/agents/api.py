@@ -46,13 +46,12 @@ from nodeagent.protocol import (
     WarmReport,
     to_wire,
 )
-
-from .models import Node, Session
-from .services import Conflict, ServiceError
-from .services.agent_sessions import desired_state, do_report, do_report_batch
-from .services.installation import installation_id
-from .services.nodes import do_heartbeat, do_register, node_for_token
-from .services.warm import do_warm_report
+from scheduling.models import Node, Session
+from scheduling.services import Conflict, ServiceError
+from scheduling.services.agent_sessions import desired_state, do_report, do_report_batch
+from scheduling.services.installation import installation_id
+from scheduling.services.nodes import do_heartbeat, do_register, node_for_token
+from scheduling.services.warm import do_warm_report
 
 MAX_ERRORS = 50  # field errors listed in a 400 answer
 MAX_ERRORS_IN_DETAIL = 5  # of which its one-line ``detail`` names
