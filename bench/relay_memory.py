@@ -50,7 +50,7 @@ import websockets
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.typing import Origin
 
-from bench.storm import drop_database
+from bench.storm import drop_database, spawn
 from nodeagent.readiness import CHALLENGE_LENGTH, SECURITY_NONE, SECURITY_VNC_AUTH
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,16 +80,8 @@ def free_port() -> int:
 
 
 def start_daphne(env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-            + ["portal.asgi:application"],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    argv = ["daphne", "-b", "127.0.0.1", "-p", str(port), "portal.asgi:application"]
+    return spawn(argv, env, log)
 
 
 def wait_up(daphne: subprocess.Popen, url: str, log: Path, timeout: float = 120.0) -> None:

@@ -96,16 +96,21 @@ def drop_database(env: dict[str, str]) -> None:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def start_demo(env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
+def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    """A Python module of the project run as its own process group, its output to ``log``."""
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "bench.demo", "--port", str(port)],
+            [sys.executable, "-m", *argv],
             cwd=ROOT,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+def start_demo(env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
+    return spawn(["bench.demo", "--port", str(port)], env, log)
 
 
 def wait_up(demo: subprocess.Popen, url: str, log: Path, timeout: float = 180.0) -> None:
