@@ -51,8 +51,7 @@ from django.utils import timezone  # noqa: E402
 
 from bench.students import Student, run_students  # noqa: E402
 from nodeagent.runtime import home_mounts  # noqa: E402
-from portal.api_tokens import issue_token  # noqa: E402
-from portal.models import Course  # noqa: E402
+from people.models import Course  # noqa: E402
 from scheduling.models import (  # noqa: E402
     Booking,
     DesktopProfile,
@@ -61,6 +60,7 @@ from scheduling.models import (  # noqa: E402
     WarmDesktop,
     WarmState,
 )
+from scheduling.services.api_tokens import issue_token  # noqa: E402
 from scheduling.services.bookings import (  # noqa: E402
     check_booking,
     do_cancel_booking,

@@ -4,7 +4,7 @@ A desktop is the student's to change (docs/security.md, "The relay holds bounded
 this benchmark plays one that replaced websockify. It starts
 
 - a fake desktop: a websockets server on 127.0.0.1 that does the VNC server's part of the RFB
-  handshake with VNC authentication (what ``portal.desktop_relay.log_in_upstream`` expects;
+  handshake with VNC authentication (what ``portal.live.desktop_relay.log_in_upstream`` expects;
   any answer to the challenge is accepted), then, after the browser's ClientInit, sends ONE
   message of ``--message-mib`` MiB (default 512);
 - one real daphne process of the portal (as ``tests/integration/stack.py`` starts it), on
@@ -312,12 +312,12 @@ def relay_version() -> str:
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
     changed = subprocess.run(
-        ["git", "status", "--porcelain", "portal/desktop_relay.py"],
+        ["git", "status", "--porcelain", "portal/live/desktop_relay.py"],
         cwd=ROOT,
         capture_output=True,
         text=True,
     ).stdout.strip()
-    return f"{head or 'no git'}{', portal/desktop_relay.py changed' if changed else ''}"
+    return f"{head or 'no git'}{', portal/live/desktop_relay.py changed' if changed else ''}"
 
 
 def main() -> int:

@@ -7,7 +7,7 @@ start Xvnc with ``-UseBlacklist=0``: websockify makes every client 127.0.0.1 and
 deliberately unfinished handshakes must not get that address blacklisted.
 
 :func:`vnc_auth_response` is the one VNC authentication (DES) answer: the portal's relay
-(:mod:`portal.desktop_relay`) logs in with it, and the image check uses it.
+(:mod:`portal.live.desktop_relay`) logs in with it, and the image check uses it.
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from .account_audit import setting_passwords_as
-from .api_tokens import end_every_session
-from .console_access import actor_of
-from .models import Course
+from people.models import Course
+from portal.console.access import actor_of
+from scheduling.services.account_audit import setting_passwords_as
+from scheduling.services.api_tokens import end_every_session
 
 
 @admin.register(Course)
@@ -20,7 +20,7 @@ class CourseAdmin(admin.ModelAdmin):
 
 class PersonAdmin(UserAdmin):
     """Django's user admin, with an action that signs a person out everywhere; a password set
-    through its form is audited as set by the admin (portal.account_audit)."""
+    through its form is audited as set by the admin (scheduling.services.account_audit)."""
 
     actions = ["end_every_session"]
 

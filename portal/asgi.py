@@ -14,14 +14,14 @@ from django.urls import get_resolver  # noqa: E402
 
 http_application = get_asgi_application()
 if settings.SERVE_STATIC:
-    from .input_limits import StaticFiles  # a path out of the static folders is a 404
+    from portal.server.input_limits import StaticFiles  # a path out of the static folders is a 404
 
     http_application = StaticFiles(http_application)
 
-from .agents import wait as agent_wait  # noqa: E402
-from .heap import settle_for_serving  # noqa: E402
-from .routing import websocket_urlpatterns  # noqa: E402
-from .ws_origin import SameOriginWebSockets  # noqa: E402
+from portal.agents import wait as agent_wait  # noqa: E402
+from portal.live.routing import websocket_urlpatterns  # noqa: E402
+from portal.live.ws_origin import SameOriginWebSockets  # noqa: E402
+from portal.server.heap import settle_for_serving  # noqa: E402
 
 
 async def http(scope, receive, send) -> None:
@@ -35,12 +35,12 @@ async def http(scope, receive, send) -> None:
 application = ProtocolTypeRouter(
     {
         "http": http,
-        # Only the portal's own pages: Origin matches scheme, host and port (portal.ws_origin).
+        # Only the portal's own pages: Origin matches scheme, host and port (portal.live.ws_origin).
         "websocket": SameOriginWebSockets(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
 
 # The views' modules are imported now rather than by the first request; then what start-up
-# made is left out of later garbage collections, which run less often (portal.heap).
+# made is left out of later garbage collections, which run less often (portal.server.heap).
 get_resolver().url_patterns  # noqa: B018
 settle_for_serving()

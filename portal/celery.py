@@ -7,7 +7,7 @@ import os
 from celery import Celery, signals
 from django.conf import settings
 
-from .heap import settle_for_serving
+from portal.server.heap import settle_for_serving
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -41,5 +41,5 @@ def _beat_entries(sender: Celery, **_: object) -> None:
 @signals.worker_process_init.connect
 def _settle_for_serving(**_: object) -> None:
     """A worker (and each of a prefork pool's processes) leaves what start-up made out of
-    its garbage collections, which run less often (portal.heap)."""
+    its garbage collections, which run less often (portal.server.heap)."""
     settle_for_serving()

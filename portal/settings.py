@@ -13,7 +13,7 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from portal import hardening
+from portal.server import hardening
 from portal.signin import config as signin_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -48,24 +48,26 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    # API tokens are portal.token_models.ApiToken; DRF's authtoken app is not used.
+    # API tokens are people.tokens.ApiToken; DRF's authtoken app is not used.
     "drf_spectacular",
     "guardian",
     "channels",
     # Campus sign-in (docs/signin.md): installed always, each backend enabled by environment.
     "mozilla_django_oidc",
     "django_cas_ng",
-    # Sign-in throttling and lockout (portal/lockout.py).
+    # Sign-in throttling and lockout (portal/signin/lockout.py).
     "axes",
+    # People and courses (the bottom package), under the app label "portal" (people/apps.py).
+    "people",
     "portal",
     "scheduling",
 ]
 
 MIDDLEWARE = [
-    # Outermost: an overloaded database is answered 503 with Retry-After (portal.overload).
-    "portal.overload.OverloadMiddleware",
+    # Outermost: an overloaded database is answered 503 with Retry-After (portal.server.overload).
+    "portal.server.overload.OverloadMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    # The Content-Security-Policy header (portal/hardening.py).
+    # The Content-Security-Policy header (portal/server/hardening.py).
     "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     # The browser's language (Accept-Language, or the cookie set_language writes)...
@@ -74,19 +76,19 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # ...unless the signed-in person saved one; and their time zone (docs/i18n.md).
-    "portal.middleware.PreferencesMiddleware",
+    "portal.server.middleware.PreferencesMiddleware",
     # The client's address, for the audit events the request writes (docs/audit.md).
-    "portal.middleware.ClientAddressMiddleware",
+    "portal.server.middleware.ClientAddressMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    # A sign-in refused for a lockout is answered 429 (portal.lockout.lockout_response).
+    # A sign-in refused for a lockout is answered 429 (portal.signin.lockout.lockout_response).
     "axes.middleware.AxesMiddleware",
-    # A JSON body nested too deep is a 400 before any view parses it (portal.input_limits).
+    # A JSON body nested too deep is a 400 before any view parses it (portal.server.input_limits).
     # Last, and sync only: under ASGI Django runs the sync part of the chain in one thread
     # and switches once to the view; with an async-capable one innermost (Axes), the
     # messages, frame and Axes middleware ran async, each step a thread switch through a
     # busy event loop.
-    "portal.input_limits.JsonDepthLimit",
+    "portal.server.input_limits.JsonDepthLimit",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -105,7 +107,7 @@ TEMPLATES = [
                 "django.template.context_processors.tz",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "portal.context_processors.navigation",
+                "portal.kit.navigation.navigation",
             ],
         },
     },
@@ -131,7 +133,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # One bounded pool of connections per process (psycopg's pool, through Django), instead
     # of one connection per request thread: sizing in docs/deploy.md. A request that finds
     # every connection busy waits up to the timeout, then gets 503 with Retry-After
-    # (portal.overload), never a 500. 0 turns the pool off (e.g. behind PgBouncer).
+    # (portal.server.overload), never a 500. 0 turns the pool off (e.g. behind PgBouncer).
     DB_POOL_MAX = env.int("DESKPOOL_DB_POOL_MAX", default=10)
     if DB_POOL_MAX > 0:
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
@@ -146,7 +148,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         # millisecond here), so one broken by a database restart is replaced, not used.
         DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # No built-in key: SECRET_KEY(_FILE), or outside production one generated once under var/
-# (portal/hardening.py, docs/security.md).
+# (portal/server/hardening.py, docs/security.md).
 SECRET_KEY = hardening.secret_key(
     _secret("SECRET_KEY", ""),
     VAR_DIR,
@@ -154,7 +156,7 @@ SECRET_KEY = hardening.secret_key(
 )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Overload (the database pool exhausted, the database refusing connections): 503 with this
-# Retry-After, in seconds (portal.overload).
+# Retry-After, in seconds (portal.server.overload).
 OVERLOAD_RETRY_AFTER_S = env.int("DESKPOOL_OVERLOAD_RETRY_AFTER_S", default=5)
 
 # Campus sign-in (docs/signin.md): OIDC, CAS and LDAP, each enabled by its variables; IdP
@@ -167,7 +169,7 @@ SIGNIN_ADMIN_GROUPS: list[str] = SIGNIN.admin_groups
 SIGNIN_FACULTY_GROUPS: list[str] = SIGNIN.faculty_groups
 AUTHENTICATION_BACKENDS = [
     # First: refuses a locked-out user name and address before any backend checks a password.
-    "portal.lockout.LockoutBackend",
+    "portal.signin.lockout.LockoutBackend",
     *SIGNIN.backends,
     "django.contrib.auth.backends.ModelBackend",
     "guardian.backends.ObjectPermissionBackend",
@@ -187,7 +189,7 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
-# --- sign-in throttling (django-axes) and API tokens (portal/lockout.py, docs/security.md) --
+# --- sign-in throttling (django-axes) and API tokens (portal/signin/lockout.py, docs/security.md)
 # After this many failed sign-ins of one user name from one address (the login page, LDAP
 # included; /admin/login/; /api/v1/auth/token/), that pair is refused for the cool-off, in
 # minutes; a further failure while locked starts it again, a success clears the count. The
@@ -202,14 +204,14 @@ if AXES_FAILURE_LIMIT < 1 or AXES_COOLOFF_TIME <= 0:
     )
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 # Failures spread over many user names: this many failed sign-ins from one address within the
-# cool-off, any names, refuse that address for the cool-off (portal.lockout); high enough for
+# cool-off, any names, refuse that address for the cool-off (portal.signin.lockout); high enough for
 # a campus NAT's honest typos. 0 turns it off.
 SIGNIN_ADDRESS_FAILURE_LIMIT = env.int("DESKPOOL_SIGNIN_ADDRESS_FAILURE_LIMIT", default=30)
-AXES_USERNAME_CALLABLE = "portal.lockout.username_of"
+AXES_USERNAME_CALLABLE = "portal.signin.lockout.username_of"
 # OIDC and CAS sign-ins carry no user name here: the identity provider throttles those.
-AXES_WHITELIST_CALLABLE = "portal.lockout.without_a_user_name"
-AXES_CLIENT_IP_CALLABLE = "portal.middleware.client_address_of"
-AXES_LOCKOUT_CALLABLE = "portal.lockout.lockout_response"
+AXES_WHITELIST_CALLABLE = "portal.signin.lockout.without_a_user_name"
+AXES_CLIENT_IP_CALLABLE = "portal.server.middleware.client_address_of"
+AXES_LOCKOUT_CALLABLE = "portal.signin.lockout.lockout_response"
 AXES_RESET_ON_SUCCESS = True
 # Failures are counted; successful sign-ins are not logged again here (the audit trail is
 # docs/audit.md), so no table grows with every login.
@@ -224,7 +226,7 @@ if SESSION_RATE_BURST < 1 or SESSION_RATE_PERIOD_S < 0:
         "DESKPOOL_SESSION_RATE_BURST must be 1 or more and DESKPOOL_SESSION_RATE_PERIOD_S "
         "0 (no limit) or more"
     )
-# API tokens (portal/api_tokens.py) expire this many days after they are issued.
+# API tokens (scheduling/services/api_tokens.py) expire this many days after they are issued.
 API_TOKEN_DAYS = env.int("DESKPOOL_API_TOKEN_DAYS", default=30)
 if API_TOKEN_DAYS < 1:
     raise ImproperlyConfigured("DESKPOOL_API_TOKEN_DAYS must be 1 or more")
@@ -234,7 +236,7 @@ LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
 LOCALE_PATHS = [BASE_DIR / "locale"]
 # Dates per language: 2026-12-05 10:42 in English, 2026年12月5日 10:42 in Chinese (templates use
 # SHORT_DATETIME_FORMAT, SHORT_DATE_FORMAT; docs/i18n.md).
-FORMAT_MODULE_PATH = ["portal.formats"]
+FORMAT_MODULE_PATH = ["portal.server.formats"]
 # The campus default time zone; each person may pick their own (Member.time_zone).
 TIME_ZONE = env.str("TIME_ZONE", default="UTC")
 USE_I18N = True
@@ -292,9 +294,9 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 SCHEDULER_BEAT_SECONDS = env.float("DESKPOOL_SCHEDULER_BEAT_SECONDS", default=10.0)
-# One beat sends, a second stands by (portal.beat): the lock's expiry, in seconds, is how
+# One beat sends, a second stands by (portal.server.beat): the lock's expiry, in seconds, is how
 # long a standby waits after the holder died.
-CELERY_BEAT_SCHEDULER = "portal.beat:LockedScheduler"
+CELERY_BEAT_SCHEDULER = "portal.server.beat:LockedScheduler"
 CELERY_BEAT_MAX_LOOP_INTERVAL = 5
 BEAT_LOCK_S = env.float("DESKPOOL_BEAT_LOCK_S", default=30.0)
 
@@ -390,12 +392,12 @@ except ValueError as error:
         f"DESKPOOL_NODE_ADDRESS_NETWORKS: {error}; give networks such as 10.20.0.0/16,"
         "fd00:20::/64 separated by commas"
     ) from None
-# The desktop relay (portal/desktop_relay.py): the largest WebSocket message either side may
+# The desktop relay (portal/live/desktop_relay.py): the largest WebSocket message either side may
 # send (daphne's own limit for the browser's side is 1 MiB; websockify sends at most 64 KiB).
 RELAY_MAX_MESSAGE_BYTES = env.int("DESKPOOL_RELAY_MAX_MESSAGE_BYTES", default=1024 * 1024)
 if RELAY_MAX_MESSAGE_BYTES < 65536:
     raise ImproperlyConfigured("DESKPOOL_RELAY_MAX_MESSAGE_BYTES must be 65536 or more")
-# Production hardening (portal/hardening.py, docs/security.md): behind nginx terminating TLS
+# Production hardening (portal/server/hardening.py, docs/security.md): behind nginx terminating TLS
 # (DESKPOOL_BEHIND_TLS_PROXY), Secure cookies, HSTS, the Content-Security-Policy.
 globals().update(hardening.read(env, SIGNIN.settings()))
 
@@ -426,7 +428,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "filters": {"quiet_overload": {"()": "portal.overload.QuietOverload"}},
+    "filters": {"quiet_overload": {"()": "portal.server.overload.QuietOverload"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},

@@ -5,3 +5,10 @@ class SchedulingConfig(AppConfig):
     name = "scheduling"
     verbose_name = "Scheduling"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # AppConfig.ready: Django's one place to connect signals once every model is loaded
+        # (account_audit reads the user model, which apps.py may not import at load).
+        from scheduling.services import account_audit
+
+        account_audit.connect()

@@ -3,7 +3,7 @@
 Every payload a page receives is declared in this module. Services call
 :func:`broadcast_session` and :func:`broadcast_pool_alert`; both queue the send with
 ``transaction.on_commit``, so a rolled-back change is never announced. Pages subscribe
-through ``portal.consumers.UpdatesConsumer``, which joins the groups named here.
+through ``portal.live.consumers.UpdatesConsumer``, which joins the groups named here.
 
 :func:`session_payload` is also the user API's representation of a session
 (``portal.api.serializers.SessionSerializer``), so a page and the API never disagree.
@@ -94,7 +94,7 @@ class AdminSession(TypedDict):
 
 
 class ClassSessions(TypedDict):
-    """To a course's live class (``portal.class_consumers.ClassConsumer``): these of its
+    """To a course's live class (``portal.live.class_consumers.ClassConsumer``): these of its
     sessions changed, all those of one commit in one message; the consumer renders each
     row for its listener."""
 
@@ -168,7 +168,7 @@ def user_group(user_id: int) -> str:
 
 
 def course_group(course_id: int) -> str:
-    """A course's live class (``portal.class_consumers.ClassConsumer``)."""
+    """A course's live class (``portal.live.class_consumers.ClassConsumer``)."""
     return f"course-{course_id}"
 
 

@@ -1,5 +1,5 @@
 """A form whose ``clean`` hands its typed fields to a service's ``check_*``: the pages'
-forms (``portal.checked_forms``) and the Django admin's (``scheduling.admin``) share it, so
+forms (``portal.kit.forms``) and the Django admin's (``scheduling.admin``) share it, so
 both refuse the same things with the same words."""
 
 from __future__ import annotations

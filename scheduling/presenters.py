@@ -60,7 +60,7 @@ def _clock(value: Any) -> str:
     local = timezone.localtime(moment)
     if local.date() == timezone.localtime().date():
         return local.strftime("%H:%M")
-    return date_format(local, "SHORT_DATETIME_FORMAT")  # per language (portal/formats)
+    return date_format(local, "SHORT_DATETIME_FORMAT")  # per language (portal/server/formats)
 
 
 def _percent(value: Any) -> str:

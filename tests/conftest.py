@@ -56,7 +56,7 @@ def give_thesis_grant(user) -> None:
 
     from django.utils import timezone
 
-    from portal.models import ThesisGrant
+    from people.models import ThesisGrant
 
     ThesisGrant.objects.create(
         student=user, until=timezone.localdate() + timedelta(days=30), note="test"

@@ -36,14 +36,13 @@ from django.utils.translation import gettext as _
 from pydantic import BaseModel, ValidationError
 
 from nodeagent.protocol import DesiredState, DetailAnswer, Heartbeat, WaitRequest, to_wire
+from portal.agents.api import error_answer
 from scheduling.models import Node
 from scheduling.redis_client import wake_channel
 from scheduling.services import ServiceError
 from scheduling.services.agent_sessions import desired_state
 from scheduling.services.agent_wake import version_key
 from scheduling.services.nodes import do_heartbeat, node_for_token
-
-from .api import error_answer
 
 log = logging.getLogger(__name__)
 

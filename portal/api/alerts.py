@@ -13,7 +13,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from portal.people import signed_in
+from portal.kit.person import signed_in
 from scheduling.events import alert_payload
 from scheduling.models import Alert, AlertRule, AlertState
 from scheduling.models.alerts import Metric, Scope

@@ -1,6 +1,7 @@
 """API authentication: Deskpool's own tokens, in the person's language.
 
-``Authorization: Token <token>`` names one of the person's API tokens (portal.api_tokens):
+``Authorization: Token <token>`` names one of the person's API tokens
+(scheduling.services.api_tokens):
 an unknown, revoked or expired token, or one of a disabled account, is refused with 401 and
 a message saying which. DRF authenticates a token inside the view, after
 ``PreferencesMiddleware`` has run for an anonymous request; this class applies the person's
@@ -16,8 +17,8 @@ from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
-from portal.api_tokens import TokenRefused, check_token
-from portal.preferences import apply_preferences
+from people.preferences import apply_preferences
+from scheduling.services.api_tokens import TokenRefused, check_token
 
 
 class PreferencesTokenAuthentication(TokenAuthentication):

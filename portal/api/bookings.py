@@ -15,9 +15,10 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from people.models import COURSE_CODE_MAX, Course
 from portal.api.fields import ChoiceField
-from portal.models import COURSE_CODE_MAX, Course
-from portal.people import signed_in
+from portal.api.serializers import BookingCreateSerializer, BookingSerializer
+from portal.kit.person import signed_in
 from scheduling.models import Booking, BookingSeries
 from scheduling.services import Conflict
 from scheduling.services.booking_series import (
@@ -35,8 +36,6 @@ from scheduling.services.bookings import (
     do_create_booking,
     fit_words,
 )
-
-from .serializers import BookingCreateSerializer, BookingSerializer
 
 
 class BookingChangeSerializer(serializers.Serializer):

@@ -1,6 +1,7 @@
 """The courses API: the courses a person teaches or assists, their roster, TAs and class.
 
-Access follows ``portal.teaching.course_role``: a course the asker has no role on is a 404;
+Access follows ``scheduling.services.teaching.course_role``: a course the asker has no role
+on is a 404;
 an action their role does not allow is a 403.
 """
 
@@ -16,9 +17,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.api.fields import ChoiceField
-from portal.people import signed_in
-from portal.roster import MAX_BYTES, RosterErrors, check_roster, do_import_roster
-from portal.teaching import (
+from portal.api.serializers import SessionSerializer
+from portal.kit.person import signed_in
+from scheduling.events import session_payload
+from scheduling.services import ServiceError
+from scheduling.services.classroom import class_sessions, do_start_all, do_stop_all
+from scheduling.services.roster import MAX_BYTES, RosterErrors, check_roster, do_import_roster
+from scheduling.services.teaching import (
     TA_PERMISSIONS,
     CourseRole,
     check_ta,
@@ -29,11 +34,6 @@ from portal.teaching import (
     role_by_code,
     teaching_courses,
 )
-from scheduling.events import session_payload
-from scheduling.services import ServiceError
-from scheduling.services.classroom import class_sessions, do_start_all, do_stop_all
-
-from .serializers import SessionSerializer
 
 
 class CourseSerializer(serializers.Serializer):

@@ -13,9 +13,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from people.models import ThesisGrant
 from portal.api.fields import ChoiceField
-from portal.models import ThesisGrant
-from portal.people import signed_in
+from portal.kit.person import signed_in
 from scheduling.events import quota_request_payload
 from scheduling.models.policy import QuotaRequest
 from scheduling.services.grants import check_grant, check_revoke, do_grant, do_revoke

@@ -2,7 +2,7 @@
 
 DRF's routers take any path segment as the id (``[^/.]+``) and leave it to each view to
 read it; a view that did ``int(pk)`` answered ``/alerts/Õ/acknowledge/`` with a 500. Here
-an id that is not digits matches no route: a JSON 404 (``portal.input_limits.not_found``),
+an id that is not digits matches no route: a JSON 404 (``portal.server.input_limits.not_found``),
 and the views read only digits. A viewset that names its own ``lookup_value_regex`` (or
 looks up by another field) keeps it.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
-from portal.models import COURSE_CODE_MAX
+from people.models import COURSE_CODE_MAX
 from scheduling.choices import ON_NODE_STATES, IdleState, Purpose, SessionState
 from scheduling.events import session_payload
 from scheduling.models import Booking, DesktopProfile, Gpu, Node, Session, Slice

@@ -1,8 +1,8 @@
 """API tokens (``/api/v1/auth/``): ask for one with a password, list and revoke your own.
 
-Thin views over portal.api_tokens; the token endpoint signs in through
+Thin views over scheduling.services.api_tokens; the token endpoint signs in through
 ``django.contrib.auth.authenticate`` with the request, so django-axes counts its failures and
-answers a locked-out name and address 429 (portal.lockout).
+answers a locked-out name and address 429 (portal.signin.lockout).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.api_tokens import NAME_MAX, issue_token, revoke_own, tokens_of
-from portal.people import signed_in
-from portal.token_models import ApiToken
+from people.tokens import ApiToken
+from portal.kit.person import signed_in
+from scheduling.services.api_tokens import NAME_MAX, issue_token, revoke_own, tokens_of
 
 
 class ObtainTokenSerializer(serializers.Serializer):

@@ -22,7 +22,7 @@ from rest_framework.views import APIView
 
 from portal.api.fields import ChoiceField
 from portal.api.schema import ErrorDetailSerializer
-from portal.people import signed_in
+from portal.kit.person import signed_in
 from scheduling.csv_export import SafeWriter
 from scheduling.models import PriceRule, PriceUnit, UsageRecord
 from scheduling.services.accounting import (

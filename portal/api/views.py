@@ -13,22 +13,21 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.people import signed_in
-from scheduling.models import Allocation, DesktopProfile, Gpu, Node, PoolPolicy, Session
-from scheduling.services.extend import do_extend
-from scheduling.services.feasibility import unavailable_words
-from scheduling.services.idle import do_resume
-from scheduling.services.pool import pool_utilisation
-from scheduling.services.sessions import check_submit, do_stop, do_submit
-
-from .schema import ErrorDetailSerializer
-from .serializers import (
+from portal.api.schema import ErrorDetailSerializer
+from portal.api.serializers import (
     DesktopProfileSerializer,
     NodeSerializer,
     PoolSerializer,
     SessionCreateSerializer,
     SessionSerializer,
 )
+from portal.kit.person import signed_in
+from scheduling.models import Allocation, DesktopProfile, Gpu, Node, PoolPolicy, Session
+from scheduling.services.extend import do_extend
+from scheduling.services.feasibility import unavailable_words
+from scheduling.services.idle import do_resume
+from scheduling.services.pool import pool_utilisation
+from scheduling.services.sessions import check_submit, do_stop, do_submit
 
 # A person's submits and stops are rate limited (scheduling/services/rate_limits.py).
 RATE_LIMITED = OpenApiResponse(

@@ -21,7 +21,7 @@ from django.db import transaction
 from django.http import HttpRequest
 from django.utils.translation import gettext as _
 
-from portal.models import Member, Role
+from people.models import Member, Role
 from scheduling import locks
 from scheduling.services import audit
 

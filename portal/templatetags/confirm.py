@@ -1,4 +1,4 @@
-"""``{% confirm_question "stop" %}``: the question a destructive form asks (portal.confirm),
+"""``{% confirm_question "stop" %}``: the question a destructive form asks (portal.kit.confirm),
 for its ``data-confirm`` attribute."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 from django import template
 
-from portal.confirm import question
+from portal.kit.confirm import question
 
 register = template.Library()
 

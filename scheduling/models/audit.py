@@ -20,7 +20,7 @@ from ..choices import AuditKind
 MIN_RETENTION_DAYS = 183
 
 # The address of the client whose request is being served (set by
-# portal.middleware.ClientAddressMiddleware); None outside requests: scheduler, tasks.
+# portal.server.middleware.ClientAddressMiddleware); None outside requests: scheduler, tasks.
 client_address: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "deskpool_client_address", default=None
 )

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from portal.models import Course
+from people.models import Course
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User

@@ -12,7 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.models import visible_through
+from people.models import visible_through
 
 from ..choices import (
     ON_NODE_STATES,

@@ -2,7 +2,7 @@
 
 Events are append-only (docs/audit.md): the database refuses UPDATE, and DELETE but of
 events older than the retention period. Every event gets the address of the client whose
-request is being served (``portal.middleware.ClientAddressMiddleware`` sets it, the field's
+request is being served (``portal.server.middleware.ClientAddressMiddleware`` sets it, the field's
 default reads it); outside a request (scheduler, tasks) it stays empty.
 """
 

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.utils import formats, timezone
 from django.utils.translation import gettext as _
 
-from portal.models import Course
+from people.models import Course
 
 from .. import engine
 from ..choices import AuditKind

@@ -21,7 +21,7 @@ from django.utils import formats, timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from portal.models import Course
+from people.models import Course
 
 from .. import engine
 from ..choices import AuditKind

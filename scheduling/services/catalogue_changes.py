@@ -12,7 +12,7 @@ from django.db import models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from portal.models import Course
+from people.models import Course
 
 from ..choices import ON_NODE_STATES, AuditKind, SliceKind
 from ..models import DesktopProfile, Quota

@@ -1,7 +1,7 @@
 """The live class: every open desktop of a course, and a teacher's Start all / Stop all.
 
 Who may call these (instructors, admins, TAs with ``manage_class_desktops``) is decided by
-the portal (``portal.teaching.course_role``) before it calls them.
+the portal (``scheduling.services.teaching.course_role``) before it calls them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from portal.models import Course
+from people.models import Course
 
 from ..choices import TERMINAL_STATES, WAITING_STATES, AuditKind, Purpose, SessionState
 from ..engine.reasons import Code, Reason

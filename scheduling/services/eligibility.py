@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from portal.models import Course, Member, Role, ThesisGrant
+from people.models import Course, Member, Role, ThesisGrant
 
 from ..choices import WAITING_STATES, AuditKind, Purpose
 from ..engine.reasons import Code, Reason

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.template.loader import render_to_string
 from django.utils import timezone, translation
 
-from portal.models import Member
+from people.models import Member
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from portal.models import ThesisGrant
+from people.models import ThesisGrant
 
 from ..choices import AuditKind
 from ..excerpt import excerpt

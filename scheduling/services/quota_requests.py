@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from guardian.shortcuts import get_objects_for_user, get_users_with_perms
 
-from portal.models import Course
+from people.models import Course
 
 from ..choices import AuditKind
 from ..events import broadcast_quota_request

@@ -11,7 +11,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from portal.models import Course
+from people.models import Course
 
 from .. import engine
 from ..choices import (

@@ -1,4 +1,4 @@
-// Destructive forms ask first (portal/confirm.py): a form with data-confirm="<question>"
+// Destructive forms ask first (portal/kit/confirm.py): a form with data-confirm="<question>"
 // (rendered by the server in the reader's language) asks it in the browser's own dialog, and
 // is sent, marked confirmed=1, only when the person accepts. Delegated from the document, so
 // forms that live updates swap in ask too. Without this script the server asks on a page.

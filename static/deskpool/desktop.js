@@ -29,7 +29,7 @@ const clock = (seconds) => {
 let rfb = null;
 let retryDelay = 1000;
 let refused = false; // the relay refused the handshake: trying again will not help
-// The relay's close codes after which trying again cannot help (portal/desktop_relay.py):
+// The relay's close codes after which trying again cannot help (portal/live/desktop_relay.py):
 // signed out, no longer allowed to open it, a message over the relay's size limit.
 const FINAL_CLOSES = { 4401: "signed_out", 4403: "forbidden", 4413: "too_large" };
 let closeCode = null;

@@ -83,7 +83,7 @@ def adas_thesis_grant(owner):
 
     from django.utils import timezone
 
-    from portal.models import ThesisGrant
+    from people.models import ThesisGrant
 
     return ThesisGrant.objects.create(
         student=owner, until=timezone.localdate() + timedelta(days=30)

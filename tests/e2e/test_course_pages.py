@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from portal.api_tokens import issue_token
-from portal.models import Course
+from people.models import Course
 from scheduling.models import Session
+from scheduling.services.api_tokens import issue_token
 
 from .axe import check_axe, describe
 from .conftest import log_in, wait_js

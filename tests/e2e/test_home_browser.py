@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from portal.models import Member
+from people.models import Member
 from scheduling.models import Session
 from scheduling.services.sessions import MAX_OPEN_SESSIONS_PER_USER
 

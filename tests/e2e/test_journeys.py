@@ -18,7 +18,7 @@ import pytest
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
-from portal.models import Course, Member
+from people.models import Course, Member
 from scheduling.choices import Purpose
 from scheduling.models import Booking, Session, Slice
 from scheduling.services.bookings import check_booking, do_create_booking

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.utils import timezone
 
-from portal.preferences import save_preferences
+from people.preferences import save_preferences
 from scheduling.choices import AuditKind
 from scheduling.models import AuditEvent, IdlePolicy, Session, SessionActivity
 from scheduling.services.sessions import check_submit, do_submit

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from guardian.shortcuts import assign_perm
 
-from portal.models import Course
+from people.models import Course
 from scheduling.models import Quota
 from scheduling.models.policy import QuotaRequest, QuotaRequestState
 from scheduling.services.quota_requests import check_ask, do_ask

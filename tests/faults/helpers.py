@@ -8,8 +8,8 @@ import httpx
 from django.contrib.auth.models import User
 
 from nodeagent.readiness import Handshake, vnc_handshake
-from portal.api_tokens import issue_token
 from scheduling.models import Allocation, Node, Session
+from scheduling.services.api_tokens import issue_token
 
 from ..conftest import give_thesis_grant
 from ..integration.stack import wait_for

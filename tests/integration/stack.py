@@ -30,7 +30,7 @@ def shared_secret_key() -> dict[str, str]:
         return {}
     from django.conf import settings
 
-    from portal.hardening import SECRET_KEY_FILE_NAME
+    from portal.server.hardening import SECRET_KEY_FILE_NAME
 
     key_file = Path(settings.VAR_DIR) / SECRET_KEY_FILE_NAME
     return {"SECRET_KEY_FILE": str(key_file)} if key_file.exists() else {}

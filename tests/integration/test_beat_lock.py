@@ -1,5 +1,5 @@
 """Two Celery beats on one Redis: one sends the periodic tasks, the other stands by and
-takes over when the first dies (portal.beat.LockedScheduler)."""
+takes over when the first dies (portal.server.beat.LockedScheduler)."""
 
 from __future__ import annotations
 

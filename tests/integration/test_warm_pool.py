@@ -15,7 +15,7 @@ import pytest
 from django.utils import timezone
 
 from nodeagent.images.check_image import handshake
-from portal.models import Course
+from people.models import Course
 from scheduling.models import Node, Session, WarmDesktop, WarmState
 from scheduling.services.bookings import check_booking, do_create_booking
 from scheduling.services.nodes import do_create_join_token

@@ -194,7 +194,7 @@ class MultiHost:
         self.http_port = free_port()
         self.https_port = free_port()
         self.url = f"https://{HOST_ADDRESS}:{self.https_port}"
-        # The session cookie's name behind the TLS proxy (portal/hardening.py)
+        # The session cookie's name behind the TLS proxy (portal/server/hardening.py)
         self.session_cookie = "__Host-sessionid"
         self.cert = workdir / "tls" / "cert.pem"
         self.key = workdir / "tls" / "key.pem"

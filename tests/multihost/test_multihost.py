@@ -249,7 +249,7 @@ def ask(stack, asker: Asker, body: dict, ready: threading.Barrier, go: list, unt
 
 
 def busy(answer: httpx.Response, asker: Asker, what: str) -> bool:
-    """A 503 with Retry-After is the portal's overload answer (portal.overload: every
+    """A 503 with Retry-After is the portal's overload answer (portal.server.overload: every
     database connection of that worker busy; nothing was changed): wait as it says and
     ask again, as the pages do. Counted and printed, not a failure."""
     if answer.status_code != 503 or "retry-after" not in answer.headers:

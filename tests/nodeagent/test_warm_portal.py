@@ -69,7 +69,7 @@ def test_a_booked_student_gets_a_warm_desktop_through_the_real_agent_and_portal(
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
-    from portal.models import Course
+    from people.models import Course
     from scheduling.choices import SessionState
     from scheduling.models import Booking, DesktopProfile, Session, WarmDesktop, WarmState
     from scheduling.services.bookings import do_cancel_booking

@@ -9,7 +9,7 @@ from datetime import time, timedelta
 import pytest
 from django.utils import timezone
 
-from portal.models import Course
+from people.models import Course
 from scheduling.models import Booking, BookingSeries
 from scheduling.services import ServiceError
 from scheduling.services.booking_series import check_series

@@ -10,7 +10,7 @@ from django.utils import timezone
 from guardian.shortcuts import assign_perm
 from rest_framework.test import APIClient
 
-from portal.models import Course, Member
+from people.models import Course, Member
 from scheduling.choices import AuditKind
 from scheduling.models import AuditEvent, Booking, BookingSeries
 from scheduling.services.booking_series import check_series, do_create_series

@@ -1,4 +1,4 @@
-"""Destructive actions ask first (portal.confirm): each button's form carries its question in
+"""Destructive actions ask first (portal.kit.confirm): each button's form carries its question in
 the reader's language for static/deskpool/confirm.js, and a POST that was not confirmed (no
 JavaScript) changes nothing and gets a page asking the same question."""
 
@@ -11,7 +11,7 @@ from django.test import Client
 from django.utils import timezone, translation
 from guardian.shortcuts import assign_perm
 
-from portal.models import Course
+from people.models import Course
 from scheduling.models import BookingSeries, Quota, Session
 from scheduling.services.booking_series import check_series, do_create_series
 

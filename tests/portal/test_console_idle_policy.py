@@ -13,7 +13,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from portal.models import Member
+from people.models import Member
 from scheduling.choices import AuditKind
 from scheduling.models import AuditEvent, IdlePolicy, UsageRecord
 

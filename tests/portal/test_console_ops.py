@@ -16,8 +16,8 @@ from django.test import Client
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
-from portal import audit_search
-from portal.models import Course, Member
+from people.models import Course, Member
+from portal.console import audit_search
 from scheduling.choices import AuditKind
 from scheduling.models import Alert, AlertRule, AuditEvent, UsageRecord
 from scheduling.rules import pricing

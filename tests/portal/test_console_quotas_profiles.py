@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from portal.models import Course
+from people.models import Course
 from scheduling.choices import AuditKind, SessionState
 from scheduling.models import AuditEvent, DesktopProfile, Quota
 from scheduling.services.cycle import do_scheduling_cycle

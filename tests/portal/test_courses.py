@@ -8,10 +8,10 @@ from django.test import Client
 from guardian.shortcuts import assign_perm
 from rest_framework.test import APIClient
 
-from portal.models import Course
-from portal.teaching import teaching_courses
+from people.models import Course
 from scheduling.choices import AuditKind
 from scheduling.models import AuditEvent, Quota, Session
+from scheduling.services.teaching import teaching_courses
 
 pytestmark = pytest.mark.django_db
 

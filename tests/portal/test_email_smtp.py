@@ -7,7 +7,7 @@ from email.header import decode_header, make_header
 
 import pytest
 
-from portal.models import Course, Member
+from people.models import Course, Member
 from scheduling.services.quota_requests import check_answer, check_ask, do_answer, do_ask
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ from channels.layers import get_channel_layer
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from portal.models import Course
+from people.models import Course
 from scheduling import events
 from scheduling.services.sessions import check_submit, do_submit
 
@@ -142,7 +142,7 @@ def test_an_admins_console_hears_of_someone_elses_session_without_their_details(
     full update stays in the owner's group."""
     from channels.testing import WebsocketCommunicator
 
-    from portal.consumers import UpdatesConsumer
+    from portal.live.consumers import UpdatesConsumer
 
     async def listen() -> dict:
         communicator = WebsocketCommunicator(UpdatesConsumer.as_asgi(), "/ws/updates/")

@@ -14,7 +14,7 @@ from django.utils import timezone
 from guardian.shortcuts import assign_perm
 from rest_framework.test import APIClient
 
-from portal.models import Course, Member, Role, ThesisGrant
+from people.models import Course, Member, Role, ThesisGrant
 from scheduling.choices import AuditKind
 from scheduling.models import AuditEvent
 from scheduling.models.policy import QuotaRequest, QuotaRequestState

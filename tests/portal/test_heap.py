@@ -1,4 +1,5 @@
-"""Server processes leave what start-up made out of later garbage collections (portal.heap)."""
+"""Server processes leave what start-up made out of later garbage collections
+(portal.server.heap)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 
 import pytest
 
-from portal.heap import YOUNG_THRESHOLD, settle_for_serving
+from portal.server.heap import YOUNG_THRESHOLD, settle_for_serving
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone, translation
 
-from portal.models import Member
+from people.models import Member
 from scheduling.models import Session
 from scheduling.services.sessions import MAX_OPEN_SESSIONS_PER_USER
 

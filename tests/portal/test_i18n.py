@@ -18,8 +18,8 @@ from django.core.management import call_command
 from django.test import Client, override_settings
 from rest_framework.test import APIClient
 
-from portal.consumers import UpdatesConsumer
-from portal.models import Member
+from people.models import Member
+from portal.live.consumers import UpdatesConsumer
 from scheduling.events import user_group
 from scheduling.models import Session
 

@@ -15,8 +15,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone, translation
 
-from portal.preferences import save_preferences
-from portal.session_fragment import render_session
+from people.preferences import save_preferences
+from portal.kit.session_fragment import render_session
 from scheduling.events import session_payload
 from scheduling.idle_lookup import suspends_at
 from scheduling.models import IdlePolicy, Node, Session

@@ -8,7 +8,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 from guardian.shortcuts import assign_perm
 
-from portal.models import Course
+from people.models import Course
 from scheduling.choices import Purpose, SessionState
 from scheduling.models import Node, Session
 from scheduling.services.sessions import check_submit, do_submit
@@ -62,7 +62,7 @@ def test_owner_sees_the_desktop_page(owner, running_session):
 
 
 def _connect_desktop(user, session_id: int) -> tuple[bool, int | None]:
-    from portal.consumers import DesktopProxyConsumer
+    from portal.live.consumers import DesktopProxyConsumer
 
     signed_in = Client()
     signed_in.force_login(user)

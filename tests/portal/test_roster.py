@@ -8,17 +8,17 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from rest_framework.test import APIClient
 
-from portal import roster
-from portal.models import Course, Member
-from portal.roster import (
+from people.models import Course, Member
+from scheduling.choices import AuditKind
+from scheduling.models import AuditEvent
+from scheduling.services import roster
+from scheduling.services.roster import (
     RosterErrors,
     check_add_student,
     check_roster,
     do_import_roster,
     do_remove_student,
 )
-from scheduling.choices import AuditKind
-from scheduling.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 

@@ -13,8 +13,8 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 from django.utils import timezone, translation
 
-from portal.consumers import UpdatesConsumer
-from portal.models import Course, Member, ThesisGrant
+from people.models import Course, Member, ThesisGrant
+from portal.live.consumers import UpdatesConsumer
 from scheduling.models import Session, UsageRecord
 from scheduling.services.sessions import check_submit, do_submit
 

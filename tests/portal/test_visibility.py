@@ -10,7 +10,7 @@ from django.utils import timezone
 from guardian.shortcuts import assign_perm
 from rest_framework.test import APIClient
 
-from portal.models import Course
+from people.models import Course
 from scheduling.models import Booking
 
 pytestmark = pytest.mark.django_db

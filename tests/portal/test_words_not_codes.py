@@ -10,8 +10,8 @@ import pytest
 from django.test import Client, RequestFactory
 from django.utils import timezone, translation
 
-from portal.models import Course
-from portal.overload import server_error
+from people.models import Course
+from portal.server.overload import server_error
 from scheduling.choices import AuditKind
 from scheduling.models import Quota, Session
 from scheduling.presenters import render

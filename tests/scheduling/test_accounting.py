@@ -11,7 +11,7 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from portal.models import Course, Member
+from people.models import Course, Member
 from scheduling.choices import ON_NODE_STATES, SessionState
 from scheduling.models import Booking, Gpu, Node, PriceRule, Session, UsageRecord
 from scheduling.rules import pricing

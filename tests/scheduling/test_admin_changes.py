@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from portal.models import Course
+from people.models import Course
 from scheduling.choices import AuditKind
 from scheduling.models import Allocation, AuditEvent, Booking, PoolPolicy, WarmDesktop
 from scheduling.services import Conflict

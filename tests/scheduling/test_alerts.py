@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from portal.celery import app
-from portal.consumers import UpdatesConsumer
+from portal.live.consumers import UpdatesConsumer
 from scheduling import events
 from scheduling.choices import AuditKind, SessionState
 from scheduling.engine import (

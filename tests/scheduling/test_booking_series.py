@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from portal.models import Course
+from people.models import Course
 from scheduling.choices import AuditKind
 from scheduling.engine import fit_codes
 from scheduling.models import AuditEvent, Booking, BookingSeries, DesktopProfile, PoolPolicy

@@ -14,8 +14,8 @@ from django.test import Client
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
-from portal.class_consumers import ClassConsumer
-from portal.models import Course, Member
+from people.models import Course, Member
+from portal.live.class_consumers import ClassConsumer
 from scheduling.choices import TERMINAL_STATES, AuditKind, Purpose, SessionState
 from scheduling.models import AuditEvent, Booking, Session
 from scheduling.services import ServiceError

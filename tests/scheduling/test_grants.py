@@ -12,7 +12,7 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
-from portal.models import Course, Member, Role, ThesisGrant
+from people.models import Course, Member, Role, ThesisGrant
 from scheduling.choices import AuditKind, Purpose, SessionState
 from scheduling.engine.reasons import Code
 from scheduling.models import AuditEvent, Session

@@ -22,7 +22,7 @@ from django.db.models import Count
 from django.db.models.signals import post_save
 from django.utils import timezone
 
-from portal.models import Course
+from people.models import Course
 from scheduling.choices import ON_NODE_STATES
 from scheduling.models import Allocation, Booking, Session
 from scheduling.services.cycle import do_scheduling_cycle

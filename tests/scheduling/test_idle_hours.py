@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from portal.models import Member
+from people.models import Member
 from scheduling.choices import SessionState
 from scheduling.models import IdlePolicy, UsageRecord
 from scheduling.services import ServiceError

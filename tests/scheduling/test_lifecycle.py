@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from people.models import Course
 from portal.celery import BEAT_ENTRIES
-from portal.models import Course
 from scheduling import events
 from scheduling.choices import AuditKind, IdleState, SessionState
 from scheduling.models import (

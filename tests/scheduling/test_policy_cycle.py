@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from portal.models import Course, ThesisGrant
+from people.models import Course, ThesisGrant
 from scheduling.choices import AuditKind, SessionState
 from scheduling.models import (
     Allocation,

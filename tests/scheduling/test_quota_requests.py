@@ -16,8 +16,8 @@ from django.core import mail
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
-from portal.consumers import UpdatesConsumer
-from portal.models import Course
+from people.models import Course
+from portal.live.consumers import UpdatesConsumer
 from scheduling.choices import AuditKind, Purpose, SessionState
 from scheduling.engine.reasons import Code
 from scheduling.events import quota_request_payload

@@ -14,7 +14,7 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from portal.models import Course
+from people.models import Course
 from scheduling.choices import SessionState
 from scheduling.models import Allocation, Booking, WarmDesktop, WarmState
 from scheduling.services import agent_sessions

@@ -11,7 +11,7 @@ from django.test import Client
 from django.utils import translation
 from rest_framework.test import APIClient
 
-from portal.token_models import ApiToken
+from people.tokens import ApiToken
 from scheduling.choices import AuditKind
 from scheduling.labels import audit_label
 from scheduling.models import AuditEvent

@@ -23,8 +23,8 @@ from django.contrib import admin
 from django.test import Client
 from django.urls import get_resolver
 
+from people.models import Course
 from portal.asgi import application
-from portal.models import Course
 from scheduling.events import course_group, user_group
 from scheduling.form_fields import AsciiFloatField, AsciiIntegerField
 from scheduling.models import DesktopProfile, Gpu, JoinToken, Node, Quota, Session

@@ -17,9 +17,9 @@ from django.conf import settings
 from django.test import Client
 
 from bench.demo import private_var_dir
-from portal import hardening
 from portal.asgi import application
-from portal.ws_origin import origin_allowed
+from portal.live.ws_origin import origin_allowed
+from portal.server import hardening
 from scheduling.choices import Purpose, SessionState
 from scheduling.models import Node, Session
 from scheduling.services.sessions import check_submit, do_submit

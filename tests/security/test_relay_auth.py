@@ -23,9 +23,9 @@ from django.contrib.auth.models import User
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from portal.api_tokens import end_every_session
-from portal.desktop_relay import BrowserHandshake, RfbError
+from portal.live.desktop_relay import BrowserHandshake, RfbError
 from scheduling.models import Session
+from scheduling.services.api_tokens import end_every_session
 from scheduling.services.nodes import do_create_join_token
 from tests.conftest import TEST_IMAGE, give_thesis_grant
 from tests.integration.conftest import (  # noqa: F401 - fixtures

@@ -27,9 +27,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from websockets.asyncio.server import ServerConnection, serve
 
-from portal import desktop_relay
+from people.models import Member
 from portal.asgi import application
-from portal.models import Member
+from portal.live import desktop_relay
 from scheduling.choices import AuditKind, SessionState
 from scheduling.models import AuditEvent, Node, Session
 from scheduling.services.audit import record

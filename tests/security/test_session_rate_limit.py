@@ -12,9 +12,9 @@ from django.test import Client
 from django.utils import translation
 from rest_framework.test import APIClient
 
-from portal.api_tokens import issue_token
 from scheduling.choices import AuditKind
 from scheduling.models import AuditEvent, Session
+from scheduling.services.api_tokens import issue_token
 from scheduling.services.rate_limits import SUBMIT, RateLimited, check_session_rate
 from tests.integration.stack import Stack, database_url_of
 

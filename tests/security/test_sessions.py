@@ -12,8 +12,8 @@ from django.contrib.sessions.models import Session as LoginSession
 from django.core.exceptions import ValidationError
 from django.test import Client
 
-from portal.api_tokens import issue_token
 from scheduling.models import Session
+from scheduling.services.api_tokens import issue_token
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "a long enough campus passphrase"

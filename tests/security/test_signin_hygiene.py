@@ -17,10 +17,10 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from portal.api_tokens import Ended, end_every_session, issue_token
-from portal.token_models import ApiToken
+from people.tokens import ApiToken
 from scheduling.choices import AuditKind
 from scheduling.models import AuditEvent
+from scheduling.services.api_tokens import Ended, end_every_session, issue_token
 
 from ..integration.conftest import database_url
 from ..integration.stack import Stack

@@ -5,7 +5,7 @@ application with a real login cookie: the updates socket closes with 4401 once i
 session ends (logout) and with 4403 once an admin listening to the admins' events is no
 longer one; the live class socket closes with 4403 once a TA is removed from the course,
 and with 4401 once the account is disabled. The check is the desktop relay's
-(``portal.socket_guard``), every ``check_s`` (shortened here).
+(``portal.live.socket_guard``), every ``check_s`` (shortened here).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from django.contrib.auth.models import User
 from django.contrib.sessions.backends.db import SessionStore
 from guardian.shortcuts import assign_perm, remove_perm
 
+from people.models import Course
 from portal.asgi import application
-from portal.class_consumers import ClassConsumer
-from portal.consumers import UpdatesConsumer
-from portal.models import Course
+from portal.live.class_consumers import ClassConsumer
+from portal.live.consumers import UpdatesConsumer
 from tests.security.test_bad_input import signed_in_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -15,7 +15,7 @@ from django.contrib.auth.models import User
 from django.db import connections
 from django.test import RequestFactory, override_settings
 
-from portal.models import Member, Role
+from people.models import Member, Role
 from portal.signin import cas, cas_config
 from portal.signin.identity import SigninRefused, refusal_of
 from scheduling.models import AuditEvent

@@ -20,8 +20,8 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client, override_settings
 
+from people.models import Role
 from portal import settings as portal_settings
-from portal.models import Role
 from portal.signin import ldap_config
 from scheduling.models import AuditEvent
 from tests.e2e.conftest import browser, log_in, new_page  # noqa: F401 - fixtures

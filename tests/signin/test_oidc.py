@@ -17,7 +17,7 @@ from django.db import connections
 from django.test import RequestFactory, override_settings
 from django.urls import path
 
-from portal.models import Member, Role
+from people.models import Member, Role
 from portal.signin import oidc, oidc_config
 from portal.signin.identity import SigninRefused, refusal_of
 from scheduling.models import AuditEvent
@@ -226,7 +226,7 @@ def test_an_unreachable_provider_is_a_refusal_not_an_error(db, oidc_settings):
 
 def test_failed_sign_ins_do_not_lock_single_sign_on_out_for_an_address(db, oidc_settings):
     backends = [
-        "portal.lockout.LockoutBackend",
+        "portal.signin.lockout.LockoutBackend",
         "portal.signin.oidc.CampusOIDCBackend",
         "django.contrib.auth.backends.ModelBackend",
     ]

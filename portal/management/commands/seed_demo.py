@@ -10,11 +10,11 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
-from portal.models import Course, Member, Role
-from portal.teaching import TA_PERMISSIONS, check_ta, do_set_ta
+from people.models import Course, Member, Role
 from scheduling.models import DesktopProfile, PoolPolicy, Quota
 from scheduling.services.eligibility import active_thesis_grant
 from scheduling.services.grants import check_grant, do_grant
+from scheduling.services.teaching import TA_PERMISSIONS, check_ta, do_set_ta
 
 # Defaults an admin edits in the console (/admin/): every user may hold two desktops at once
 # and use 40 GPU-hours (compute units x hours) a week; the demo course 200 a week.

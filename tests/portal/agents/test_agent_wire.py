@@ -38,7 +38,7 @@ from nodeagent.protocol import (
     to_wire,
 )
 from nodeagent.runtime.simulated_runtime import SimulatedRuntime
-from portal.models import Course
+from people.models import Course
 from scheduling.models import (
     AuditEvent,
     Booking,

@@ -1,0 +1,59 @@
+"""The account page. The student's pages are in ``portal.student.views``."""
+
+from __future__ import annotations
+
+from zoneinfo import available_timezones
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from people.models import Member
+from people.preferences import save_preferences
+from portal.kit.person import signed_in
+from portal.student.forms import PreferencesForm
+from scheduling.services.lifecycle_notices import email_warnings_of, set_email_warnings
+
+
+@login_required
+def account(request: HttpRequest) -> HttpResponse:
+    """The person's language and time zone."""
+    person = signed_in(request.user)
+    member = Member.objects.filter(user=person).first() or Member(user=person)
+    form = PreferencesForm(request.POST or None, instance=member)
+    if request.method == "POST":
+        if form.is_valid():
+            save_preferences(
+                person,
+                language=form.cleaned_data["language"],
+                time_zone=form.cleaned_data["time_zone"],
+            )
+            messages.success(request, _("Your settings are saved."))
+            return redirect("account")
+        status = 400
+    else:
+        status = 200
+    context = {
+        "form": form,
+        "time_zones": sorted(available_timezones()),
+        "campus_zone": settings.TIME_ZONE,
+        "email_warnings": email_warnings_of(person),
+    }
+    return render(request, "portal/account.html", context, status=status)
+
+
+@login_required
+@require_POST
+def account_notices(request: HttpRequest) -> HttpResponse:
+    """The e-mail opt-in for time-limit and idle warnings (a checkbox: absent is off)."""
+    wanted = request.POST.get("email_warnings") == "on"
+    set_email_warnings(signed_in(request.user), wanted)
+    if wanted:
+        messages.success(request, _("You will get the time-limit and idle warnings by e-mail too."))
+    else:
+        messages.success(request, _("The warnings now only show on the pages."))
+    return redirect("account")

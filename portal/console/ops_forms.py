@@ -1,0 +1,187 @@
+"""Forms of the console's alerts, reports and audit pages; each asks its ``check_*`` service
+(or, for the read-only searches, checks its own fields)."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from typing import Any
+
+from django import forms
+from django.contrib.auth.models import User
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from portal.console.audit_search import AuditSearch
+from scheduling.form_fields import AsciiFloatField, AsciiIntegerField
+from scheduling.labels import audit_kind_choices
+from scheduling.models import AlertRule
+from scheduling.models.alerts import Metric, Scope
+from scheduling.services import ServiceError
+from scheduling.services.accounting import ReportRequest, check_report
+from scheduling.services.alert_changes import MAX_SUSTAINED_MINUTES, RuleChange, check_rule
+
+NUMBER_ERRORS = {"invalid": _("Enter a number, such as 80, or leave it blank for none.")}
+DATE_ERRORS = {"invalid": _("Enter a date, such as 2026-06-30.")}
+
+
+def _date_input() -> forms.DateInput:
+    return forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
+
+
+class AlertRuleForm(forms.Form):
+    """A new alert rule, or changes to one; ``clean`` hands the fields to ``check_rule``."""
+
+    name = forms.CharField(label=_("Name"), max_length=100, required=False)
+    metric = forms.ChoiceField(label=_("Metric"), choices=Metric.choices)
+    scope = forms.ChoiceField(label=_("Scope"), choices=Scope.choices)
+    warning = AsciiFloatField(
+        label=_("Warning level"), required=False, error_messages=NUMBER_ERRORS
+    )
+    critical = AsciiFloatField(
+        label=_("Critical level"), required=False, error_messages=NUMBER_ERRORS
+    )
+    recovery = AsciiFloatField(
+        label=_("Recovers below"),
+        required=False,
+        error_messages=NUMBER_ERRORS,
+        help_text=_("Blank: a person resolves the alert."),
+    )
+    sustained_minutes = AsciiIntegerField(
+        label=_("Sustained for (minutes)"),
+        min_value=0,
+        max_value=MAX_SUSTAINED_MINUTES,
+        initial=0,
+        error_messages={
+            "invalid": _("Enter a whole number of minutes, such as 30."),
+            "required": _("Enter a whole number of minutes; 0 raises at once."),
+            "min_value": _("Enter 0 minutes or more."),
+            "max_value": _("Enter at most a week of minutes (%(limit_value)s)."),
+        },
+    )
+    enabled = forms.BooleanField(label=_("Enabled"), required=False, initial=True)
+    extra_recipients = forms.CharField(
+        label=_("Also e-mail"),
+        required=False,
+        help_text=_("E-mail addresses besides the admins', separated by commas."),
+    )
+
+    def __init__(self, user: User, *args: Any, rule: AlertRule | None = None, **kwargs: Any):
+        if rule is not None and "initial" not in kwargs:
+            kwargs["initial"] = {
+                "name": rule.name,
+                "metric": rule.metric,
+                "scope": rule.scope,
+                "warning": rule.warning,
+                "critical": rule.critical,
+                "recovery": rule.recovery,
+                "sustained_minutes": rule.sustained_minutes,
+                "enabled": rule.enabled,
+                "extra_recipients": ", ".join(rule.extra_recipients or []),
+            }
+        super().__init__(*args, **kwargs)
+        self.user, self.rule = user, rule
+        self.change: RuleChange | None = None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        try:
+            self.change = check_rule(self.user, data, self.rule)
+        except ServiceError as error:
+            self.add_error(error.field if error.field in self.fields else None, error.message)
+        return data
+
+
+class ReportForm(forms.Form):
+    """Which usage report: grouped by department, course or user, per week or month."""
+
+    group = forms.ChoiceField(
+        label=_("Per"),
+        choices=[("department", _("Department")), ("course", _("Course")), ("user", _("User"))],
+    )
+    period = forms.ChoiceField(label=_("By"), choices=[("week", _("Week")), ("month", _("Month"))])
+    start = forms.DateField(label=_("From"), widget=_date_input(), error_messages=DATE_ERRORS)
+    end = forms.DateField(label=_("To"), widget=_date_input(), error_messages=DATE_ERRORS)
+
+    @staticmethod
+    def defaults() -> dict[str, str]:
+        today = timezone.localdate()
+        return {
+            "group": "department",
+            "period": "week",
+            "start": (today - timedelta(weeks=8)).isoformat(),
+            "end": today.isoformat(),
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.request: ReportRequest | None = None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        try:
+            self.request = check_report(data["group"], data["period"], data["start"], data["end"])
+        except ServiceError as error:
+            self.add_error(error.field if error.field in self.fields else None, error.message)
+        return data
+
+
+class AuditSearchForm(forms.Form):
+    """Search the audit trail: who, what, when (days in your time zone), session, node, text."""
+
+    actor = forms.CharField(
+        label=_("Who"), required=False, max_length=200, help_text=_("Part of the actor, e.g. ada.")
+    )
+    kind = forms.ChoiceField(
+        label=_("What"),
+        required=False,
+        choices=lambda: [("", _("Any kind")), *audit_kind_choices()],
+    )
+    since = forms.DateField(
+        label=_("From"), required=False, widget=_date_input(), error_messages=DATE_ERRORS
+    )
+    until = forms.DateField(
+        label=_("To"), required=False, widget=_date_input(), error_messages=DATE_ERRORS
+    )
+    session = AsciiIntegerField(
+        label=_("Session id"),
+        required=False,
+        min_value=1,
+        error_messages={"invalid": _("Enter a session's number, such as 42.")},
+    )
+    node = AsciiIntegerField(
+        label=_("Node id"),
+        required=False,
+        min_value=1,
+        error_messages={"invalid": _("Enter a node's number, such as 3.")},
+    )
+    text = forms.CharField(
+        label=_("Text"),
+        required=False,
+        max_length=200,
+        help_text=_("Found anywhere in the event's details."),
+    )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        since: date | None = data.get("since")
+        until: date | None = data.get("until")
+        if since and until and until < since:
+            self.add_error("until", _("The last day cannot be before the first day."))
+        return data
+
+    def search(self) -> AuditSearch:
+        """The search of a valid form."""
+        data = self.cleaned_data
+        return AuditSearch(
+            actor=data.get("actor") or "",
+            kind=data.get("kind") or "",
+            since=data.get("since"),
+            until=data.get("until"),
+            session_id=data.get("session"),
+            node_id=data.get("node"),
+            text=data.get("text") or "",
+        )

@@ -1,0 +1,1 @@
+"""The student's face: home, a session, the desktop page, history, Try again."""

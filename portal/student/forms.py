@@ -1,0 +1,59 @@
+"""Forms of the pages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib.auth.models import User
+from django.utils.translation import gettext_lazy as _
+
+from people.models import COURSE_CODE_MAX, Member
+from scheduling.form_fields import AsciiIntegerField
+from scheduling.services import ServiceError
+from scheduling.services.sessions import SubmitRequest, check_submit
+
+
+class PreferencesForm(forms.ModelForm):
+    """A person's language and time zone (blank: the browser's language, the campus zone)."""
+
+    class Meta:
+        model = Member
+        fields = ["language", "time_zone"]
+        widgets = {"time_zone": forms.TextInput(attrs={"list": "time-zones"})}
+
+
+class SessionRequestForm(forms.Form):
+    """A request for a desktop: the profile, the purpose and (for coursework) the course.
+
+    The fields take what is posted and ``clean`` asks ``check_submit``, so a refusal says in
+    plain words what is wrong, on the field at fault; the page offers only what the person may
+    use (``eligibility``), the service decides.
+    """
+
+    profile = AsciiIntegerField(
+        error_messages={
+            "required": _("Pick a desktop profile."),
+            "invalid": _("Pick a desktop profile from the list."),
+        }
+    )
+    purpose = forms.CharField(error_messages={"required": _("Pick a purpose.")})
+    course = forms.CharField(required=False, max_length=COURSE_CODE_MAX)
+
+    def __init__(self, user: User, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.user = user
+        self.submit: SubmitRequest | None = None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        try:
+            self.submit = check_submit(
+                self.user, data["profile"], data["purpose"], data.get("course") or None
+            )
+        except ServiceError as error:
+            field = error.field if error.field in self.fields else None
+            self.add_error(field, error.message)
+        return data

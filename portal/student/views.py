@@ -1,0 +1,315 @@
+"""The student's pages: home (request form and my sessions), a session, the desktop, history.
+
+They call the scheduling services; live state arrives over Channels as the one rendering of
+a session (``portal.kit.session_fragment``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.middleware.csrf import get_token
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from portal.kit.confirm import confirm_first
+from portal.kit.person import signed_in
+from portal.kit.session_fragment import DETAIL, ITEM, fragment_context, render_forms
+from portal.student.forms import SessionRequestForm
+from portal.student.history import daily_gpu_hours, past_sessions
+from scheduling.choices import OPENABLE_STATES, TERMINAL_STATES, WAITING_STATES
+from scheduling.events import session_payload
+from scheduling.models import Session
+from scheduling.services import ServiceError
+from scheduling.services.catalogue import profile_offers
+from scheduling.services.eligibility import eligible_courses, eligible_purposes
+from scheduling.services.extend import do_extend
+from scheduling.services.home_place import home_place
+from scheduling.services.idle import LIMIT_WARNINGS, do_resume
+from scheduling.services.quota_view import quota_left
+from scheduling.services.sessions import do_stop, do_submit
+
+UPDATES_PATH = "/ws/updates/"  # portal.live.routing
+DESKTOP_PROXY_PATH = "/ws/desktop/{id}/"  # portal.live.routing
+CHART_DAYS = 14
+
+
+def _my_session(request: HttpRequest, session_id: int, *, to_open: bool = False) -> Session:
+    """The session if this person may see it (or open it); 404 otherwise."""
+    user = signed_in(request.user)
+    sessions = Session.objects.openable_by(user) if to_open else Session.objects.visible_to(user)
+    session = (
+        sessions.select_related("profile", "node", "user")
+        .prefetch_related("allocations__slice__gpu")
+        .filter(pk=session_id)
+        .first()
+    )
+    if session is None:
+        raise Http404(_("No such session."))
+    return session
+
+
+def _page_config(request: HttpRequest, form: str, **extra: Any) -> dict[str, Any]:
+    """What the pages' scripts need: addresses, the CSRF token, words in the reader's language.
+    ``form``: the session card's form the page shows (``session_fragment.PAGE_FORMS``), the
+    only one its live updates carry."""
+    return {
+        "updates_url": f"{UPDATES_PATH}?fragment={form}",
+        "csrf_token": get_token(request),
+        "words": {
+            "live": _("live"),
+            "reconnecting": _("reconnecting…"),
+            # The time left on a session card (templates/portal/_session.html's words).
+            "left_hm": _("%(h)s h %(m)s min left"),
+            "left_m": _("%(m)s min left"),
+        },
+        **extra,
+    }
+
+
+def _home_context(request: HttpRequest, form: SessionRequestForm) -> dict[str, Any]:
+    user = signed_in(request.user)
+    mine = Session.objects.filter(user=user).select_related("profile", "node")
+    mine = mine.prefetch_related("allocations__slice__gpu")
+    purposes = eligible_purposes(user)
+    quota = quota_left(user)
+    return {
+        "form": form,
+        "offers": profile_offers(timezone.now()),
+        "purposes": [(p.value, p.label) for p in purposes],
+        "courses": eligible_courses(user).select_related("default_profile"),
+        "quota": quota,
+        # The open-session limit (do_submit's): "New desktop" is disabled, with the reason.
+        "at_limit": quota.open_sessions >= quota.max_open_sessions,
+        "cards": [
+            fragment_context(session_payload(s), ITEM)
+            for s in mine.exclude(state__in=TERMINAL_STATES).order_by("created_at")
+        ],
+        "recent": mine.filter(state__in=TERMINAL_STATES).order_by("-created_at")[:5],
+        "config": _page_config(request, ITEM),
+    }
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    form = SessionRequestForm(signed_in(request.user))
+    return render(request, "portal/home.html", _home_context(request, form))
+
+
+@login_required
+@require_POST
+def submit_session(request: HttpRequest) -> HttpResponse:
+    user = signed_in(request.user)
+    form = SessionRequestForm(user, request.POST)
+    retry_after = None
+    if form.is_valid() and form.submit is not None:
+        try:
+            session = do_submit(user, form.submit, by_person=True)
+        except ServiceError as error:  # the open-session or the rate limit: nothing created
+            form.add_error(None, error.message)
+            retry_after = getattr(error, "retry_after", None)
+        else:
+            return redirect("session-page", session_id=session.pk)
+    status = 400 if retry_after is None else 429
+    response = render(request, "portal/home.html", _home_context(request, form), status=status)
+    if retry_after is not None:
+        response["Retry-After"] = str(retry_after)
+    return response
+
+
+@login_required
+def session_detail(request: HttpRequest, session_id: int) -> HttpResponse:
+    session = _my_session(request, session_id)
+    data = session_payload(session)
+    return render(
+        request,
+        "portal/session_detail.html",
+        {
+            "session": session,
+            "card": fragment_context(data, DETAIL),
+            "home": home_place(session),
+            "config": _page_config(request, DETAIL),
+        },
+    )
+
+
+@login_required
+def session_fragment(request: HttpRequest, session_id: int) -> JsonResponse:
+    """The session's fragment, both forms, as a live update carries them (for catching up
+    after the live connection comes back)."""
+    session = _my_session(request, session_id)
+    return JsonResponse({"id": session.pk, **render_forms(session_payload(session))})
+
+
+@login_required
+@require_POST
+def stop_session(request: HttpRequest, session_id: int) -> HttpResponse:
+    session = _my_session(request, session_id, to_open=True)
+    back = reverse("session-page", args=[session.pk])
+    if (ask := confirm_first(request, "stop", back)) is not None:
+        return ask
+    try:
+        do_stop(signed_in(request.user), session, by_person=True)
+    except ServiceError as error:
+        messages.warning(request, error.message)
+    return redirect("session-page", session_id=session.pk)
+
+
+@login_required
+@require_POST
+def extend_session(request: HttpRequest, session_id: int) -> HttpResponse:
+    """One more step of time (``do_extend``); the new limit or the refusal's reason."""
+    session = _my_session(request, session_id, to_open=True)
+    try:
+        extended = do_extend(signed_in(request.user), session.pk)
+    except ServiceError as error:
+        messages.warning(request, error.message)
+    else:
+        when = timezone.localtime(extended.ends_at).strftime("%H:%M") if extended.ends_at else ""
+        messages.success(
+            request, _("Extended: this desktop now ends at %(time)s.") % {"time": when}
+        )
+    return redirect("session-page", session_id=session.pk)
+
+
+@login_required
+@require_POST
+def resume_session(request: HttpRequest, session_id: int) -> HttpResponse:
+    """Requeue a suspended session (``do_resume``)."""
+    session = _my_session(request, session_id, to_open=True)
+    try:
+        do_resume(signed_in(request.user), session.pk)
+    except ServiceError as error:
+        messages.warning(request, error.message)
+    else:
+        messages.success(request, _("Resumed: your desktop is back in the queue."))
+    return redirect("session-page", session_id=session.pk)
+
+
+@login_required
+@require_POST
+def cancel_session(request: HttpRequest, session_id: int) -> HttpResponse:
+    """Withdraw a request still waiting in the queue (``do_stop`` on a waiting session)."""
+    session = _my_session(request, session_id, to_open=True)
+    if session.state not in WAITING_STATES:
+        messages.warning(
+            request,
+            _("Request #%(id)s is no longer waiting, so it cannot be cancelled; stop it instead.")
+            % {"id": session.pk},
+        )
+        return redirect("session-page", session_id=session.pk)
+    try:
+        do_stop(signed_in(request.user), session, by_person=True)
+    except ServiceError as error:
+        messages.warning(request, error.message)
+    else:
+        messages.success(request, _("Request #%(id)s is cancelled.") % {"id": session.pk})
+    return redirect("home")
+
+
+@login_required
+def desktop(request: HttpRequest, session_id: int) -> HttpResponse:
+    session = _my_session(request, session_id, to_open=True)
+    if session.state not in OPENABLE_STATES:
+        messages.info(request, _("This desktop is not running; its page shows where it stands."))
+        return redirect("session-page", session_id=session.pk)
+    simulated = session.node is not None and session.node.runtime == "simulated"
+    config = _page_config(
+        request,
+        "none",  # the desktop's page shows no card: its banner reads the payload
+        session=session_payload(session),
+        proxy_url=DESKTOP_PROXY_PATH.format(id=session.pk),
+        session_api=reverse("session-detail", args=[session.pk]),
+        # The banner's Extend: the API's action (JSON: the session, or 409 and its reason).
+        extend_api=reverse("session-extend", args=[session.pk]),
+        can_extend=session.profile.extend_step_minutes > 0,
+        warn_minutes=sorted(LIMIT_WARNINGS, reverse=True),
+        # The banner writes times (HH:MM) in the reader's zone, as the pages do.
+        time_zone=timezone.get_current_timezone_name(),
+        openable=sorted(OPENABLE_STATES),
+        words=_desktop_words(),
+    )
+    return render(
+        request,
+        "portal/desktop.html",
+        {
+            "session": session,
+            "simulated": simulated,
+            "config": config,
+        },
+    )
+
+
+def _desktop_words() -> dict[str, str]:
+    """What desktop.js writes on the page, in the reader's language."""
+    return {
+        "connected": _("connected"),
+        "disconnected": _("disconnected"),
+        "retrying": _("connection lost: trying again in %(seconds)s s…"),
+        "ended": _("the session has ended"),
+        "refused": _("the desktop refused its password: stop and start a new session"),
+        "signed_out": _("you are signed out: sign in again, then reopen this desktop"),
+        "forbidden": _("you may no longer open this desktop"),
+        "too_large": _(
+            "the connection closed: more was sent at once than the portal relays (a very large "
+            "paste?). Reload the page to reconnect."
+        ),
+        "time_left": _("Time left: %(time)s"),
+        "limit_soon": _(
+            "This desktop reaches its time limit in less than %(minutes)s minutes, at "
+            "%(time)s: save your work."
+        ),
+        "extended": _("Extended: this desktop now ends at %(time)s."),
+        "extend_failed": _("The desktop could not be given more time; try again in a moment."),
+        "idle_warned": _(
+            "This desktop has not been used for a while: it will be suspended at %(time)s "
+            "unless you use it."
+        ),
+        "idle_warned_soon": _(
+            "This desktop has not been used for a while: it will be suspended soon unless you "
+            "use it."
+        ),
+        "suspended": _(
+            "This desktop was suspended because nobody used it. Resume it to get back in the "
+            "queue with your place kept."
+        ),
+        "suspended_status": _("the desktop is suspended"),
+        "preempting": _(
+            "This desktop stops in about %(minutes)s min to make room for a higher-priority "
+            "request: save your work now. It goes back to the queue with its place kept."
+        ),
+        "copied": _("Copied from the desktop."),
+        "sent": _("Sent to the desktop's clipboard."),
+    }
+
+
+@login_required
+def history(request: HttpRequest) -> HttpResponse:
+    """Past desktops with their GPU-hours, and this week's GPU-hours against the quota."""
+    user = signed_in(request.user)
+    now = timezone.now()
+    days = daily_gpu_hours(user, now, CHART_DAYS)
+    top = max([d.gpu_hours for d in days] + [0.01])
+    bars = []
+    for i, d in enumerate(days):
+        height = round(60 * d.gpu_hours / top, 1)
+        bars.append(
+            {"day": d.day, "hours": d.gpu_hours, "x": i * 12 + 2, "y": 61 - height, "h": height}
+        )
+    return render(
+        request,
+        "portal/history.html",
+        {
+            "past": past_sessions(user, now),
+            "bars": bars,
+            "chart_days": CHART_DAYS,
+            "chart_width": CHART_DAYS * 12,
+            "quota": quota_left(user),
+        },
+    )

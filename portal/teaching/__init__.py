@@ -1,0 +1,2 @@
+"""The teaching face: course pages (roster, TAs, settings, the live class), lab bookings,
+thesis grants and quota requests."""
