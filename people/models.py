@@ -48,7 +48,8 @@ COURSE_CODE_MAX = 40  # what forms and the API take as a course's code, too
 
 
 class Course(models.Model):
-    """A class taught with pool desktops; coursework requests name one."""
+    """A class taught with pool desktops; coursework requests name one. Its default desktop
+    is ``scheduling.CourseDesktop`` (links point down, from scheduling to here)."""
 
     code = models.SlugField(max_length=COURSE_CODE_MAX, unique=True)
     title = models.CharField(max_length=200)
@@ -59,15 +60,6 @@ class Course(models.Model):
     students = models.ManyToManyField(
         settings.AUTH_USER_MODEL, related_name="courses_enrolled", blank=True
     )
-    default_profile = models.ForeignKey(
-        "scheduling.DesktopProfile",
-        null=True,
-        blank=True,
-        related_name="+",
-        on_delete=models.SET_NULL,
-        help_text=_("The desktop its students are offered first."),
-    )
-
     objects = CourseQuerySet.as_manager()
 
     class Meta:

@@ -210,7 +210,7 @@ SIGNIN_ADDRESS_FAILURE_LIMIT = env.int("DESKPOOL_SIGNIN_ADDRESS_FAILURE_LIMIT", 
 AXES_USERNAME_CALLABLE = "portal.signin.lockout.username_of"
 # OIDC and CAS sign-ins carry no user name here: the identity provider throttles those.
 AXES_WHITELIST_CALLABLE = "portal.signin.lockout.without_a_user_name"
-AXES_CLIENT_IP_CALLABLE = "portal.server.middleware.client_address_of"
+AXES_CLIENT_IP_CALLABLE = "portal.kit.client_address.client_address_of"
 AXES_LOCKOUT_CALLABLE = "portal.signin.lockout.lockout_response"
 AXES_RESET_ON_SUCCESS = True
 # Failures are counted; successful sign-ins are not logged again here (the audit trail is

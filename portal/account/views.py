@@ -14,8 +14,8 @@ from django.views.decorators.http import require_POST
 
 from people.models import Member
 from people.preferences import save_preferences
+from portal.account.forms import PreferencesForm
 from portal.kit.person import signed_in
-from portal.student.forms import PreferencesForm
 from scheduling.services.lifecycle_notices import email_warnings_of, set_email_warnings
 
 

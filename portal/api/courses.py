@@ -20,6 +20,7 @@ from portal.api.fields import ChoiceField
 from portal.api.serializers import SessionSerializer
 from portal.kit.person import signed_in
 from scheduling.events import session_payload
+from scheduling.models import default_profile_of
 from scheduling.services import ServiceError
 from scheduling.services.classroom import class_sessions, do_start_all, do_stop_all
 from scheduling.services.roster import MAX_BYTES, RosterErrors, check_roster, do_import_roster
@@ -53,7 +54,7 @@ def _course_data(role: CourseRole) -> dict[str, object]:
             "code": course.code,
             "title": course.title,
             "department": course.department,
-            "default_profile_id": course.default_profile_id,
+            "default_profile_id": getattr(default_profile_of(course), "pk", None),
             "students": course.students.count(),
             "role": "instructor" if role.teacher else "ta",
             "permissions": [name for name in TA_PERMISSIONS if getattr(role, name)],

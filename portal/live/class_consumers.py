@@ -10,8 +10,8 @@ from django.template.loader import render_to_string
 from django.utils import timezone, translation
 
 from people.preferences import handshake_language, saved_preferences
+from portal.live.listen_only import ListenOnly
 from portal.live.socket_guard import CLOSE_FORBIDDEN, LISTENER_CHECK_S, guard, sign_in_of
-from portal.server.input_limits import ListenOnly
 from scheduling.events import course_group
 from scheduling.services.classroom import class_sessions
 from scheduling.services.teaching import CourseRole, role_by_code

@@ -14,8 +14,8 @@ from django.utils import timezone, translation
 from people.preferences import handshake_language, saved_preferences
 from portal.kit.session_fragment import BOTH, PAGE_FORMS, render_forms
 from portal.live.desktop_relay import DesktopProxyConsumer
+from portal.live.listen_only import ListenOnly
 from portal.live.socket_guard import CLOSE_SIGNED_OUT, LISTENER_CHECK_S, guard, sign_in_of
-from portal.server.input_limits import ListenOnly
 from scheduling.events import ADMIN_GROUP, user_group
 from scheduling.models.alerts import AlertLevel, AlertState, Metric
 from scheduling.models.policy import QuotaRequestState

@@ -61,6 +61,7 @@ from nodeagent.readiness import (
     vnc_auth_response,
 )
 from people.preferences import handshake_language, saved_preferences
+from portal.kit.client_address import client_address_of
 from portal.live.rfb_input import InputCounter
 from portal.live.socket_guard import (
     CLOSE_FORBIDDEN,
@@ -71,7 +72,6 @@ from portal.live.socket_guard import (
     sign_in_of,
     still_signed_in,
 )
-from portal.server.middleware import client_address_of
 from scheduling.choices import OPENABLE_STATES
 from scheduling.models import Session
 from scheduling.services import session_activity
@@ -137,7 +137,7 @@ def language_of(user, scope: dict) -> str:  # type: ignore[no-untyped-def]
 
 def scope_address(scope: dict) -> str | None:
     """The browser's address, as the audit trail has it for a request (behind nginx, the
-    address it saw): :func:`portal.server.middleware.client_address_of` on the handshake."""
+    address it saw): :func:`portal.kit.client_address.client_address_of` on the handshake."""
     headers = dict(scope.get("headers", []))
     meta = {"REMOTE_ADDR": (scope.get("client") or ("",))[0] or ""}
     if forwarded := headers.get(b"x-forwarded-for"):

@@ -11,8 +11,9 @@
   a traceback under daphne).
 - :func:`not_found` (``handler404``): a path under ``/api/`` that matches no route (an id
   that is not a number) is a JSON 404 like the API's other errors.
-- :class:`ListenOnly` (WebSocket consumers): the live-update sockets only send; a frame a
-  client sends (text, binary, invalid or huge) is dropped without being decoded.
+- WebSocket frames: the live-update sockets only send and drop what a client sends
+  (``portal.live.listen_only``); the desktop relay bounds its messages
+  (``portal.live.desktop_relay``).
 
 Ids and numbers are bounded where they are read: ``scheduling.form_fields`` for forms (ASCII
 digits, within the database's integer range), the serializers and ``portal.api.errors``
@@ -24,7 +25,6 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from typing import Any
 
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.exceptions import RequestDataTooBig, SuspiciousFileOperation
@@ -103,12 +103,3 @@ class StaticFiles(ASGIStaticFilesHandler):
             return super().serve(request)
         except (SuspiciousFileOperation, ValueError):  # ``..`` out of the folder; a NUL
             raise Http404(_("No such file.")) from None
-
-
-class ListenOnly:
-    """Mixed into a consumer that only sends: what a client sends is dropped undecoded (a
-    JSON consumer would raise on text that is not JSON, and on any binary frame)."""
-
-    async def receive(self, text_data: Any = None, bytes_data: Any = None, **kwargs: Any) -> None:
-        size = len(text_data or bytes_data or "")
-        log.debug("dropped a %d-character frame on a listen-only socket", size)

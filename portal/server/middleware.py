@@ -12,15 +12,14 @@ the choice on the Member.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable
 
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 
 from people.preferences import apply_preferences, save_language
+from portal.kit.client_address import client_address_of
 from scheduling.services.audit import requests_from
 
 
@@ -41,28 +40,6 @@ class PreferencesMiddleware:
         ):
             save_language(request.user, request.POST.get("language", ""))
         return response
-
-
-def _valid(address: str) -> str | None:
-    try:
-        return str(ipaddress.ip_address(address.strip()))
-    except ValueError:
-        return None
-
-
-def client_address_of(request: HttpRequest) -> str | None:
-    """The connection's address; behind ``settings.TRUSTED_PROXIES`` reverse proxies, the
-    address the outermost of them saw, from the right of X-Forwarded-For (each proxy appends
-    the address it was connected from: entries further left are the client's to forge)."""
-    remote = _valid(request.META.get("REMOTE_ADDR", ""))
-    proxies = settings.TRUSTED_PROXIES
-    forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
-    if proxies <= 0 or not forwarded:
-        return remote
-    hops = [hop for hop in forwarded.split(",") if hop.strip()]
-    if len(hops) < proxies:
-        return remote
-    return _valid(hops[-proxies]) or remote
 
 
 class ClientAddressMiddleware:

@@ -8,19 +8,10 @@ from django import forms
 from django.contrib.auth.models import User
 from django.utils.translation import gettext_lazy as _
 
-from people.models import COURSE_CODE_MAX, Member
+from people.models import COURSE_CODE_MAX
 from scheduling.form_fields import AsciiIntegerField
 from scheduling.services import ServiceError
 from scheduling.services.sessions import SubmitRequest, check_submit
-
-
-class PreferencesForm(forms.ModelForm):
-    """A person's language and time zone (blank: the browser's language, the campus zone)."""
-
-    class Meta:
-        model = Member
-        fields = ["language", "time_zone"]
-        widgets = {"time_zone": forms.TextInput(attrs={"list": "time-zones"})}
 
 
 class SessionRequestForm(forms.Form):

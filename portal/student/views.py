@@ -10,6 +10,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db.models import F
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import get_token
 from django.shortcuts import redirect, render
@@ -83,7 +84,10 @@ def _home_context(request: HttpRequest, form: SessionRequestForm) -> dict[str, A
         "form": form,
         "offers": profile_offers(timezone.now()),
         "purposes": [(p.value, p.label) for p in purposes],
-        "courses": eligible_courses(user).select_related("default_profile"),
+        # the default profile's id, for the form's script (templates/portal/home.html)
+        "courses": eligible_courses(user).annotate(
+            default_profile_id=F("default_desktop__profile")
+        ),
         "quota": quota,
         # The open-session limit (do_submit's): "New desktop" is disabled, with the reason.
         "at_limit": quota.open_sessions >= quota.max_open_sessions,

@@ -22,7 +22,7 @@ from django.views.decorators.http import require_POST
 from portal.kit.confirm import confirm_first
 from portal.kit.person import signed_in
 from portal.teaching.booking_forms import BookingEditForm, BookingForm, WeekForm
-from scheduling.models import Booking, BookingSeries
+from scheduling.models import Booking, BookingSeries, default_profile_of
 from scheduling.services import ServiceError
 from scheduling.services.booking_series import (
     SeriesPlan,
@@ -82,7 +82,7 @@ def book(request: HttpRequest, code: str) -> HttpResponse:
         if plan is None:
             status = 400
     else:
-        form = BookingForm(initial={"profile": course.default_profile_id, "repeat": "once"})
+        form = BookingForm(initial={"profile": default_profile_of(course), "repeat": "once"})
     return render(
         request,
         "courses/book.html",

@@ -29,7 +29,7 @@ from portal.teaching.course_forms import (
     TaForm,
 )
 from scheduling.choices import SessionState
-from scheduling.models import Booking
+from scheduling.models import Booking, default_profile_of
 from scheduling.services import ServiceError
 from scheduling.services.classroom import (
     class_sessions,
@@ -70,7 +70,7 @@ def index(request: HttpRequest) -> HttpResponse:
 def _settings_initial(role: CourseRole) -> dict[str, Any]:
     quota = course_quota(role.course)
     return {
-        "default_profile": role.course.default_profile,
+        "default_profile": default_profile_of(role.course),
         "max_sessions": quota.max_sessions if quota else None,
         "max_gpu_hours_week": quota.max_gpu_hours_week if quota else None,
     }

@@ -2,7 +2,16 @@
 
 from .alerts import Alert, AlertRule, AlertState, AlertTrack
 from .audit import MIN_RETENTION_DAYS, AuditEvent, AuditRetention
-from .bookings import Booking, BookingQuerySet, BookingSeries, WarmDesktop, WarmState
+from .bookings import (
+    Booking,
+    BookingQuerySet,
+    BookingSeries,
+    CourseDesktop,
+    WarmDesktop,
+    WarmState,
+    default_profile_of,
+    set_default_profile,
+)
 from .lifecycle import IdlePolicy, LifecycleNotices, SessionActivity
 from .metrics import MetricRollup, MetricSample, MetricSource
 from .policy import PoolPolicy, Quota, QuotaScope
@@ -22,6 +31,7 @@ __all__ = [
     "Booking",
     "BookingQuerySet",
     "BookingSeries",
+    "CourseDesktop",
     "DesktopProfile",
     "Gpu",
     "IdlePolicy",
@@ -43,5 +53,7 @@ __all__ = [
     "UsageRecord",
     "WarmDesktop",
     "WarmState",
+    "default_profile_of",
     "hash_token",
+    "set_default_profile",
 ]

@@ -13,7 +13,40 @@ from people.models import Course
 if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User
 
-    from .pool import Slice
+    from .pool import DesktopProfile, Slice
+
+
+class CourseDesktop(models.Model):
+    """The desktop a course's students are offered first and Start all asks for (its default
+    profile; none without a row). Kept here rather than on Course so that model links point
+    one way, from scheduling down to people."""
+
+    course = models.OneToOneField(
+        "portal.Course", primary_key=True, related_name="default_desktop", on_delete=models.CASCADE
+    )
+    profile = models.ForeignKey("DesktopProfile", related_name="+", on_delete=models.CASCADE)
+
+    def __str__(self) -> str:
+        return f"{self.course_id}: {self.profile_id}"
+
+
+def default_profile_of(course: Course) -> DesktopProfile | None:
+    """The course's default profile, or None (one query unless ``select_related`` with
+    ``default_desktop__profile``)."""
+    try:
+        return course.default_desktop.profile  # type: ignore[attr-defined]
+    except CourseDesktop.DoesNotExist:
+        return None
+
+
+def set_default_profile(course: Course, profile: DesktopProfile | None) -> None:
+    """Make ``profile`` the course's default (None: no default); ``course`` reads it after."""
+    if profile is None:
+        CourseDesktop.objects.filter(course=course).delete()
+        course._state.fields_cache.pop("default_desktop", None)
+        return
+    choice, _ = CourseDesktop.objects.update_or_create(course=course, defaults={"profile": profile})
+    course.default_desktop = choice  # type: ignore[attr-defined]
 
 
 class BookingQuerySet(models.QuerySet["Booking"]):

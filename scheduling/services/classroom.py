@@ -20,7 +20,7 @@ from ..choices import TERMINAL_STATES, WAITING_STATES, AuditKind, Purpose, Sessi
 from ..engine.reasons import Code, Reason
 from ..events import broadcast_session
 from ..locks import lock_person
-from ..models import Booking, DesktopProfile, Session
+from ..models import Booking, DesktopProfile, Session, default_profile_of
 from ..presenters import stored
 from . import Conflict, NotFound, ServiceError
 from .audit import record
@@ -56,7 +56,7 @@ def _teacher_name(actor: User) -> str:
 
 def check_start_all(course: Course) -> DesktopProfile:
     """The desktop Start all asks for: the course's default profile, which must be set."""
-    profile = course.default_profile
+    profile = default_profile_of(course)
     if profile is None or not profile.active:
         raise ServiceError(
             _("Choose the course's default desktop in its settings first; Start all uses it."),

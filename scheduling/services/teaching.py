@@ -24,7 +24,14 @@ from guardian.shortcuts import (
 from people.models import Course, CourseQuerySet
 from scheduling.choices import ON_NODE_STATES, AuditKind
 from scheduling.excerpt import excerpt
-from scheduling.models import AuditEvent, DesktopProfile, Quota, QuotaScope
+from scheduling.models import (
+    AuditEvent,
+    DesktopProfile,
+    Quota,
+    QuotaScope,
+    default_profile_of,
+    set_default_profile,
+)
 from scheduling.services import ServiceError
 from scheduling.services.usage import collect_usage
 
@@ -92,7 +99,7 @@ def course_role(user: User | AnonymousUser, course: Course) -> CourseRole | None
 
 def role_by_code(user: User | AnonymousUser, code: str) -> CourseRole | None:
     """The person's role on the course with this code; None if unknown or not theirs."""
-    course = Course.objects.filter(code=code).select_related("default_profile").first()
+    course = Course.objects.filter(code=code).select_related("default_desktop__profile").first()
     return None if course is None else course_role(user, course)
 
 
@@ -255,12 +262,11 @@ def do_save_course_settings(actor: User, course: Course, settings: CourseSetting
     with transaction.atomic():
         before_quota = course_quota(course)
         before = {
-            "default_profile": course.default_profile_id,
+            "default_profile": getattr(default_profile_of(course), "pk", None),
             "max_sessions": before_quota.max_sessions if before_quota else None,
             "max_gpu_hours_week": before_quota.max_gpu_hours_week if before_quota else None,
         }
-        Course.objects.filter(pk=course.pk).update(default_profile=settings.default_profile)
-        course.default_profile = settings.default_profile
+        set_default_profile(course, settings.default_profile)
         Quota.objects.update_or_create(
             scope=QuotaScope.COURSE,
             key=course.code,

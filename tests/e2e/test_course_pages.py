@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from people.models import Course
-from scheduling.models import Session
+from scheduling.models import Session, set_default_profile
 from scheduling.services.api_tokens import issue_token
 
 from .axe import check_axe, describe
@@ -18,7 +18,8 @@ WIDTHS = {"phone": (390, 844), "laptop": (1280, 900)}
 @pytest.fixture
 def course(stack, make_user, profile):
     teacher = make_user("prof")
-    course = Course.objects.create(code="cs101", title="Intro", default_profile=profile)
+    course = Course.objects.create(code="cs101", title="Intro")
+    set_default_profile(course, profile)
     course.instructors.add(teacher)
     course.students.add(*(make_user(f"s{i}") for i in range(3)))
     return course

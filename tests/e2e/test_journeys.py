@@ -20,7 +20,7 @@ from guardian.shortcuts import assign_perm
 
 from people.models import Course, Member
 from scheduling.choices import Purpose
-from scheduling.models import Booking, Session, Slice
+from scheduling.models import Booking, Session, Slice, set_default_profile
 from scheduling.services.bookings import check_booking, do_create_booking
 from scheduling.services.nodes import do_create_join_token
 from scheduling.services.sessions import check_submit, do_submit
@@ -98,9 +98,8 @@ def start_simulated_agent(stack, tmp_path) -> None:
 @pytest.fixture
 def course(make_user, owner, profile):
     """cs101: taught by ines, assisted by tom (the four TA grants), ada enrolled."""
-    course = Course.objects.create(
-        code="cs101", title="Deep learning lab", department="cs", default_profile=profile
-    )
+    course = Course.objects.create(code="cs101", title="Deep learning lab", department="cs")
+    set_default_profile(course, profile)
     course.instructors.add(make_user("ines"))
     course.students.add(owner)
     ta = make_user("tom")

@@ -12,7 +12,7 @@ from django.utils import timezone, translation
 from guardian.shortcuts import assign_perm
 
 from people.models import Course
-from scheduling.models import BookingSeries, Quota, Session
+from scheduling.models import BookingSeries, Quota, Session, set_default_profile
 from scheduling.services.booking_series import check_series, do_create_series
 
 from .test_booking_pages import next_monday
@@ -48,7 +48,8 @@ def running(owner, profile) -> Session:
 
 @pytest.fixture
 def course(owner, make_user, profile):
-    course = Course.objects.create(code="cs-gpu101", title="GPUs", default_profile=profile)
+    course = Course.objects.create(code="cs-gpu101", title="GPUs")
+    set_default_profile(course, profile)
     course.instructors.add(owner)
     li = make_user("liwei")
     li.first_name, li.last_name = "Li", "Wei"

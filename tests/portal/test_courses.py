@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from people.models import Course
 from scheduling.choices import AuditKind
-from scheduling.models import AuditEvent, Quota, Session
+from scheduling.models import AuditEvent, CourseDesktop, Quota, Session, set_default_profile
 from scheduling.services.teaching import teaching_courses
 
 pytestmark = pytest.mark.django_db
@@ -149,8 +149,7 @@ def test_course_settings_are_validated_and_saved_with_an_audit(teacher, course, 
         {"default_profile": profile.pk, "max_sessions": "30", "max_gpu_hours_week": "12.5"},
     )
     assert good.status_code == 302
-    course.refresh_from_db()
-    assert course.default_profile == profile
+    assert CourseDesktop.objects.get(course=course).profile == profile
     quota = Quota.objects.get(scope="course", key="cs101")
     assert (quota.max_sessions, quota.max_gpu_hours_week) == (30, 12.5)
     assert AuditEvent.objects.filter(kind=AuditKind.COURSE_SETTINGS_CHANGED).exists()
@@ -260,8 +259,7 @@ def test_the_api_starts_and_stops_the_class_and_lists_its_sessions(teacher, cour
     refused = client.post("/api/v1/courses/cs101/start-all/")
     assert refused.status_code == 400 and "default_profile" in refused.json()
 
-    course.default_profile = profile
-    course.save()
+    set_default_profile(course, profile)
     started = client.post("/api/v1/courses/cs101/start-all/").json()
     assert (started["started"], started["skipped_at_limit"]) == (1, 0)
     [row] = client.get("/api/v1/courses/cs101/class/").json()

@@ -15,7 +15,7 @@ from django.utils import timezone, translation
 
 from people.models import Course, Member, ThesisGrant
 from portal.live.consumers import UpdatesConsumer
-from scheduling.models import Session, UsageRecord
+from scheduling.models import Session, UsageRecord, set_default_profile
 from scheduling.services.sessions import check_submit, do_submit
 
 pytestmark = pytest.mark.django_db
@@ -65,7 +65,8 @@ def test_home_shows_my_sessions_with_position_reason_and_start_in_my_zone(owner,
 
 def test_the_form_offers_only_my_purposes_and_courses_and_shows_my_quota(owner, profile, make_user):
     Course.objects.create(code="cs999", title="Not mine")
-    mine = Course.objects.create(code="cs101", title="Deep learning", default_profile=profile)
+    mine = Course.objects.create(code="cs101", title="Deep learning")
+    set_default_profile(mine, profile)
     page = signed_in(owner).get("/").content.decode()
     assert 'value="hobby"' in page
     assert 'value="thesis"' not in page and 'value="coursework"' not in page

@@ -17,7 +17,7 @@ from guardian.shortcuts import assign_perm
 from people.models import Course, Member
 from portal.live.class_consumers import ClassConsumer
 from scheduling.choices import TERMINAL_STATES, AuditKind, Purpose, SessionState
-from scheduling.models import AuditEvent, Booking, Session
+from scheduling.models import AuditEvent, Booking, Session, default_profile_of, set_default_profile
 from scheduling.services import ServiceError
 from scheduling.services.classroom import (
     class_sessions,
@@ -42,7 +42,8 @@ def students(make_user):
 
 @pytest.fixture
 def course(teacher, students, profile):
-    course = Course.objects.create(code="cs101", title="Intro", default_profile=profile)
+    course = Course.objects.create(code="cs101", title="Intro")
+    set_default_profile(course, profile)
     course.instructors.add(teacher)
     course.students.add(*students)
     return course
@@ -56,7 +57,7 @@ def open_sessions(course):
 def test_start_all_asks_one_desktop_for_each_student_lacking_one(teacher, course, students):
     s1 = students[0]
     Session.objects.create(
-        user=s1, profile=course.default_profile, purpose=Purpose.COURSEWORK, course=course
+        user=s1, profile=default_profile_of(course), purpose=Purpose.COURSEWORK, course=course
     )
     result = do_start_all(teacher, course)
 
@@ -84,7 +85,7 @@ def test_start_all_asks_one_desktop_for_each_student_lacking_one(teacher, course
 def test_start_all_skips_students_at_their_open_session_limit(teacher, course, students):
     busy = students[1]
     for _ in range(MAX_OPEN_SESSIONS_PER_USER):
-        Session.objects.create(user=busy, profile=course.default_profile, purpose=Purpose.HOBBY)
+        Session.objects.create(user=busy, profile=default_profile_of(course), purpose=Purpose.HOBBY)
 
     result = do_start_all(teacher, course)
 
@@ -97,7 +98,7 @@ def test_start_all_links_the_booking_in_its_window(teacher, course):
     now = timezone.now()
     booking = Booking.objects.create(
         course=course,
-        profile=course.default_profile,
+        profile=default_profile_of(course),
         seats=4,
         starts_at=now - timedelta(minutes=5),
         ends_at=now + timedelta(hours=1),
@@ -108,7 +109,7 @@ def test_start_all_links_the_booking_in_its_window(teacher, course):
 
 @pytest.mark.django_db
 def test_start_all_needs_the_courses_default_desktop(teacher, course):
-    course.default_profile = None
+    set_default_profile(course, None)
     with pytest.raises(ServiceError) as refused:
         do_start_all(teacher, course)
     assert refused.value.field == "default_profile"
@@ -152,7 +153,9 @@ def test_one_students_desktop_is_stopped_from_the_live_class(teacher, course, st
 @pytest.mark.django_db
 def test_the_pages_start_and_stop_all_and_say_how_many_were_skipped(teacher, course, students):
     for _ in range(MAX_OPEN_SESSIONS_PER_USER):
-        Session.objects.create(user=students[3], profile=course.default_profile, purpose="hobby")
+        Session.objects.create(
+            user=students[3], profile=default_profile_of(course), purpose="hobby"
+        )
     client = Client()
     client.force_login(teacher)
     answer = client.post("/courses/cs101/start-all/", follow=True)

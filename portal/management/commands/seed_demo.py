@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from people.models import Course, Member, Role
-from scheduling.models import DesktopProfile, PoolPolicy, Quota
+from scheduling.models import DesktopProfile, PoolPolicy, Quota, set_default_profile
 from scheduling.services.eligibility import active_thesis_grant
 from scheduling.services.grants import check_grant, do_grant
 from scheduling.services.teaching import TA_PERMISSIONS, check_ta, do_set_ta
@@ -130,8 +130,7 @@ class Command(BaseCommand):
             DesktopProfile.objects.update_or_create(
                 slug=spec["slug"], defaults={**spec, "image": image}
             )
-        course.default_profile = DesktopProfile.objects.get(slug="ai-painting")
-        course.save(update_fields=["default_profile"])
+        set_default_profile(course, DesktopProfile.objects.get(slug="ai-painting"))
         teacher = users["instructor1"]
         do_set_ta(teacher, course, check_ta(course, "ta1", set(TA_PERMISSIONS)))
         if active_thesis_grant(users["student1"]) is None:
