@@ -9,7 +9,7 @@ from __future__ import annotations
 from django import forms
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
@@ -17,7 +17,7 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from portal.kit.person import signed_in
+from portal.kit.person import with_person
 from scheduling.services.api_tokens import NAME_MAX, issue_token, revoke_own, tokens_of
 
 
@@ -31,9 +31,8 @@ class TokenNameForm(forms.Form):
 
 
 @never_cache
-@login_required
-def api_tokens(request: HttpRequest) -> HttpResponse:
-    person = signed_in(request.user)
+@with_person
+def api_tokens(request: HttpRequest, person: User) -> HttpResponse:
     form = TokenNameForm(request.POST or None)
     issued = ""
     status = 200
@@ -52,10 +51,10 @@ def api_tokens(request: HttpRequest) -> HttpResponse:
     return render(request, "portal/api_tokens.html", context, status=status)
 
 
-@login_required
+@with_person
 @require_POST
-def revoke_api_token(request: HttpRequest, token_id: int) -> HttpResponse:
-    if not revoke_own(signed_in(request.user), token_id):
+def revoke_api_token(request: HttpRequest, person: User, token_id: int) -> HttpResponse:
+    if not revoke_own(person, token_id):
         raise Http404(_("You hold no working API token by that id."))
     messages.success(request, _("The API token is revoked."))
     return redirect("account-tokens")

@@ -6,7 +6,7 @@ from zoneinfo import available_timezones
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
@@ -15,14 +15,13 @@ from django.views.decorators.http import require_POST
 from people.models import Member
 from people.preferences import save_preferences
 from portal.account.forms import PreferencesForm
-from portal.kit.person import signed_in
+from portal.kit.person import with_person
 from scheduling.services.lifecycle_notices import email_warnings_of, set_email_warnings
 
 
-@login_required
-def account(request: HttpRequest) -> HttpResponse:
+@with_person
+def account(request: HttpRequest, person: User) -> HttpResponse:
     """The person's language and time zone."""
-    person = signed_in(request.user)
     member = Member.objects.filter(user=person).first() or Member(user=person)
     form = PreferencesForm(request.POST or None, instance=member)
     if request.method == "POST":
@@ -46,12 +45,12 @@ def account(request: HttpRequest) -> HttpResponse:
     return render(request, "portal/account.html", context, status=status)
 
 
-@login_required
+@with_person
 @require_POST
-def account_notices(request: HttpRequest) -> HttpResponse:
+def account_notices(request: HttpRequest, person: User) -> HttpResponse:
     """The e-mail opt-in for time-limit and idle warnings (a checkbox: absent is off)."""
     wanted = request.POST.get("email_warnings") == "on"
-    set_email_warnings(signed_in(request.user), wanted)
+    set_email_warnings(person, wanted)
     if wanted:
         messages.success(request, _("You will get the time-limit and idle warnings by e-mail too."))
     else:

@@ -13,7 +13,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from portal.kit.person import signed_in
+from portal.kit.person import PersonMixin
 from scheduling.events import alert_payload
 from scheduling.models import Alert, AlertRule, AlertState
 from scheduling.models.alerts import Metric, Scope
@@ -86,7 +86,9 @@ class AlertRuleSerializer(serializers.ModelSerializer):
     ),
     retrieve=extend_schema(summary="One alert (admins only)"),
 )
-class AlertViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class AlertViewSet(
+    PersonMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
     serializer_class = AlertSerializer
     permission_classes = [permissions.IsAdminUser]
 
@@ -107,14 +109,14 @@ class AlertViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     @extend_schema(summary="Acknowledge a firing alert", request=None, responses=AlertSerializer)
     @action(detail=True, methods=["post"])
     def acknowledge(self, request: Request, pk: str | None = None) -> Response:
-        person = signed_in(request.user)
+        person = self.person
         alert = do_acknowledge(person, check_acknowledge(person, int(pk or 0)))
         return Response(AlertSerializer(self.get_queryset().get(pk=alert.pk)).data)
 
     @extend_schema(summary="Resolve an open alert by hand", request=None, responses=AlertSerializer)
     @action(detail=True, methods=["post"])
     def resolve(self, request: Request, pk: str | None = None) -> Response:
-        person = signed_in(request.user)
+        person = self.person
         alert = do_resolve(person, check_resolve(person, int(pk or 0)))
         return Response(AlertSerializer(self.get_queryset().get(pk=alert.pk)).data)
 
@@ -123,7 +125,9 @@ class AlertViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     list=extend_schema(summary="Alert rules (admins only; the defaults are made on first use)"),
     retrieve=extend_schema(summary="One alert rule (admins only)"),
 )
-class AlertRuleViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class AlertRuleViewSet(
+    PersonMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
     serializer_class = AlertRuleSerializer
     permission_classes = [permissions.IsAdminUser]
 
@@ -137,7 +141,7 @@ class AlertRuleViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
     def _save(self, request: Request, rule: AlertRule | None) -> AlertRule:
         if not isinstance(request.data, dict):
             raise ValidationError({"non_field_errors": [_("Send the rule as a JSON object.")]})
-        person = signed_in(request.user)
+        person = self.person
         return do_save_rule(person, check_rule(person, dict(request.data), rule))
 
     @extend_schema(

@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from people.models import COURSE_CODE_MAX, Course
 from portal.api.fields import ChoiceField
 from portal.api.serializers import BookingCreateSerializer, BookingSerializer
-from portal.kit.person import signed_in
+from portal.kit.person import PersonMixin, signed_in
 from scheduling.models import Booking, BookingSeries
 from scheduling.services import Conflict
 from scheduling.services.booking_series import (
@@ -182,6 +182,7 @@ def _check(
 
 
 class BookingViewSet(
+    PersonMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
@@ -202,7 +203,7 @@ class BookingViewSet(
         form = BookingCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data
-        user = signed_in(request.user)
+        user = self.person
         checked = check_booking(
             user,
             data["course"],
@@ -220,7 +221,7 @@ class BookingViewSet(
         form = BookingChangeSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data
-        user = signed_in(request.user)
+        user = self.person
         change = check_booking_change(
             user,
             booking,
@@ -236,11 +237,12 @@ class BookingViewSet(
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         booking = self.get_object()
-        booking = do_cancel_booking(signed_in(request.user), booking)
+        booking = do_cancel_booking(self.person, booking)
         return Response(BookingSerializer(booking).data)
 
 
 class BookingSeriesViewSet(
+    PersonMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
@@ -261,7 +263,7 @@ class BookingSeriesViewSet(
     @extend_schema(request=SeriesCreateSerializer, responses={201: BookingSeriesSerializer})
     def create(self, request: Request, *args, **kwargs) -> Response:
         plan, data = _check(request, SeriesCreateSerializer)
-        user = signed_in(request.user)
+        user = self.person
         if data["without_conflicts"] and plan.conflicts:
             plan = without_conflicts(user, plan)
         if not plan.fits:
@@ -282,5 +284,5 @@ class BookingSeriesViewSet(
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         series = self.get_object()
-        do_cancel_series(signed_in(request.user), series)
+        do_cancel_series(self.person, series)
         return Response(BookingSeriesSerializer(self.get_queryset().get(pk=series.pk)).data)

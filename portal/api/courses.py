@@ -18,7 +18,7 @@ from rest_framework.views import APIView
 
 from portal.api.fields import ChoiceField
 from portal.api.serializers import SessionSerializer
-from portal.kit.person import signed_in
+from portal.kit.person import PersonMixin
 from scheduling.events import session_payload
 from scheduling.models import default_profile_of
 from scheduling.services import ServiceError
@@ -150,7 +150,7 @@ class CourseDetailView(APIView):
         return Response(_course_data(_role(request, code)))
 
 
-class RosterView(APIView):
+class RosterView(PersonMixin, APIView):
     @extend_schema(responses={200: StudentSerializer(many=True)})
     def get(self, request: Request, code: str) -> Response:
         role = _role(request, code, "teacher")
@@ -184,7 +184,7 @@ class RosterView(APIView):
             # row numbers into strings), so a client can list them.
             rows = [e.as_dict() for e in error.errors]
             return Response({"file": [error.message], "rows": rows}, status=400)
-        result = do_import_roster(signed_in(request.user), role.course, plan)
+        result = do_import_roster(self.person, role.course, plan)
         return Response(
             {
                 "added": result.added,
@@ -195,7 +195,7 @@ class RosterView(APIView):
         )
 
 
-class TaView(APIView):
+class TaView(PersonMixin, APIView):
     @extend_schema(responses={200: TaSerializer(many=True)})
     def get(self, request: Request, code: str) -> Response:
         role = _role(request, code, "teacher")
@@ -214,7 +214,7 @@ class TaView(APIView):
         grant = check_ta(
             role.course, form.validated_data["username"], form.validated_data["permissions"]
         )
-        do_set_ta(signed_in(request.user), role.course, grant)
+        do_set_ta(self.person, role.course, grant)
         return Response(
             {"username": grant.user.get_username(), "permissions": sorted(grant.permissions)}
         )
@@ -228,15 +228,15 @@ class TaView(APIView):
         grants = {g.user.get_username(): g for g in course_tas(role.course)}
         if username not in grants:
             raise NotFound()
-        do_remove_ta(signed_in(request.user), role.course, grants[username].user)
+        do_remove_ta(self.person, role.course, grants[username].user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class StartAllView(APIView):
+class StartAllView(PersonMixin, APIView):
     @extend_schema(request=None, responses={200: StartAllSerializer})
     def post(self, request: Request, code: str) -> Response:
         role = _role(request, code, "manage_class_desktops")
-        result = do_start_all(signed_in(request.user), role.course)
+        result = do_start_all(self.person, role.course)
         return Response(
             {
                 "started": result.started,
@@ -250,7 +250,7 @@ class StartAllView(APIView):
 StopAllSerializer = inline_serializer("StopAllResult", {"stopped": serializers.IntegerField()})
 
 
-class StopAllView(APIView):
+class StopAllView(PersonMixin, APIView):
     @extend_schema(
         request=None,
         responses={
@@ -259,7 +259,7 @@ class StopAllView(APIView):
     )
     def post(self, request: Request, code: str) -> Response:
         role = _role(request, code, "manage_class_desktops")
-        return Response({"stopped": do_stop_all(signed_in(request.user), role.course)})
+        return Response({"stopped": do_stop_all(self.person, role.course)})
 
 
 class ClassView(APIView):

@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 
 from people.models import ThesisGrant
 from portal.api.fields import ChoiceField
-from portal.kit.person import signed_in
+from portal.kit.person import PersonMixin
 from scheduling.events import quota_request_payload
 from scheduling.models.policy import QuotaRequest
 from scheduling.services.grants import check_grant, check_revoke, do_grant, do_revoke
@@ -71,7 +71,9 @@ class ThesisGrantCreateSerializer(serializers.Serializer):
     list=extend_schema(summary="Thesis grants you gave or hold (all for admins)"),
     retrieve=extend_schema(summary="One thesis grant"),
 )
-class ThesisGrantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class ThesisGrantViewSet(
+    PersonMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
     serializer_class = ThesisGrantSerializer
 
     def get_queryset(self):
@@ -87,7 +89,7 @@ class ThesisGrantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
     def create(self, request: Request) -> Response:
         form = ThesisGrantCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        person = signed_in(request.user)
+        person = self.person
         data: dict[str, Any] = dict(form.validated_data)
         grant = do_grant(person, check_grant(person, data["student"], data["until"], data["note"]))
         return Response(ThesisGrantSerializer(grant).data, status=status.HTTP_201_CREATED)
@@ -99,7 +101,7 @@ class ThesisGrantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
     )
     @action(detail=True, methods=["post"])
     def revoke(self, request: Request, pk: str | None = None) -> Response:
-        person = signed_in(request.user)
+        person = self.person
         grant = do_revoke(person, check_revoke(person, int(pk or 0)))
         return Response(ThesisGrantSerializer(grant).data)
 
@@ -142,7 +144,7 @@ class QuotaAnswerSerializer(serializers.Serializer):
     retrieve=extend_schema(summary="One quota request"),
 )
 class QuotaRequestViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+    PersonMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
 ):
     serializer_class = QuotaRequestSerializer
 
@@ -161,7 +163,7 @@ class QuotaRequestViewSet(
     def create(self, request: Request) -> Response:
         form = QuotaAskSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        person = signed_in(request.user)
+        person = self.person
         data = form.validated_data
         made = do_ask(person, check_ask(person, data["course"], data["hours"], data["reason"]))
         return Response(QuotaRequestSerializer(made).data, status=status.HTTP_201_CREATED)
@@ -175,7 +177,7 @@ class QuotaRequestViewSet(
     def answer(self, request: Request, pk: str | None = None) -> Response:
         form = QuotaAnswerSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        person = signed_in(request.user)
+        person = self.person
         data = form.validated_data
         reply = check_answer(
             person, int(pk or 0), data["decision"], data.get("hours"), data["answer"]
@@ -197,7 +199,7 @@ class QuotaLeftSerializer(serializers.Serializer):
     hours_left = serializers.FloatField(allow_null=True)
 
 
-class MyQuotaView(APIView):
+class MyQuotaView(PersonMixin, APIView):
     @extend_schema(summary="What is left of your quotas", responses={200: QuotaLeftSerializer})
     def get(self, request: Request) -> Response:
-        return Response(QuotaLeftSerializer(quota_left(signed_in(request.user))).data)
+        return Response(QuotaLeftSerializer(quota_left(self.person)).data)

@@ -19,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from people.tokens import ApiToken
-from portal.kit.person import signed_in
+from portal.kit.person import PersonMixin
 from scheduling.services.api_tokens import NAME_MAX, issue_token, revoke_own, tokens_of
 
 
@@ -112,7 +112,7 @@ class ObtainTokenView(APIView):
         return Response(_issued(token, plain))
 
 
-class TokenListView(APIView):
+class TokenListView(PersonMixin, APIView):
     """The signed-in person's API tokens that still work."""
 
     @extend_schema(
@@ -120,7 +120,7 @@ class TokenListView(APIView):
         responses={200: ApiTokenSerializer(many=True), 401: REFUSED, 403: DETAIL},
     )
     def get(self, request: Request) -> Response:
-        tokens = tokens_of(signed_in(request.user))
+        tokens = tokens_of(self.person)
         return Response(ApiTokenSerializer(tokens, many=True, context={"auth": request.auth}).data)
 
     @extend_schema(
@@ -134,11 +134,11 @@ class TokenListView(APIView):
             raise PermissionDenied(_("New tokens are issued to a signed-in browser only."))
         form = NameSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        token, plain = issue_token(signed_in(request.user), form.validated_data.get("name", ""))
+        token, plain = issue_token(self.person, form.validated_data.get("name", ""))
         return Response(_issued(token, plain), status=status.HTTP_201_CREATED)
 
 
-class TokenDetailView(APIView):
+class TokenDetailView(PersonMixin, APIView):
     @extend_schema(
         summary="Revoke one of your API tokens",
         responses={
@@ -149,7 +149,7 @@ class TokenDetailView(APIView):
         },
     )
     def delete(self, request: Request, token_id: int) -> Response:
-        person = signed_in(request.user)
+        person = self.person
         if not revoke_own(person, token_id):
             raise NotFound(_("You hold no working API token by that id."))
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -22,7 +22,7 @@ from rest_framework.views import APIView
 
 from portal.api.fields import ChoiceField
 from portal.api.schema import ErrorDetailSerializer
-from portal.kit.person import signed_in
+from portal.kit.person import PersonMixin
 from scheduling.csv_export import SafeWriter
 from scheduling.models import PriceRule, PriceUnit, UsageRecord
 from scheduling.services.accounting import (
@@ -219,7 +219,7 @@ class PriceRuleCreateSerializer(serializers.Serializer):
 
 
 @extend_schema_view(list=extend_schema(summary="The internal price list (admins)"))
-class PriceRuleViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+class PriceRuleViewSet(PersonMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
     serializer_class = PriceRuleSerializer
     permission_classes = [IsAdminUser]
 
@@ -234,6 +234,6 @@ class PriceRuleViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     def create(self, request: Request) -> Response:
         form = PriceRuleCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        person = signed_in(request.user)
+        person = self.person
         rule = do_price(person, check_price(**form.validated_data))
         return Response(PriceRuleSerializer(rule).data, status=status.HTTP_201_CREATED)

@@ -21,7 +21,7 @@ from portal.api.serializers import (
     SessionCreateSerializer,
     SessionSerializer,
 )
-from portal.kit.person import signed_in
+from portal.kit.person import PersonMixin
 from scheduling.models import Allocation, DesktopProfile, Gpu, Node, PoolPolicy, Session
 from scheduling.services.extend import do_extend
 from scheduling.services.feasibility import unavailable_words
@@ -50,6 +50,7 @@ class DesktopProfileViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class SessionViewSet(
+    PersonMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
@@ -74,12 +75,12 @@ class SessionViewSet(
         form = SessionCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         submit = check_submit(
-            signed_in(request.user),
+            self.person,
             form.validated_data["profile"],
             form.validated_data["purpose"],
             form.validated_data.get("course") or None,
         )
-        session = do_submit(signed_in(request.user), submit, by_person=True)
+        session = do_submit(self.person, submit, by_person=True)
         # Their own session, just created, as it was stored (not placed yet: no node).
         prefetch_related_objects([session], "allocations__slice__gpu")
         return Response(SessionSerializer(session).data, status=status.HTTP_201_CREATED)
@@ -88,7 +89,7 @@ class SessionViewSet(
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str | None = None) -> Response:
         session = self.get_object()
-        do_stop(signed_in(request.user), session, by_person=True)
+        do_stop(self.person, session, by_person=True)
         return Response(SessionSerializer(self.get_queryset().get(pk=session.pk)).data)
 
     @extend_schema(request=None, responses={200: SessionSerializer})
@@ -96,7 +97,7 @@ class SessionViewSet(
     def extend(self, request: Request, pk: str | None = None) -> Response:
         """One more step of the profile's time, or 409 saying why not (docs/lifecycle.md)."""
         session = self.get_object()
-        do_extend(signed_in(request.user), session.pk)
+        do_extend(self.person, session.pk)
         return Response(SessionSerializer(self.get_queryset().get(pk=session.pk)).data)
 
     @extend_schema(request=None, responses={200: SessionSerializer})
@@ -104,7 +105,7 @@ class SessionViewSet(
     def resume(self, request: Request, pk: str | None = None) -> Response:
         """Requeue a suspended session with its age kept, or 409."""
         session = self.get_object()
-        do_resume(signed_in(request.user), session.pk)
+        do_resume(self.person, session.pk)
         return Response(SessionSerializer(self.get_queryset().get(pk=session.pk)).data)
 
 

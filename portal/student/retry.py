@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from portal.kit.person import signed_in
+from portal.kit.person import with_person
 from scheduling.models import Session
 from scheduling.services import ServiceError
 from scheduling.services.retry import do_retry
 
 
-@login_required
+@with_person
 @require_POST
-def retry_session(request: HttpRequest, session_id: int) -> HttpResponse:
-    user = signed_in(request.user)
+def retry_session(request: HttpRequest, user: User, session_id: int) -> HttpResponse:
     session = Session.objects.filter(pk=session_id, user=user).select_related("course").first()
     if session is None:
         raise Http404(_("No such session."))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.db.models import F
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import get_token
@@ -20,7 +20,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from portal.kit.confirm import confirm_first
-from portal.kit.person import signed_in
+from portal.kit.person import signed_in, with_person
 from portal.kit.session_fragment import DETAIL, ITEM, fragment_context, render_forms
 from portal.student.forms import SessionRequestForm
 from portal.student.history import daily_gpu_hours, past_sessions
@@ -100,16 +100,15 @@ def _home_context(request: HttpRequest, form: SessionRequestForm) -> dict[str, A
     }
 
 
-@login_required
-def home(request: HttpRequest) -> HttpResponse:
-    form = SessionRequestForm(signed_in(request.user))
+@with_person
+def home(request: HttpRequest, person: User) -> HttpResponse:
+    form = SessionRequestForm(person)
     return render(request, "portal/home.html", _home_context(request, form))
 
 
-@login_required
+@with_person
 @require_POST
-def submit_session(request: HttpRequest) -> HttpResponse:
-    user = signed_in(request.user)
+def submit_session(request: HttpRequest, user: User) -> HttpResponse:
     form = SessionRequestForm(user, request.POST)
     retry_after = None
     if form.is_valid() and form.submit is not None:
@@ -127,8 +126,8 @@ def submit_session(request: HttpRequest) -> HttpResponse:
     return response
 
 
-@login_required
-def session_detail(request: HttpRequest, session_id: int) -> HttpResponse:
+@with_person
+def session_detail(request: HttpRequest, person: User, session_id: int) -> HttpResponse:
     session = _my_session(request, session_id)
     data = session_payload(session)
     return render(
@@ -143,35 +142,35 @@ def session_detail(request: HttpRequest, session_id: int) -> HttpResponse:
     )
 
 
-@login_required
-def session_fragment(request: HttpRequest, session_id: int) -> JsonResponse:
+@with_person
+def session_fragment(request: HttpRequest, person: User, session_id: int) -> JsonResponse:
     """The session's fragment, both forms, as a live update carries them (for catching up
     after the live connection comes back)."""
     session = _my_session(request, session_id)
     return JsonResponse({"id": session.pk, **render_forms(session_payload(session))})
 
 
-@login_required
+@with_person
 @require_POST
-def stop_session(request: HttpRequest, session_id: int) -> HttpResponse:
+def stop_session(request: HttpRequest, person: User, session_id: int) -> HttpResponse:
     session = _my_session(request, session_id, to_open=True)
     back = reverse("session-page", args=[session.pk])
     if (ask := confirm_first(request, "stop", back)) is not None:
         return ask
     try:
-        do_stop(signed_in(request.user), session, by_person=True)
+        do_stop(person, session, by_person=True)
     except ServiceError as error:
         messages.warning(request, error.message)
     return redirect("session-page", session_id=session.pk)
 
 
-@login_required
+@with_person
 @require_POST
-def extend_session(request: HttpRequest, session_id: int) -> HttpResponse:
+def extend_session(request: HttpRequest, person: User, session_id: int) -> HttpResponse:
     """One more step of time (``do_extend``); the new limit or the refusal's reason."""
     session = _my_session(request, session_id, to_open=True)
     try:
-        extended = do_extend(signed_in(request.user), session.pk)
+        extended = do_extend(person, session.pk)
     except ServiceError as error:
         messages.warning(request, error.message)
     else:
@@ -182,13 +181,13 @@ def extend_session(request: HttpRequest, session_id: int) -> HttpResponse:
     return redirect("session-page", session_id=session.pk)
 
 
-@login_required
+@with_person
 @require_POST
-def resume_session(request: HttpRequest, session_id: int) -> HttpResponse:
+def resume_session(request: HttpRequest, person: User, session_id: int) -> HttpResponse:
     """Requeue a suspended session (``do_resume``)."""
     session = _my_session(request, session_id, to_open=True)
     try:
-        do_resume(signed_in(request.user), session.pk)
+        do_resume(person, session.pk)
     except ServiceError as error:
         messages.warning(request, error.message)
     else:
@@ -196,9 +195,9 @@ def resume_session(request: HttpRequest, session_id: int) -> HttpResponse:
     return redirect("session-page", session_id=session.pk)
 
 
-@login_required
+@with_person
 @require_POST
-def cancel_session(request: HttpRequest, session_id: int) -> HttpResponse:
+def cancel_session(request: HttpRequest, person: User, session_id: int) -> HttpResponse:
     """Withdraw a request still waiting in the queue (``do_stop`` on a waiting session)."""
     session = _my_session(request, session_id, to_open=True)
     if session.state not in WAITING_STATES:
@@ -209,7 +208,7 @@ def cancel_session(request: HttpRequest, session_id: int) -> HttpResponse:
         )
         return redirect("session-page", session_id=session.pk)
     try:
-        do_stop(signed_in(request.user), session, by_person=True)
+        do_stop(person, session, by_person=True)
     except ServiceError as error:
         messages.warning(request, error.message)
     else:
@@ -217,8 +216,8 @@ def cancel_session(request: HttpRequest, session_id: int) -> HttpResponse:
     return redirect("home")
 
 
-@login_required
-def desktop(request: HttpRequest, session_id: int) -> HttpResponse:
+@with_person
+def desktop(request: HttpRequest, person: User, session_id: int) -> HttpResponse:
     session = _my_session(request, session_id, to_open=True)
     if session.state not in OPENABLE_STATES:
         messages.info(request, _("This desktop is not running; its page shows where it stands."))
@@ -293,10 +292,9 @@ def _desktop_words() -> dict[str, str]:
     }
 
 
-@login_required
-def history(request: HttpRequest) -> HttpResponse:
+@with_person
+def history(request: HttpRequest, user: User) -> HttpResponse:
     """Past desktops with their GPU-hours, and this week's GPU-hours against the quota."""
-    user = signed_in(request.user)
     now = timezone.now()
     days = daily_gpu_hours(user, now, CHART_DAYS)
     top = max([d.gpu_hours for d in days] + [0.01])

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -20,7 +20,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from portal.kit.confirm import confirm_first
-from portal.kit.person import signed_in
+from portal.kit.person import with_person
 from portal.teaching.booking_forms import BookingEditForm, BookingForm, WeekForm
 from scheduling.models import Booking, BookingSeries, default_profile_of
 from scheduling.services import ServiceError
@@ -49,8 +49,8 @@ def _calendar_url(code: str, day: datetime | None = None) -> str:
     return url
 
 
-@login_required
-def book(request: HttpRequest, code: str) -> HttpResponse:
+@with_person
+def book(request: HttpRequest, person: User, code: str) -> HttpResponse:
     """Book a lab: the form, then the per-date check, then the confirmation."""
     role = _role(request, code, teacher=True)
     course = role.course
@@ -58,14 +58,14 @@ def book(request: HttpRequest, code: str) -> HttpResponse:
     status = 200
     if request.method == "POST":
         form = BookingForm(request.POST)
-        plan = form.check(request.user, course.code)
+        plan = form.check(person, course.code)
         step = form.cleaned_data.get("step") if plan is not None else "check"
         if plan is not None and step in ("confirm", "confirm_rest"):
             try:
                 if step == "confirm_rest" and plan.conflicts:
-                    plan = without_conflicts(signed_in(request.user), plan)
+                    plan = without_conflicts(person, plan)
                 if plan.fits:
-                    series = do_create_series(signed_in(request.user), plan)
+                    series = do_create_series(person, plan)
                     messages.success(
                         request,
                         _("Booked: %(count)s date(s) of %(seats)s seats.")
@@ -91,8 +91,8 @@ def book(request: HttpRequest, code: str) -> HttpResponse:
     )
 
 
-@login_required
-def calendar(request: HttpRequest, code: str) -> HttpResponse:
+@with_person
+def calendar(request: HttpRequest, person: User, code: str) -> HttpResponse:
     """The course's bookings in one week, in the viewer's time zone."""
     role = _role(request, code, teacher=False)
     course = role.course
@@ -139,18 +139,18 @@ def _course_booking(role: CourseRole, booking_id: int) -> Booking:
     return booking
 
 
-@login_required
-def edit(request: HttpRequest, code: str, booking_id: int) -> HttpResponse:
+@with_person
+def edit(request: HttpRequest, person: User, code: str, booking_id: int) -> HttpResponse:
     """Change one booking (seats, times, profile): checked again like a new one."""
     role = _role(request, code, teacher=True)
     booking = _course_booking(role, booking_id)
     status = 200
     if request.method == "POST":
         form = BookingEditForm(request.POST)
-        change = form.check(request.user, booking)
+        change = form.check(person, booking)
         if change is not None:
             try:
-                booking = do_change_booking(signed_in(request.user), change)
+                booking = do_change_booking(person, change)
             except ServiceError as error:
                 form.add_service_error(error)
             else:
@@ -167,22 +167,22 @@ def edit(request: HttpRequest, code: str, booking_id: int) -> HttpResponse:
     )
 
 
-@login_required
+@with_person
 @require_POST
-def cancel(request: HttpRequest, code: str, booking_id: int) -> HttpResponse:
+def cancel(request: HttpRequest, person: User, code: str, booking_id: int) -> HttpResponse:
     role = _role(request, code, teacher=True)
     booking = _course_booking(role, booking_id)
     try:
-        do_cancel_booking(signed_in(request.user), booking)
+        do_cancel_booking(person, booking)
         messages.success(request, _("The booking is cancelled."))
     except ServiceError as error:
         messages.warning(request, error.message)
     return redirect(_calendar_url(role.course.code, booking.starts_at))
 
 
-@login_required
+@with_person
 @require_POST
-def cancel_series(request: HttpRequest, code: str, series_id: int) -> HttpResponse:
+def cancel_series(request: HttpRequest, person: User, code: str, series_id: int) -> HttpResponse:
     role = _role(request, code, teacher=True)
     series = BookingSeries.objects.filter(course=role.course, pk=series_id).first()
     if series is None:
@@ -190,7 +190,7 @@ def cancel_series(request: HttpRequest, code: str, series_id: int) -> HttpRespon
     if (ask := confirm_first(request, "cancel_series", _calendar_url(code))) is not None:
         return ask
     try:
-        do_cancel_series(signed_in(request.user), series)
+        do_cancel_series(person, series)
         messages.success(request, _("Every booking of the series is cancelled."))
     except ServiceError as error:
         messages.warning(request, error.message)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
@@ -21,7 +20,7 @@ from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
 from portal.kit.confirm import confirm_first
-from portal.kit.person import signed_in
+from portal.kit.person import with_person
 from portal.teaching.course_forms import (
     AddStudentForm,
     CourseSettingsForm,
@@ -61,9 +60,9 @@ def _role(request: HttpRequest, code: str, need: str = "") -> CourseRole:
     return role
 
 
-@login_required
-def index(request: HttpRequest) -> HttpResponse:
-    courses = teaching_courses(request.user).annotate(enrolled=Count("students", distinct=True))
+@with_person
+def index(request: HttpRequest, person: User) -> HttpResponse:
+    courses = teaching_courses(person).annotate(enrolled=Count("students", distinct=True))
     return render(request, "courses/index.html", {"courses": courses})
 
 
@@ -113,14 +112,14 @@ def _detail(
     return render(request, "courses/detail.html", context, status=status)
 
 
-@login_required
-def detail(request: HttpRequest, code: str) -> HttpResponse:
+@with_person
+def detail(request: HttpRequest, person: User, code: str) -> HttpResponse:
     return _detail(request, _role(request, code))
 
 
-@login_required
+@with_person
 @require_POST
-def roster_import(request: HttpRequest, code: str) -> HttpResponse:
+def roster_import(request: HttpRequest, person: User, code: str) -> HttpResponse:
     role = _role(request, code, "teacher")
     form = RosterImportForm(request.POST, request.FILES, course=role.course)
     if not form.is_valid():
@@ -137,7 +136,7 @@ def roster_import(request: HttpRequest, code: str) -> HttpResponse:
             course=role.course,
         )
         return _detail(request, role, import_form=confirm, plan=plan)
-    result = do_import_roster(signed_in(request.user), role.course, plan)
+    result = do_import_roster(person, role.course, plan)
     messages.success(
         request,
         _(
@@ -154,21 +153,21 @@ def roster_import(request: HttpRequest, code: str) -> HttpResponse:
     return redirect("course-detail", code=code)
 
 
-@login_required
+@with_person
 @require_POST
-def roster_add(request: HttpRequest, code: str) -> HttpResponse:
+def roster_add(request: HttpRequest, person: User, code: str) -> HttpResponse:
     role = _role(request, code, "teacher")
     form = AddStudentForm(request.POST, course=role.course)
     if not form.is_valid():
         return _detail(request, role, 400, add_form=form)
-    do_import_roster(signed_in(request.user), role.course, form.checked)
+    do_import_roster(person, role.course, form.checked)
     messages.success(request, _("%(name)s is enrolled.") % {"name": form.cleaned_data["identity"]})
     return redirect("course-detail", code=code)
 
 
-@login_required
+@with_person
 @require_POST
-def roster_remove(request: HttpRequest, code: str, user_id: int) -> HttpResponse:
+def roster_remove(request: HttpRequest, person: User, code: str, user_id: int) -> HttpResponse:
     role = _role(request, code, "teacher")
     student = role.course.students.filter(pk=user_id).first()
     if student is None:
@@ -177,26 +176,26 @@ def roster_remove(request: HttpRequest, code: str, user_id: int) -> HttpResponse
     back = reverse("course-detail", args=[code])
     if (ask := confirm_first(request, "remove_student", back, name=name, course=code)) is not None:
         return ask
-    do_remove_student(signed_in(request.user), role.course, student)
+    do_remove_student(person, role.course, student)
     messages.success(request, _("%(name)s is no longer enrolled.") % {"name": student})
     return redirect("course-detail", code=code)
 
 
-@login_required
+@with_person
 @require_POST
-def ta_save(request: HttpRequest, code: str) -> HttpResponse:
+def ta_save(request: HttpRequest, person: User, code: str) -> HttpResponse:
     role = _role(request, code, "teacher")
     form = TaForm(request.POST, course=role.course)
     if not form.is_valid():
         return _detail(request, role, 400, ta_form=form)
-    do_set_ta(signed_in(request.user), role.course, form.checked)
+    do_set_ta(person, role.course, form.checked)
     messages.success(request, _("%(name)s's rights are saved.") % {"name": form.checked.user})
     return redirect("course-detail", code=code)
 
 
-@login_required
+@with_person
 @require_POST
-def ta_remove(request: HttpRequest, code: str, user_id: int) -> HttpResponse:
+def ta_remove(request: HttpRequest, person: User, code: str, user_id: int) -> HttpResponse:
     role = _role(request, code, "teacher")
     ta = User.objects.filter(pk=user_id).first()
     if ta is None:
@@ -205,29 +204,29 @@ def ta_remove(request: HttpRequest, code: str, user_id: int) -> HttpResponse:
     back = reverse("course-detail", args=[code])
     if (ask := confirm_first(request, "remove_ta", back, name=name, course=code)) is not None:
         return ask
-    do_remove_ta(signed_in(request.user), role.course, ta)
+    do_remove_ta(person, role.course, ta)
     messages.success(request, _("%(name)s is no longer a TA of this course.") % {"name": ta})
     return redirect("course-detail", code=code)
 
 
-@login_required
+@with_person
 @require_POST
-def course_settings(request: HttpRequest, code: str) -> HttpResponse:
+def course_settings(request: HttpRequest, person: User, code: str) -> HttpResponse:
     role = _role(request, code, "teacher")
     form = CourseSettingsForm(request.POST, course=role.course)
     if not form.is_valid():
         return _detail(request, role, 400, settings_form=form)
-    do_save_course_settings(signed_in(request.user), role.course, form.checked)
+    do_save_course_settings(person, role.course, form.checked)
     messages.success(request, _("The course settings are saved."))
     return redirect("course-detail", code=code)
 
 
-@login_required
+@with_person
 @require_POST
-def start_all(request: HttpRequest, code: str) -> HttpResponse:
+def start_all(request: HttpRequest, person: User, code: str) -> HttpResponse:
     role = _role(request, code, "manage_class_desktops")
     try:
-        result = do_start_all(signed_in(request.user), role.course)
+        result = do_start_all(person, role.course)
     except ServiceError as error:
         messages.warning(request, error.message)
         return redirect("course-detail", code=code)
@@ -250,14 +249,14 @@ def start_all(request: HttpRequest, code: str) -> HttpResponse:
     return redirect("course-detail", code=code)
 
 
-@login_required
+@with_person
 @require_POST
-def stop_all(request: HttpRequest, code: str) -> HttpResponse:
+def stop_all(request: HttpRequest, person: User, code: str) -> HttpResponse:
     role = _role(request, code, "manage_class_desktops")
     back = reverse("course-detail", args=[code])
     if (ask := confirm_first(request, "stop_all", back, course=code)) is not None:
         return ask
-    stopped = do_stop_all(signed_in(request.user), role.course)
+    stopped = do_stop_all(person, role.course)
     messages.success(
         request,
         ngettext("%(count)s desktop stopped.", "%(count)s desktops stopped.", stopped)
@@ -266,9 +265,9 @@ def stop_all(request: HttpRequest, code: str) -> HttpResponse:
     return redirect("course-detail", code=code)
 
 
-@login_required
+@with_person
 @require_POST
-def stop_session(request: HttpRequest, code: str, session_id: int) -> HttpResponse:
+def stop_session(request: HttpRequest, person: User, code: str, session_id: int) -> HttpResponse:
     role = _role(request, code, "manage_class_desktops")
     student = (
         class_sessions(role.course).filter(pk=session_id).values_list("user__username", flat=True)
@@ -278,7 +277,7 @@ def stop_session(request: HttpRequest, code: str, session_id: int) -> HttpRespon
     if ask is not None:
         return ask
     try:
-        session = do_stop_class_session(signed_in(request.user), role.course, session_id)
+        session = do_stop_class_session(person, role.course, session_id)
     except ServiceError as error:
         messages.warning(request, error.message)
     else:

@@ -4,7 +4,7 @@ teachers answer). Thin: forms call the ``check_*`` services, views call ``do_*``
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -15,7 +15,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST
 
 from people.models import ThesisGrant
-from portal.kit.person import signed_in
+from portal.kit.person import signed_in, with_person
 from portal.teaching.grant_forms import QuotaAnswerForm, QuotaAskForm, ThesisGrantForm
 from scheduling.models.policy import QuotaRequest
 from scheduling.services import Conflict, NotFound, ServiceError
@@ -41,12 +41,11 @@ def _raise_for(error: ServiceError) -> None:
         raise PermissionDenied(error.message)
 
 
-@login_required
+@with_person
 @require_http_methods(["GET", "POST"])
-def thesis_grants(request: HttpRequest) -> HttpResponse:
+def thesis_grants(request: HttpRequest, person: User) -> HttpResponse:
     """Advisors and admins: the grants they gave, a form to grant, Revoke buttons.
     Students: their own grants, in force and past."""
-    person = signed_in(request.user)
     grantor = may_grant(person)
     form = ThesisGrantForm(person, request.POST or None) if grantor else None
     status = 200
@@ -77,10 +76,9 @@ def thesis_grants(request: HttpRequest) -> HttpResponse:
     return render(request, "grants/thesis.html", context, status=status)
 
 
-@login_required
+@with_person
 @require_POST
-def revoke_grant(request: HttpRequest, grant_id: int) -> HttpResponse:
-    person = signed_in(request.user)
+def revoke_grant(request: HttpRequest, person: User, grant_id: int) -> HttpResponse:
     try:
         grant = check_revoke(person, grant_id)
         do_revoke(person, grant)
@@ -147,12 +145,11 @@ def _quota_page(
     return render(request, "grants/quota_requests.html", context, status=status)
 
 
-@login_required
+@with_person
 @require_http_methods(["GET", "POST"])
-def quota_requests(request: HttpRequest) -> HttpResponse:
+def quota_requests(request: HttpRequest, person: User) -> HttpResponse:
     """Students: their requests (live) and a form to ask. Teachers, TAs allowed to answer,
     and admins: the pending requests of their courses (``?course=<code>``) to answer."""
-    person = signed_in(request.user)
     if request.method == "GET":
         return _quota_page(request)
     form = QuotaAskForm(person, request.POST)
@@ -163,10 +160,9 @@ def quota_requests(request: HttpRequest) -> HttpResponse:
     return _quota_page(request, ask_form=form, status=400)
 
 
-@login_required
+@with_person
 @require_POST
-def answer_quota_request(request: HttpRequest, request_id: int) -> HttpResponse:
-    person = signed_in(request.user)
+def answer_quota_request(request: HttpRequest, person: User, request_id: int) -> HttpResponse:
     try:
         check_answerer(person, request_id)
     except Forbidden as error:  # one's own request, or a course one does not answer for
