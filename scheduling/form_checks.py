@@ -16,9 +16,18 @@ class ServiceChecked:
     names none of this form's fields)."""
 
     checked: Any = None
+    # A service's field name -> this form's, where they differ ("" or absent: the form's).
+    field_names: dict[str, str] = {}
 
     def check(self, data: dict[str, Any]) -> Any:
         raise NotImplementedError
+
+    def add_service_error(self, error: ServiceError) -> None:
+        """The refusal on the field it names, or on the form when it names none of its own;
+        also for a refusal that comes later, from the ``do_*`` the view calls."""
+        name = self.field_names.get(error.field or "", error.field)
+        fields = self.fields  # type: ignore[attr-defined]
+        self.add_error(name if name in fields else None, error.message)  # type: ignore[attr-defined]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}  # type: ignore[misc]
@@ -27,8 +36,7 @@ class ServiceChecked:
         try:
             result = self.check(data)
         except ServiceError as error:
-            fields = self.fields  # type: ignore[attr-defined]
-            self.add_error(error.field if error.field in fields else None, error.message)  # type: ignore[attr-defined]
+            self.add_service_error(error)
         else:
             if result is not None:
                 self.checked = result

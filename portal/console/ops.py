@@ -124,8 +124,8 @@ def alert_rule(request: HttpRequest, rule_id: int | None = None) -> HttpResponse
     form = AlertRuleForm(person, request.POST or None, rule=rule)
     status = 200
     if request.method == "POST":
-        if form.is_valid() and form.change is not None:
-            saved = do_save_rule(person, form.change)
+        if form.is_valid() and form.checked is not None:
+            saved = do_save_rule(person, form.checked)
             messages.success(request, _("Rule “%(name)s” saved.") % {"name": saved.name})
             return redirect("console-alerts")
         status = 400
@@ -168,9 +168,9 @@ def reports(request: HttpRequest) -> HttpResponse:
     gives the same rows as ``accounting.report_csv`` (the API's CSV too)."""
     data = {**ReportForm.defaults(), **request.GET.dict()}
     form = ReportForm(data)
-    if not form.is_valid() or form.request is None:
+    if not form.is_valid() or form.checked is None:
         return render(request, "console/reports.html", {"form": form, "rows": None}, status=400)
-    asked = form.request
+    asked = form.checked
     rows = usage_report(asked.group, asked.period, asked.start, asked.end)
     query = {"group": asked.group, "period": asked.period}
     query |= {"start": asked.start.isoformat(), "end": asked.end.isoformat()}

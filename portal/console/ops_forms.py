@@ -12,11 +12,11 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from portal.console.audit_search import AuditSearch
+from portal.kit.forms import CheckedForm
 from scheduling.form_fields import AsciiFloatField, AsciiIntegerField
 from scheduling.labels import audit_kind_choices
 from scheduling.models import AlertRule
 from scheduling.models.alerts import Metric, Scope
-from scheduling.services import ServiceError
 from scheduling.services.accounting import ReportRequest, check_report
 from scheduling.services.alert_changes import MAX_SUSTAINED_MINUTES, RuleChange, check_rule
 
@@ -28,7 +28,7 @@ def _date_input() -> forms.DateInput:
     return forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
 
 
-class AlertRuleForm(forms.Form):
+class AlertRuleForm(CheckedForm):
     """A new alert rule, or changes to one; ``clean`` hands the fields to ``check_rule``."""
 
     name = forms.CharField(label=_("Name"), max_length=100, required=False)
@@ -80,20 +80,14 @@ class AlertRuleForm(forms.Form):
             }
         super().__init__(*args, **kwargs)
         self.user, self.rule = user, rule
-        self.change: RuleChange | None = None
 
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        if self.errors:
-            return data
-        try:
-            self.change = check_rule(self.user, data, self.rule)
-        except ServiceError as error:
-            self.add_error(error.field if error.field in self.fields else None, error.message)
-        return data
+    checked: RuleChange | None
+
+    def check(self, data: dict[str, Any]) -> RuleChange:
+        return check_rule(self.user, data, self.rule)
 
 
-class ReportForm(forms.Form):
+class ReportForm(CheckedForm):
     """Which usage report: grouped by department, course or user, per week or month."""
 
     group = forms.ChoiceField(
@@ -114,19 +108,10 @@ class ReportForm(forms.Form):
             "end": today.isoformat(),
         }
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.request: ReportRequest | None = None
+    checked: ReportRequest | None
 
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        if self.errors:
-            return data
-        try:
-            self.request = check_report(data["group"], data["period"], data["start"], data["end"])
-        except ServiceError as error:
-            self.add_error(error.field if error.field in self.fields else None, error.message)
-        return data
+    def check(self, data: dict[str, Any]) -> ReportRequest:
+        return check_report(data["group"], data["period"], data["start"], data["end"])
 
 
 class AuditSearchForm(forms.Form):

@@ -1,4 +1,7 @@
-"""The pages' forms hand their typed fields to a service's ``check_*``."""
+"""The one base of the pages' forms that a service checks: ``clean`` hands the typed fields
+to the form's ``check`` (a service's ``check_*``); what it returns is ``checked``, and a
+refusal lands on the field it names. Forms no service checks (a week picker, a search) are
+plain ``forms.Form``."""
 
 from __future__ import annotations
 

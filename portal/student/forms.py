@@ -9,12 +9,12 @@ from django.contrib.auth.models import User
 from django.utils.translation import gettext_lazy as _
 
 from people.models import COURSE_CODE_MAX
+from portal.kit.forms import CheckedForm
 from scheduling.form_fields import AsciiIntegerField
-from scheduling.services import ServiceError
 from scheduling.services.sessions import SubmitRequest, check_submit
 
 
-class SessionRequestForm(forms.Form):
+class SessionRequestForm(CheckedForm):
     """A request for a desktop: the profile, the purpose and (for coursework) the course.
 
     The fields take what is posted and ``clean`` asks ``check_submit``, so a refusal says in
@@ -31,20 +31,11 @@ class SessionRequestForm(forms.Form):
     purpose = forms.CharField(error_messages={"required": _("Pick a purpose.")})
     course = forms.CharField(required=False, max_length=COURSE_CODE_MAX)
 
+    checked: SubmitRequest | None
+
     def __init__(self, user: User, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.user = user
-        self.submit: SubmitRequest | None = None
 
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        if self.errors:
-            return data
-        try:
-            self.submit = check_submit(
-                self.user, data["profile"], data["purpose"], data.get("course") or None
-            )
-        except ServiceError as error:
-            field = error.field if error.field in self.fields else None
-            self.add_error(field, error.message)
-        return data
+    def check(self, data: dict[str, Any]) -> SubmitRequest:
+        return check_submit(self.user, data["profile"], data["purpose"], data.get("course") or None)

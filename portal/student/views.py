@@ -111,9 +111,9 @@ def home(request: HttpRequest, person: User) -> HttpResponse:
 def submit_session(request: HttpRequest, user: User) -> HttpResponse:
     form = SessionRequestForm(user, request.POST)
     retry_after = None
-    if form.is_valid() and form.submit is not None:
+    if form.is_valid() and form.checked is not None:
         try:
-            session = do_submit(user, form.submit, by_person=True)
+            session = do_submit(user, form.checked, by_person=True)
         except ServiceError as error:  # the open-session or the rate limit: nothing created
             form.add_error(None, error.message)
             retry_after = getattr(error, "retry_after", None)

@@ -11,14 +11,14 @@ from datetime import date, datetime
 from typing import Any
 
 from django import forms
+from django.contrib.auth.models import User
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from portal.kit.person import signed_in
+from portal.kit.forms import CheckedForm
 from scheduling.form_fields import AsciiIntegerField
 from scheduling.models import Booking, DesktopProfile
-from scheduling.services import ServiceError
 from scheduling.services.booking_series import SeriesPlan, check_series
 from scheduling.services.bookings import MAX_SEATS, BookingChange, check_booking_change
 
@@ -67,17 +67,7 @@ def parse_dates(text: str) -> list[date]:
     return sorted(set(out))
 
 
-class _ServiceForm(forms.Form):
-    """A form whose service refusals are put on the field they name."""
-
-    field_names: dict[str, str] = {}
-
-    def add_service_error(self, error: ServiceError) -> None:
-        name = self.field_names.get(error.field or "", error.field)
-        self.add_error(name if name in self.fields else None, error.message)
-
-
-class BookingForm(_ServiceForm):
+class BookingForm(CheckedForm):
     """Seats × profile × window, once or weekly from the first date to the last."""
 
     field_names = {"course": "", "time_zone": ""}
@@ -118,32 +108,29 @@ class BookingForm(_ServiceForm):
     def clean_skip_dates(self) -> list[date]:
         return parse_dates(self.cleaned_data.get("skip_dates", ""))
 
-    def check(
-        self, user: Any, course_code: str, extra_skip: list[date] | None = None
-    ) -> SeriesPlan | None:
-        """The per-date check (``check_series``), or None with the refusal on its field."""
-        if not self.is_valid():
-            return None
-        data = self.cleaned_data
-        try:
-            return check_series(
-                signed_in(user),
-                course_code,
-                data["profile"].pk,
-                data["seats"],
-                data["first_date"],
-                data.get("last_date"),
-                data["repeat"] == "weekly",
-                data["starts"],
-                data["ends"],
-                [*data["skip_dates"], *(extra_skip or [])],
-            )
-        except ServiceError as error:
-            self.add_service_error(error)
-            return None
+    checked: SeriesPlan | None
+
+    def __init__(self, *args: Any, person: User, course_code: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.person, self.course_code = person, course_code
+
+    def check(self, data: dict[str, Any]) -> SeriesPlan:
+        """The per-date check (``check_series``)."""
+        return check_series(
+            self.person,
+            self.course_code,
+            data["profile"].pk,
+            data["seats"],
+            data["first_date"],
+            data.get("last_date"),
+            data["repeat"] == "weekly",
+            data["starts"],
+            data["ends"],
+            data["skip_dates"],
+        )
 
 
-class BookingEditForm(_ServiceForm):
+class BookingEditForm(CheckedForm):
     """One booking's seats, date, times and profile."""
 
     field_names = {"starts_at": "starts", "ends_at": "ends"}
@@ -173,25 +160,22 @@ class BookingEditForm(_ServiceForm):
             "ends": z.time().replace(second=0, microsecond=0),
         }
 
-    def check(self, user: Any, booking: Booking) -> BookingChange | None:
-        if not self.is_valid():
-            return None
-        data = self.cleaned_data
+    checked: BookingChange | None
+
+    def __init__(self, *args: Any, person: User, booking: Booking, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.person, self.booking = person, booking
+
+    def check(self, data: dict[str, Any]) -> BookingChange:
         zone = timezone.get_current_timezone()
-        starts_at = datetime.combine(data["day"], data["starts"], tzinfo=zone)
-        ends_at = datetime.combine(data["day"], data["ends"], tzinfo=zone)
-        try:
-            return check_booking_change(
-                signed_in(user),
-                booking,
-                seats=data["seats"],
-                starts_at=starts_at,
-                ends_at=ends_at,
-                profile_id=data["profile"].pk,
-            )
-        except ServiceError as error:
-            self.add_service_error(error)
-            return None
+        return check_booking_change(
+            self.person,
+            self.booking,
+            seats=data["seats"],
+            starts_at=datetime.combine(data["day"], data["starts"], tzinfo=zone),
+            ends_at=datetime.combine(data["day"], data["ends"], tzinfo=zone),
+            profile_id=data["profile"].pk,
+        )
 
 
 class WeekForm(forms.Form):

@@ -57,8 +57,8 @@ def book(request: HttpRequest, person: User, code: str) -> HttpResponse:
     plan: SeriesPlan | None = None
     status = 200
     if request.method == "POST":
-        form = BookingForm(request.POST)
-        plan = form.check(person, course.code)
+        form = BookingForm(request.POST, person=person, course_code=course.code)
+        plan = form.checked if form.is_valid() else None
         step = form.cleaned_data.get("step") if plan is not None else "check"
         if plan is not None and step in ("confirm", "confirm_rest"):
             try:
@@ -82,7 +82,11 @@ def book(request: HttpRequest, person: User, code: str) -> HttpResponse:
         if plan is None:
             status = 400
     else:
-        form = BookingForm(initial={"profile": default_profile_of(course), "repeat": "once"})
+        form = BookingForm(
+            initial={"profile": default_profile_of(course), "repeat": "once"},
+            person=person,
+            course_code=course.code,
+        )
     return render(
         request,
         "courses/book.html",
@@ -146,8 +150,8 @@ def edit(request: HttpRequest, person: User, code: str, booking_id: int) -> Http
     booking = _course_booking(role, booking_id)
     status = 200
     if request.method == "POST":
-        form = BookingEditForm(request.POST)
-        change = form.check(person, booking)
+        form = BookingEditForm(request.POST, person=person, booking=booking)
+        change = form.checked if form.is_valid() else None
         if change is not None:
             try:
                 booking = do_change_booking(person, change)
@@ -158,7 +162,9 @@ def edit(request: HttpRequest, person: User, code: str, booking_id: int) -> Http
                 return redirect(_calendar_url(role.course.code, booking.starts_at))
         status = 400
     else:
-        form = BookingEditForm(initial=BookingEditForm.initial_for(booking))
+        form = BookingEditForm(
+            initial=BookingEditForm.initial_for(booking), person=person, booking=booking
+        )
     return render(
         request,
         "courses/_booking_edit.html",
