@@ -19,8 +19,7 @@ from scheduling.services.cycle import do_scheduling_cycle
 from scheduling.services.health import do_sweep_silent_nodes
 from scheduling.services.nodes import do_create_join_token
 from scheduling.services.sessions import check_submit, do_stop, do_submit
-
-from ..conftest import gpu_inventory, registration
+from tests.conftest import gpu_inventory, registration
 
 pytestmark = pytest.mark.django_db
 

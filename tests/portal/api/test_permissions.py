@@ -12,8 +12,8 @@ from people.models import Course
 from scheduling.choices import Purpose, SessionState
 from scheduling.models import Node, Session
 from scheduling.services.sessions import check_submit, do_submit
+from tests.conftest import gpu_inventory
 
-from ..conftest import gpu_inventory
 from .test_api import client_for
 
 pytestmark = pytest.mark.django_db

@@ -11,8 +11,8 @@ from django.utils import timezone
 from scheduling.models import DesktopProfile, Session
 from scheduling.services.idle import do_idle_sweep
 from scheduling.services.session_activity import record_usage
+from tests.scheduling.test_lifecycle import run_desktop, started_ago
 
-from ..scheduling.test_lifecycle import run_desktop, started_ago
 from .test_api import client_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.lifecycle]

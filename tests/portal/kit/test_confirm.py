@@ -14,8 +14,7 @@ from guardian.shortcuts import assign_perm
 from people.models import Course
 from scheduling.models import BookingSeries, Quota, Session, set_default_profile
 from scheduling.services.booking_series import check_series, do_create_series
-
-from .test_booking_pages import next_monday
+from tests.portal.teaching.test_booking_pages import next_monday
 
 pytestmark = pytest.mark.django_db
 

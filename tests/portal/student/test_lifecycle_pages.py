@@ -9,8 +9,7 @@ from django.utils import timezone
 
 from scheduling.models import DesktopProfile, Session
 from scheduling.services.idle import wants_email
-
-from ..scheduling.test_lifecycle import run_desktop, started_ago, suspend
+from tests.scheduling.test_lifecycle import run_desktop, started_ago, suspend
 
 pytestmark = [pytest.mark.django_db, pytest.mark.lifecycle]
 

@@ -22,9 +22,8 @@ from scheduling.idle_lookup import suspends_at
 from scheduling.models import IdlePolicy, Node, Session
 from scheduling.services.idle import do_idle_sweep
 from scheduling.services.session_activity import record_usage
-
-from ..scheduling.test_lifecycle import run_desktop, started_ago
-from .test_api import client_for
+from tests.portal.api.test_api import client_for
+from tests.scheduling.test_lifecycle import run_desktop, started_ago
 
 pytestmark = [pytest.mark.django_db, pytest.mark.lifecycle]
 
