@@ -13,11 +13,6 @@ from django.utils.translation import gettext as _
 from portal.kit.navigation import is_admin
 
 
-def actor_of(request: HttpRequest) -> str:
-    """The admin acting, as the audit trail names them."""
-    return f"user:{request.user.get_username()}"
-
-
 def admin_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """A console page: 404 for anyone but an admin."""
 

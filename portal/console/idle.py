@@ -10,8 +10,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
-from portal.console.access import actor_of, admin_only
+from portal.console.access import admin_only
 from portal.console.idle_forms import IdleHoursForm, IdlePolicyForm
+from portal.kit.person import actor_of
 from scheduling.models import IdlePolicy
 from scheduling.services.idle_hours import idle_hours
 from scheduling.services.idle_policies import (

@@ -10,9 +10,9 @@ from typing import Any
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from portal.kit.form_fields import AsciiFloatField, AsciiIntegerField
 from portal.kit.forms import CheckedForm
 from scheduling.choices import Purpose
-from scheduling.form_fields import AsciiFloatField, AsciiIntegerField
 from scheduling.models import DesktopProfile, IdlePolicy
 from scheduling.services.idle_hours import DEFAULT_DAYS, MAX_DAYS, MIN_DAYS, check_days
 from scheduling.services.idle_policies import (

@@ -12,8 +12,8 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from portal.console.audit_search import AuditSearch
+from portal.kit.form_fields import AsciiFloatField, AsciiIntegerField
 from portal.kit.forms import CheckedForm
-from scheduling.form_fields import AsciiFloatField, AsciiIntegerField
 from scheduling.labels import audit_kind_choices
 from scheduling.models import AlertRule
 from scheduling.models.alerts import Metric, Scope

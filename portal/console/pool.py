@@ -18,7 +18,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from portal.console.access import actor_of, admin_only
+from portal.console.access import admin_only
 from portal.console.pool_forms import (
     CORDON,
     DRAIN,
@@ -27,6 +27,7 @@ from portal.console.pool_forms import (
     JoinTokenForm,
     NodeActionForm,
 )
+from portal.kit.person import actor_of
 from scheduling.choices import NODE_BOUND_STATES
 from scheduling.models import Allocation, Gpu, JoinToken, Node, Session, Slice, hash_token
 from scheduling.services.drain import do_drain, do_end_drain

@@ -12,8 +12,8 @@ from django import forms
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from portal.kit.form_fields import AsciiIntegerField
 from portal.kit.forms import CheckedForm
-from scheduling.form_fields import AsciiIntegerField
 from scheduling.models import Node
 from scheduling.services.drain import check_drain, check_node_reason
 from scheduling.services.nodes import check_join_token

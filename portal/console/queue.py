@@ -12,9 +12,10 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from portal.console.access import actor_of, admin_only
+from portal.console.access import admin_only
 from portal.console.queue_forms import ProfileForm, QueueActionForm, QuotaForm
 from portal.kit.confirm import confirm_first
+from portal.kit.person import actor_of
 from scheduling.models import DesktopProfile, Quota
 from scheduling.services import ServiceError
 from scheduling.services.catalogue_changes import (

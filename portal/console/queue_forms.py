@@ -9,9 +9,9 @@ from django import forms
 from django.contrib.auth.models import User
 from django.utils.translation import gettext_lazy as _
 
+from portal.kit.form_fields import AsciiFloatField, AsciiIntegerField
 from portal.kit.forms import CheckedForm
 from scheduling.choices import SliceKind
-from scheduling.form_fields import AsciiFloatField, AsciiIntegerField
 from scheduling.models import DesktopProfile, Quota, Session
 from scheduling.models.policy import QuotaScope
 from scheduling.services.catalogue_changes import (

@@ -5,6 +5,7 @@
 - API views mix in :class:`PersonMixin` and read ``self.person``; DRF's permission classes
   have already refused anyone signed out (401).
 - Anything else (a form, a consumer) calls :func:`signed_in` on the user it holds.
+- :func:`actor_of`: the person acting, as the audit trail names them.
 """
 
 from __future__ import annotations
@@ -50,3 +51,8 @@ class PersonMixin:
     @property
     def person(self) -> User:
         return signed_in(self.request.user)
+
+
+def actor_of(request: HttpRequest) -> str:
+    """The admin acting, as the audit trail names them."""
+    return f"user:{request.user.get_username()}"

@@ -15,7 +15,7 @@
   (``portal.live.listen_only``); the desktop relay bounds its messages
   (``portal.live.desktop_relay``).
 
-Ids and numbers are bounded where they are read: ``scheduling.form_fields`` for forms (ASCII
+Ids and numbers are bounded where they are read: ``portal.kit.form_fields`` for forms (ASCII
 digits, within the database's integer range), the serializers and ``portal.api.errors``
 for the APIs.
 """

@@ -9,8 +9,8 @@ from django.contrib.auth.models import User
 from django.utils.translation import gettext_lazy as _
 
 from people.models import COURSE_CODE_MAX
+from portal.kit.form_fields import AsciiIntegerField
 from portal.kit.forms import CheckedForm
-from scheduling.form_fields import AsciiIntegerField
 from scheduling.services.sessions import SubmitRequest, check_submit
 
 

@@ -16,8 +16,8 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from portal.kit.form_fields import AsciiIntegerField
 from portal.kit.forms import CheckedForm
-from scheduling.form_fields import AsciiIntegerField
 from scheduling.models import Booking, DesktopProfile
 from scheduling.services.booking_series import SeriesPlan, check_series
 from scheduling.services.bookings import MAX_SEATS, BookingChange, check_booking_change

@@ -10,8 +10,8 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from people.models import Course
+from portal.kit.form_fields import AsciiFloatField, AsciiIntegerField
 from portal.kit.forms import CheckedForm
-from scheduling.form_fields import AsciiFloatField, AsciiIntegerField
 from scheduling.models import DesktopProfile
 from scheduling.services import ServiceError
 from scheduling.services.roster import (

@@ -8,8 +8,8 @@ from django import forms
 from django.contrib.auth.models import User
 from django.utils.translation import gettext_lazy as _
 
+from portal.kit.form_fields import AsciiFloatField
 from portal.kit.forms import CheckedForm
-from scheduling.form_fields import AsciiFloatField
 from scheduling.services.eligibility import eligible_courses
 from scheduling.services.grants import GrantRequest, check_grant
 from scheduling.services.quota_requests import (

@@ -7,7 +7,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from people.models import Course
-from portal.console.access import actor_of
+from portal.kit.person import actor_of
 from scheduling.services.account_audit import setting_passwords_as
 from scheduling.services.api_tokens import end_every_session
 

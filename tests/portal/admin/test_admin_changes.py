@@ -73,7 +73,7 @@ def test_a_booking_that_stops_fitting_between_check_and_save_is_refused_not_a_50
     def taken(user, request):
         raise Conflict("The pool no longer holds these seats; check again.")
 
-    monkeypatch.setattr("scheduling.admin.do_create_booking", taken)
+    monkeypatch.setattr("portal.admin.scheduling.do_create_booking", taken)
     url = "/admin/scheduling/booking/add/"
     answer = admin_client.post(url, booking_form(course, profile, 2, timedelta(days=1)))
     assert answer.status_code == 302 and answer.url.endswith(url)

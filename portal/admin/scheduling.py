@@ -11,9 +11,9 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponseRedirect
 from django.utils.translation import gettext_lazy as _
 
-from .form_checks import ServiceChecked
-from .form_fields import NumbersAdmin
-from .models import (
+from portal.kit.form_fields import NumbersAdmin
+from portal.kit.forms import ServiceChecked
+from scheduling.models import (
     AuditEvent,
     Booking,
     DesktopProfile,
@@ -28,10 +28,10 @@ from .models import (
     Slice,
     WarmDesktop,
 )
-from .services import ServiceError
-from .services.admin_changes import do_save_audited
-from .services.bookings import check_booking, do_cancel_booking, do_create_booking
-from .services.catalogue_changes import (
+from scheduling.services import ServiceError
+from scheduling.services.admin_changes import do_save_audited
+from scheduling.services.bookings import check_booking, do_cancel_booking, do_create_booking
+from scheduling.services.catalogue_changes import (
     PROFILE_FIELDS,
     QUOTA_FIELDS,
     check_profile,
@@ -41,8 +41,8 @@ from .services.catalogue_changes import (
     do_save_profile,
     do_save_quota,
 )
-from .services.health import do_clear_cordon
-from .services.idle_policies import (
+from scheduling.services.health import do_clear_cordon
+from scheduling.services.idle_policies import (
     POLICY_FIELDS,
     check_idle_policy,
     do_delete_idle_policy,
