@@ -185,6 +185,16 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Django's PBKDF2-SHA256 first (new hashes), hashed one per CPU, holding no database connection, so
+# that a sign-in storm does not starve the students already signed in of connections
+# (portal/server/hashers.py); then Django's other hashers, so that any stored hash verifies.
+PASSWORD_HASHERS = [
+    "portal.server.hashers.PooledPBKDF2PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2SHA1PasswordHasher",
+    "django.contrib.auth.hashers.Argon2PasswordHasher",
+    "django.contrib.auth.hashers.BCryptSHA256PasswordHasher",
+    "django.contrib.auth.hashers.ScryptPasswordHasher",
+]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
