@@ -44,6 +44,10 @@ function connect() {
     closeCode = event.code;
   });
   rfb = new RFB(screen, channel);
+  // The desktop follows the window: noVNC asks the desktop (Xvnc's SetDesktopSize) for the
+  // size of #screen, now and after every resize, instead of a fixed 1280x800 letterboxed
+  // into a phone. Scaling stays on for a desktop that cannot change its size.
+  rfb.resizeSession = true;
   rfb.scaleViewport = true;
   rfb.addEventListener("connect", () => {
     retryDelay = 1000;

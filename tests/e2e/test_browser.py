@@ -39,6 +39,17 @@ WATCH_STATE = """
 
 # How many distinct colours a 64 × 48 grid over the noVNC canvas finds (0: no canvas yet).
 # A black or blank framebuffer gives 1; XFCE's panel, icons and text give dozens.
+# The remote framebuffer (the canvas's own width and height) is #screen's size, within a
+# few pixels (noVNC rounds; Xvnc may want an even width).
+FOLLOWS_SCREEN = """
+(() => {
+  const canvas = document.querySelector("#screen canvas");
+  const box = document.getElementById("screen");
+  return !!canvas && Math.abs(canvas.width - box.clientWidth) <= 8
+    && Math.abs(canvas.height - box.clientHeight) <= 8;
+})()
+"""
+
 CANVAS_COLOURS = """
 () => {
   const canvas = document.querySelector("#screen canvas");
@@ -195,6 +206,14 @@ def test_a_person_starts_uses_and_stops_a_desktop_in_the_browser(
         finally:
             page.screenshot(path=str(OUTPUT / "e2e-desktop.png"))
         assert page.inner_text("#desktop-status") == "connected"
+
+        # The desktop follows the window (issue 27): its framebuffer (the canvas's own size)
+        # becomes #screen's, and follows it again when the window shrinks to a phone's width.
+        wait_js(page, FOLLOWS_SCREEN, timeout=15_000, polling=250)
+        page.set_viewport_size({"width": 390, "height": 844})
+        wait_js(page, FOLLOWS_SCREEN, timeout=15_000, polling=250)
+        assert page.evaluate("document.querySelector('#screen canvas').width") <= 400
+        page.screenshot(path=str(OUTPUT / "e2e-desktop-390.png"))
 
         # Back to the session page and stop it; ENDED arrives live.
         with page.expect_navigation():
