@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from importlib import import_module
@@ -230,7 +231,7 @@ def run_class(
     return run
 
 
-def phases(students: list[Student]) -> dict[str, list[float]]:
+def phases(students: Sequence[Student]) -> dict[str, list[float]]:
     """Where each student's time went, from the session's own timestamps (same clock)."""
     sessions = Session.objects.in_bulk([s.session_id for s in students if s.session_id])
     out: dict[str, list[float]] = {"request": [], "placement": [], "desktop": [], "push": []}
@@ -279,14 +280,17 @@ def release_warm_homes(workdir: Path) -> None:
             home_mounts.release(Path(point))
 
 
+def spread(values: list[float]) -> str:
+    """``p50 … s, p95 … s, max … s`` of sorted, non-empty ``values``."""
+    return (
+        f"p50 {statistics.median(values):.2f} s, p95 {percentile(values, 0.95):.2f} s, "
+        f"max {values[-1]:.2f} s"
+    )
+
+
 def phase_lines(phases: dict[str, list[float]], what: dict[str, str]) -> list[str]:
     """One line per phase with values: p50, p95 and max, named by ``what``."""
-    return [
-        f"  {what[name]}: p50 {statistics.median(values):.2f} s, "
-        f"p95 {percentile(values, 0.95):.2f} s, max {values[-1]:.2f} s"
-        for name, values in phases.items()
-        if values
-    ]
+    return [f"  {what[name]}: {spread(values)}" for name, values in phases.items() if values]
 
 
 def report(run: ClassRun, spread_s: float) -> list[str]:

@@ -20,7 +20,7 @@ import httpx
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import make_password
 
-from bench.students import END_STATES, Student
+from bench.students import END_STATES, Student, submit, until
 from people.models import Course
 from scheduling.choices import TERMINAL_STATES
 from scheduling.models import Session
@@ -94,7 +94,7 @@ async def _student(
     timeout_s: float,
     limits: httpx.Limits,
 ) -> None:
-    await asyncio.sleep(max(0.0, ask_at - time.monotonic()))
+    await until(ask_at)
     try:
         async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as api:
             started = time.monotonic()
@@ -107,13 +107,8 @@ async def _student(
                 return
             student.token = answer.json()["token"]
             api.headers["Authorization"] = f"Token {student.token}"
-            student.submitted, student.submitted_wall = time.monotonic(), time.time()
-            created = await api.post("/api/v1/sessions/", json=body)
-            if created.status_code != 201:
-                student.error = f"submit answered {created.status_code}: {created.text[:200]}"
-                return
-            student.session_id = created.json()["id"]
-            await _poll(api, student, time.monotonic() + timeout_s, poll_s)
+            if await submit(api, student, body):
+                await _poll(api, student, time.monotonic() + timeout_s, poll_s)
     except Exception as error:  # a student's failure is reported with the figures
         student.error = f"{type(error).__name__}: {error}"
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import logging
 import os
-import statistics
 import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import django
@@ -26,9 +26,9 @@ from django.conf import settings  # noqa: E402
 from bench.class_start import (  # noqa: E402
     bench_profile,
     make_class,
-    percentile,
     phase_lines,
     phases,
+    spread,
 )
 from bench.cpu import cpu_by_process, cpu_line  # noqa: E402
 from bench.outside import OutsideStudent, make_outside_class, run_outside  # noqa: E402
@@ -101,7 +101,9 @@ def run_storm(url: str, seats: int, spread_s: float, timeout_s: float) -> StormR
     return _finish(students, opens, at_first_ask, before)
 
 
-def run_outside_storm(url: str, seats: int, spread_s: float, timeout_s: float, poll_s: float):
+def run_outside_storm(
+    url: str, seats: int, spread_s: float, timeout_s: float, poll_s: float
+) -> StormRun:
     """The storm as an outside client makes it (``bench.outside``): every student signs in
     and asks for the demo's CPU-only desktop (hobby) within ``spread_s``, then polls."""
     wait_for(
@@ -124,14 +126,22 @@ def run_outside_storm(url: str, seats: int, spread_s: float, timeout_s: float, p
     return _finish(students, opens, at_first_ask, before, outside=True)
 
 
-def _finish(students, opens, at_first_ask, before, *, outside: bool = False) -> StormRun:
+def _finish(
+    students: Sequence[Student],
+    opens: float,
+    at_first_ask: list[tuple[float, dict]],
+    before: dict[str, float],
+    *,
+    outside: bool = False,
+) -> StormRun:
+    """The figures of a storm that began (its first ask) at ``opens``."""
     wall = time.monotonic() - opens
     students_cpu, processes = at_first_ask[0] if at_first_ask else (cpu(), {})
     window = cpu_line(processes, cpu_by_process(), wall, the_students=cpu() - students_cpu)
     after = cycle_histogram()
     delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     return StormRun(
-        students=students,
+        students=list(students),
         times=sorted(s.elapsed for s in students if s.elapsed is not None),
         errors=sum(1 for s in students if s.error),
         cycles=int(delta.get("count", 0)),
@@ -159,10 +169,8 @@ def report(run: StormRun) -> list[str]:
     if run.outside:
         lines += _outside_lines(run.students)
     elif run.times:
-        t = run.times
         lines.append(
-            f"submit -> RUNNING over {len(t)} of {seats} students: p50 "
-            f"{statistics.median(t):.2f} s, p95 {percentile(t, 0.95):.2f} s, max {t[-1]:.2f} s "
+            f"submit -> RUNNING over {len(run.times)} of {seats} students: {spread(run.times)} "
             f"(seen on the WebSocket: {seen.get('ws', 0)}, asked after silence: "
             f"{seen.get('api', 0)})"
         )
@@ -193,28 +201,20 @@ def report(run: StormRun) -> list[str]:
 
 def _outside_lines(students: list[Student]) -> list[str]:
     outside = [s for s in students if isinstance(s, OutsideStudent)]
-    seats, lines = len(outside), []
+    lines = []
     signins = sorted(s.signin_s for s in outside if s.signin_s is not None)
     if signins:
-        lines.append(
-            f"sign-in (POST /api/v1/auth/token/) over {len(signins)}: p50 "
-            f"{statistics.median(signins):.2f} s, p95 {percentile(signins, 0.95):.2f} s, "
-            f"max {signins[-1]:.2f} s"
-        )
+        lines.append(f"sign-in (POST /api/v1/auth/token/) over {len(signins)}: {spread(signins)}")
     times = sorted(s.elapsed for s in outside if s.elapsed is not None)
     if times:
         lines.append(
-            f"submit -> RUNNING seen by polling over {len(times)} of {seats} students: p50 "
-            f"{statistics.median(times):.2f} s, p95 {percentile(times, 0.95):.2f} s, "
-            f"max {times[-1]:.2f} s"
+            f"submit -> RUNNING seen by polling over {len(times)} of {len(outside)} students: "
+            f"{spread(times)}"
         )
     whole = sorted(s.elapsed + (s.signin_s or 0.0) for s in outside if s.elapsed is not None)
     if whole:
-        lines.append(
-            f"sign-in -> RUNNING seen: p50 {statistics.median(whole):.2f} s, p95 "
-            f"{percentile(whole, 0.95):.2f} s, max {whole[-1]:.2f} s; "
-            f"{sum(s.polls for s in outside)} polls"
-        )
+        polls = sum(s.polls for s in outside)
+        lines.append(f"sign-in -> RUNNING seen: {spread(whole)}; {polls} polls")
     return lines
 
 

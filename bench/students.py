@@ -69,8 +69,19 @@ def run_students(
     asyncio.run(everyone())
 
 
-async def _until(moment: float) -> None:
+async def until(moment: float) -> None:
     await asyncio.sleep(max(0.0, moment - time.monotonic()))
+
+
+async def submit(api: httpx.AsyncClient, student: Student, body: dict) -> bool:
+    """Ask for the desktop, noting when; False with the answer as the error if refused."""
+    student.submitted, student.submitted_wall = time.monotonic(), time.time()
+    created = await api.post("/api/v1/sessions/", json=body)
+    if created.status_code != 201:
+        student.error = f"submit answered {created.status_code}: {created.text[:200]}"
+        return False
+    student.session_id = created.json()["id"]
+    return True
 
 
 async def _student(
@@ -85,20 +96,15 @@ async def _student(
     ws_url = url.replace("http://", "ws://", 1) + "/ws/updates/?fragment=item"  # the home page
     cookie = {"Cookie": f"{cookie_name}={student.cookie}"}
     headers = {"Authorization": f"Token {student.token}"}
-    await _until(connect_at)
+    await until(connect_at)
     try:
         async with (
             connect(ws_url, origin=Origin(url), additional_headers=cookie, open_timeout=60) as ws,
             httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as api,
         ):
-            await _until(ask_at)
-            student.submitted, student.submitted_wall = time.monotonic(), time.time()
-            created = await api.post("/api/v1/sessions/", json=body)
-            if created.status_code != 201:
-                student.error = f"submit answered {created.status_code}: {created.text}"
-                return
-            student.session_id = created.json()["id"]
-            await _wait_running(ws, api, student, time.monotonic() + timeout_s)
+            await until(ask_at)
+            if await submit(api, student, body):
+                await _wait_running(ws, api, student, time.monotonic() + timeout_s)
     except Exception as error:  # a student's failure is reported with the figures
         student.error = f"{type(error).__name__}: {error}"
 
