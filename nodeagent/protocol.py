@@ -87,6 +87,8 @@ XID_ERRORS_MAX = 32
 
 ReportedState = Literal["STARTING", "RUNNING", "FAILED", "LOST", "ENDED"]
 WarmState = Literal["READY", "FAILED"]
+# A desktop's locale: the person's language (settings.LANGUAGES), or "" for the image's default.
+DesktopLanguage = Literal["", "en", "zh-hans"]
 SharingMode = Literal["mig", "share", "whole"]
 RuntimeKind = Literal["docker", "simulated"]
 
@@ -355,6 +357,11 @@ class DesiredSession(DesktopSpec):
         max_length=40,
         description="A warm desktop of this node the session was placed on: claim that running "
         "container instead of starting one. Absent: start as usual.",
+    )
+    language: DesktopLanguage = Field(
+        default="",
+        description="The person's language: the desktop's locale (DESKPOOL_LANGUAGE) where the "
+        "image has it. Empty or absent (an older portal): the image's default.",
     )
 
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Build the Deskpool desktop images locally (no registry is reachable from the nodes).
 #
-#   build.sh [base|tiny|desktop|all] [--force]
+#   build.sh [base|tiny|desktop|studio|all] [--force]
 #
-# An image that already exists is skipped unless --force, or, for tiny and desktop, unless
-# it was built from other sources (label deskpool.source). tiny and desktop build on top of
-# base; asking for them builds base first if it is missing.
+# An image that already exists is skipped unless --force, or, for tiny, desktop and studio,
+# unless it was built from other sources (label deskpool.source). tiny and desktop build on
+# top of base, studio on top of desktop; asking for one builds what it needs first if missing.
 #
 # Environment:
 #   DESKPOOL_DEBIAN_MIRROR          Debian mirror (default: read from the host's apt sources)
@@ -19,16 +19,17 @@ SUITE=bookworm
 BASE_IMAGE=deskpool/base:bookworm
 TINY_IMAGE=deskpool/tiny:latest
 DESKTOP_IMAGE=deskpool/desktop:latest
+STUDIO_IMAGE=deskpool/studio:latest
 WORKROOT=${DESKPOOL_IMAGE_WORKDIR:-/var/tmp/deskpool-images}
 
 target=all
 force=0
 for arg in "$@"; do
     case $arg in
-        base|tiny|desktop|all) target=$arg ;;
+        base|tiny|desktop|studio|all) target=$arg ;;
         --force) force=1 ;;
         -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "unknown argument: $arg (want base|tiny|desktop|all [--force])" >&2; exit 2 ;;
+        *) echo "unknown argument: $arg (want base|tiny|desktop|studio|all [--force])" >&2; exit 2 ;;
     esac
 done
 
@@ -175,7 +176,7 @@ build_layer() {
     local nocache=()
     [ "$force" = 1 ] && nocache=(--no-cache)
     step "docker build $image" docker build --network "$BUILD_NETWORK" "${nocache[@]}" \
-        --build-arg BASE_IMAGE="$BASE_IMAGE" --label "deskpool.source=$SOURCE" \
+        --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg DESKTOP_IMAGE="$DESKTOP_IMAGE" --label "deskpool.source=$SOURCE" \
         -f "$HERE/$dockerfile" -t "$image" "$HERE"
     log "$image: $(image_size "$image")"
 }
@@ -183,8 +184,9 @@ build_layer() {
 # The Dockerfile and every file it may COPY, hashed: a tiny or desktop image carries it as
 # the label deskpool.source, and one built from other sources is rebuilt (Docker's layer
 # cache keeps that quick when little changed). Base is keyed by its tag alone.
+# studio is hashed with desktop's Dockerfile as well: a new desktop means a new studio.
 source_hash() {
-    (cd "$HERE" && cat "$1" $(find files -type f | LC_ALL=C sort) | sha256sum | cut -c1-16)
+    (cd "$HERE" && cat "$@" $(find files -type f | LC_ALL=C sort) | sha256sum | cut -c1-16)
 }
 
 image_source() {
@@ -195,7 +197,11 @@ image_source() {
 want() {
     local name=$1 image=$2
     SOURCE=""
-    [ "$name" = base ] || SOURCE=$(source_hash "Dockerfile.$name")
+    case $name in
+        base) ;;
+        studio) SOURCE=$(source_hash Dockerfile.desktop Dockerfile.studio) ;;
+        *) SOURCE=$(source_hash "Dockerfile.$name") ;;
+    esac
     if [ "$force" = 0 ] && image_exists "$image"; then
         if [ -z "$SOURCE" ] || [ "$(image_source "$image")" = "$SOURCE" ]; then
             log "skip:  $image exists ($(image_size "$image")); use --force to rebuild"
@@ -210,6 +216,7 @@ want() {
         base) build_base ;;
         tiny) build_layer "$image" Dockerfile.tiny ;;
         desktop) build_layer "$image" Dockerfile.desktop ;;
+        studio) build_layer "$image" Dockerfile.studio ;;
     esac
 }
 
@@ -228,16 +235,22 @@ remove_replaced() {
 total0=$(date +%s.%N)
 case $target in
     base) want base "$BASE_IMAGE" ;;
-    tiny|desktop)
-        # A forced tiny/desktop rebuild reuses an existing base: it is the slow,
+    tiny|desktop|studio)
+        # A forced tiny/desktop/studio rebuild reuses an existing base: it is the slow,
         # rarely-changing part. `build.sh base --force` rebuilds it.
         image_exists "$BASE_IMAGE" || force=1 want base "$BASE_IMAGE"
-        if [ "$target" = tiny ]; then want tiny "$TINY_IMAGE"; else want desktop "$DESKTOP_IMAGE"; fi
+        case $target in
+            tiny) want tiny "$TINY_IMAGE" ;;
+            desktop) want desktop "$DESKTOP_IMAGE" ;;
+            # studio's sources include desktop's (one hash): an outdated desktop is rebuilt first.
+            studio) want desktop "$DESKTOP_IMAGE"; want studio "$STUDIO_IMAGE" ;;
+        esac
         ;;
     all)
         want base "$BASE_IMAGE"
         want tiny "$TINY_IMAGE"
         want desktop "$DESKTOP_IMAGE"
+        want studio "$STUDIO_IMAGE"
         ;;
 esac
 remove_replaced

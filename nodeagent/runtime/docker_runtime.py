@@ -218,6 +218,9 @@ class DockerRuntime:
             },
         )
         args["environment"]["DESKPOOL_SESSION_ID"] = str(session_id)
+        if session.language:
+            # The desktop's locale (deskpool-start): the person's language, where the image has it.
+            args["environment"]["DESKPOOL_LANGUAGE"] = session.language
         return args
 
     def _clean_up_failed(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, get_args
 
 from django.db import transaction
 from django.utils import timezone
@@ -17,6 +17,7 @@ from nodeagent.protocol import (
     BatchResult,
     DesiredSession,
     DesiredState,
+    DesktopLanguage,
     SessionReport,
 )
 
@@ -63,7 +64,7 @@ def desired_sessions(node: Node) -> list[DesiredSession]:
     """The sessions whose desktops should be running on this node now."""
     sessions = (
         Session.objects.filter(node=node, state__in=ON_NODE_STATES)
-        .select_related("profile", "user", "course")
+        .select_related("profile", "user__member", "course")
         .prefetch_related("allocations__slice")
         .order_by("pk")
     )
@@ -90,7 +91,19 @@ def _desired(s: Session) -> DesiredSession:
         placement=placement_id(s),
         # Claim that warm desktop instead of starting one; absent (not set) when none.
         **({"warm_key": s.warm_key} if s.warm_key else {}),
+        language=_language(s),
     )
+
+
+def _language(s: Session) -> DesktopLanguage:
+    """The language the person saved on their account page (the desktop's locale); empty when
+    they chose none: the image's default (English)."""
+    member = getattr(s.user, "member", None)
+    language = member.language if member is not None else ""
+    for known in get_args(DesktopLanguage):
+        if language == known:
+            return known
+    return ""
 
 
 def _actor(node: Node) -> str:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
+from nodeagent.software import DESKTOP_IMAGE, STUDIO_IMAGE, named, programs_of
 from people.models import Course, Member, Role
 from scheduling.models import DesktopProfile, PoolPolicy, Quota, set_default_profile
 from scheduling.services.eligibility import active_thesis_grant
@@ -23,13 +25,15 @@ QUOTAS = [
     {"scope": "course", "key": "cs-gpu101", "max_gpu_hours_week": 200.0},
 ]
 
-DESKTOP_IMAGE = "deskpool/desktop:latest"
-
-PROFILES = [
+# Each profile: what it is for, the image, and the programs of that image its description
+# names (nodeagent.software; tests/nodeagent/test_studio_image.py runs each in its image).
+PROFILES: list[dict[str, Any]] = [
     {
         "slug": "ai-painting",
         "name": "AI painting",
-        "description": "Stable Diffusion and friends on a 4 GB-class GPU slice.",
+        "lead": "Image generation in notebooks on a 4 GB-class GPU slice.",
+        "image": STUDIO_IMAGE,
+        "software": ["pytorch", "jupyter", "firefox"],
         "cpus": 2,
         "memory_mb": 4096,
         "gpu_count": 1,
@@ -39,7 +43,9 @@ PROFILES = [
     {
         "slug": "3d-modelling",
         "name": "3D modelling",
-        "description": "Blender with at least 8 GB of GPU memory and tensor cores.",
+        "lead": "3D modelling with at least 8 GB of GPU memory.",
+        "image": STUDIO_IMAGE,
+        "software": ["blender"],
         "cpus": 2,
         "memory_mb": 8192,
         "gpu_count": 1,
@@ -49,7 +55,9 @@ PROFILES = [
     {
         "slug": "medical-imaging",
         "name": "Medical imaging",
-        "description": "3D Slicer and MONAI with 16 GB or more of GPU memory.",
+        "lead": "Deep learning on medical images with 16 GB or more of GPU memory.",
+        "image": STUDIO_IMAGE,
+        "software": ["pytorch", "jupyter"],
         "cpus": 2,
         "memory_mb": 8192,
         "gpu_count": 1,
@@ -59,7 +67,9 @@ PROFILES = [
     {
         "slug": "research-training",
         "name": "Research training",
-        "description": "Two whole GPUs on NVLink peers for a thesis training run (up to 8 h).",
+        "lead": "Two whole GPUs on NVLink peers for a thesis training run (up to 8 h).",
+        "image": STUDIO_IMAGE,
+        "software": ["pytorch", "jupyter"],
         "cpus": 4,
         "memory_mb": 16384,
         "gpu_count": 2,
@@ -70,7 +80,9 @@ PROFILES = [
     {
         "slug": "cpu-desktop",
         "name": "CPU-only desktop",
-        "description": "A Linux desktop without a GPU, for notes, code and small jobs.",
+        "lead": "A Linux desktop without a GPU, for notes, code and small jobs.",
+        "image": DESKTOP_IMAGE,
+        "software": ["terminal"],
         "cpus": 1,
         "memory_mb": 2048,
         "gpu_count": 0,
@@ -78,6 +90,17 @@ PROFILES = [
         "allowed_kinds": [],
     },
 ]
+
+
+def profile_fields(spec: dict[str, Any], image: str | None = None) -> dict[str, Any]:
+    """A profile's model fields: its image (or ``image`` for all), and a description that
+    names only the programs of that image."""
+    fields = {k: v for k, v in spec.items() if k not in ("lead", "software")}
+    fields["image"] = image or spec["image"]
+    held = [key for key in spec["software"] if key in programs_of(fields["image"])]
+    fields["description"] = spec["lead"] + (f" With {named(held)}." if held else "")
+    return fields
+
 
 USERS: list[tuple[str, dict[str, object]]] = [
     ("student1", {"first_name": "Ada"}),
@@ -101,10 +124,12 @@ class Command(BaseCommand):
     help = "Create the demo accounts (password DEMO_PASSWORD or 'deskpool'), course and profiles."
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--image", default=DESKTOP_IMAGE, help="Desktop image for profiles.")
+        parser.add_argument(
+            "--image", default=None, help="One image for every profile (default: each its own)."
+        )
 
     @transaction.atomic
-    def handle(self, *args, image: str, **options) -> None:
+    def handle(self, *args, image: str | None, **options) -> None:
         password = os.environ.get("DEMO_PASSWORD") or "deskpool"
         users = {}
         user_model = get_user_model()
@@ -128,7 +153,7 @@ class Command(BaseCommand):
         course.students.set([users["student1"], users["student2"]])
         for spec in PROFILES:
             DesktopProfile.objects.update_or_create(
-                slug=spec["slug"], defaults={**spec, "image": image}
+                slug=spec["slug"], defaults=profile_fields(spec, image)
             )
         set_default_profile(course, DesktopProfile.objects.get(slug="ai-painting"))
         teacher = users["instructor1"]
@@ -138,5 +163,6 @@ class Command(BaseCommand):
             do_grant(teacher, check_grant(teacher, "student1", until, "demo thesis"))
         self.stdout.write(
             f"Demo accounts: {', '.join(u for u, _ in USERS)} (password from DEMO_PASSWORD, "
-            f"or 'deskpool'); {len(PROFILES)} desktop profiles using {image}."
+            f"or 'deskpool'); {len(PROFILES)} desktop profiles using "
+            f"{image or ', '.join(sorted({spec['image'] for spec in PROFILES}))}."
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
+from people.models import Member
 from scheduling.choices import AuditKind, SessionState
 from scheduling.engine.reasons import Code, Reason
 from scheduling.models import Allocation, AuditEvent, Node, Session
@@ -252,3 +253,22 @@ def test_which_transitions_change_a_nodes_desired_state():
     assert changes_desired(S.RUNNING, S.STOPPING, 7, 7)  # leaves
     assert changes_desired(S.RUNNING, S.QUEUED, 7, None)  # requeued off the node
     assert changes_desired(S.PREEMPTED, S.PLACED, None, 8)
+
+
+def test_a_desired_session_carries_the_language_its_person_saved(owner, profile, register_node):
+    """The desktop's locale follows the account page's language (DESKPOOL_LANGUAGE in the
+    image); none saved, or one the desktop does not know: the image's default."""
+    _, token = register_node("gpu-l", [gpu_inventory("GPU-l", 0, mig_slices=1)])
+    do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
+    do_scheduling_cycle()
+
+    def language() -> str:
+        return agent(token).get("/api/agent/v1/desired/").json()["sessions"][0]["language"]
+
+    member = Member.objects.filter(user=owner).first()
+    assert member is None or member.language == ""
+    assert language() == ""
+    member, _ = Member.objects.update_or_create(user=owner, defaults={"language": "zh-hans"})
+    assert language() == "zh-hans"
+    Member.objects.filter(pk=member.pk).update(language="fr")  # not a portal language
+    assert language() == ""
