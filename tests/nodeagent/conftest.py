@@ -40,23 +40,29 @@ def docker_client():  # type: ignore[no-untyped-def]
     return client
 
 
-@pytest.fixture(scope="session")
-def tiny_image(docker_client) -> str:  # type: ignore[no-untyped-def]
-    """The tiny desktop image; waits for a build in progress, then skips with a reason."""
+def wait_for_image(docker_client, image: str, target: str) -> str:  # type: ignore[no-untyped-def]
+    """``image`` once it exists: waits for a build in progress (IMAGE_WAIT_S), then skips
+    the test with what to run (``build.sh <target>``)."""
     from docker.errors import ImageNotFound
 
     deadline = time.monotonic() + IMAGE_WAIT_S
     while True:
         try:
-            docker_client.images.get(TINY_IMAGE)
-            return TINY_IMAGE
+            docker_client.images.get(image)
+            return image
         except ImageNotFound:
             if time.monotonic() > deadline:
                 pytest.skip(
-                    f"{TINY_IMAGE} not built after {IMAGE_WAIT_S:.0f} s: "
-                    "run nodeagent/images/build.sh tiny"
+                    f"{image} not built after {IMAGE_WAIT_S:.0f} s: "
+                    f"run nodeagent/images/build.sh {target}"
                 )
             time.sleep(10)
+
+
+@pytest.fixture(scope="session")
+def tiny_image(docker_client) -> str:  # type: ignore[no-untyped-def]
+    """The tiny desktop image; waits for a build in progress, then skips with a reason."""
+    return wait_for_image(docker_client, TINY_IMAGE, "tiny")
 
 
 def remove_node_objects(docker_client, name: str) -> None:  # type: ignore[no-untyped-def]

@@ -16,14 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
-from docker.errors import ImageNotFound, NotFound
+from docker.errors import NotFound
 
 from nodeagent.config import AgentConfig, ConfigError
 from nodeagent.protocol import DESKTOP_HOME, LABEL_MANAGED, LABEL_NODE, LABEL_SESSION
 from nodeagent.reconcile import Reconciler
 from nodeagent.runtime import container_name
 from nodeagent.runtime.docker_runtime import DockerRuntime
-from tests.nodeagent.conftest import IMAGE_WAIT_S
+from tests.nodeagent.conftest import wait_for_image
 
 DESKTOP_IMAGE = "deskpool/desktop:latest"
 HOOKS = f"{DESKTOP_HOME}/.config/deskpool/save.d"
@@ -59,15 +59,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.lifecycle]
 def desktop_image(docker_client) -> str:  # type: ignore[no-untyped-def]
     """The XFCE desktop image (waits for a build in progress, then skips); one built before
     save-on-stop fails the test: it would stop without running any hook."""
-    deadline = time.monotonic() + IMAGE_WAIT_S
-    while True:
-        try:
-            image = docker_client.images.get(DESKTOP_IMAGE)
-            break
-        except ImageNotFound:
-            if time.monotonic() > deadline:
-                pytest.skip(f"{DESKTOP_IMAGE} is not built: run nodeagent/images/build.sh all")
-            time.sleep(10)
+    image = docker_client.images.get(wait_for_image(docker_client, DESKTOP_IMAGE, "desktop"))
     entrypoint = image.attrs["Config"]["Entrypoint"] or []
     if "-g" in entrypoint:
         pytest.fail(f"{DESKTOP_IMAGE} predates save-on-stop: run nodeagent/images/build.sh all")

@@ -14,14 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
-from docker.errors import ImageNotFound
 
 from nodeagent.protocol import DESKTOP_HOME
 from nodeagent.reconcile import Reconciler
 from nodeagent.runtime import container_name
 from nodeagent.runtime.docker_runtime import DockerRuntime
 from nodeagent.software import IMAGE_PROGRAMS, PROGRAMS, STUDIO_IMAGE
-from tests.nodeagent.conftest import IMAGE_WAIT_S
+from tests.nodeagent.conftest import wait_for_image
 
 pytestmark = [pytest.mark.docker]
 
@@ -33,21 +32,9 @@ SESSION_ENV = (
 )
 
 
-def wait_for_image(docker_client, image: str) -> str:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + IMAGE_WAIT_S
-    while True:
-        try:
-            docker_client.images.get(image)
-            return image
-        except ImageNotFound:
-            if time.monotonic() > deadline:
-                pytest.skip(f"{image} is not built: run nodeagent/images/build.sh all")
-            time.sleep(10)
-
-
 @pytest.mark.parametrize("image", sorted(IMAGE_PROGRAMS))
 def test_every_listed_program_answers_its_version_in_the_image(docker_client, image) -> None:  # type: ignore[no-untyped-def]
-    wait_for_image(docker_client, image)
+    wait_for_image(docker_client, image, "all")
     # As the desktop's user, without the desktop's entrypoint (no password, no display).
     container = docker_client.containers.run(
         image, entrypoint=["sleep", "300"], user="1000:1000", network_disabled=True, detach=True
@@ -65,7 +52,7 @@ def test_every_listed_program_answers_its_version_in_the_image(docker_client, im
 
 
 def test_the_studio_holds_a_cpu_pytorch_that_computes(docker_client) -> None:  # type: ignore[no-untyped-def]
-    wait_for_image(docker_client, STUDIO_IMAGE)
+    wait_for_image(docker_client, STUDIO_IMAGE, "studio")
     product = "(torch.ones(3, 3) @ torch.ones(3)).tolist()"
     script = f"import torch; print(torch.cuda.is_available(), {product})"
     output = docker_client.containers.run(
@@ -129,7 +116,7 @@ def input_methods(container, bus: str) -> tuple[list[str], list[str]]:  # type: 
 def test_a_studio_desktop_runs_in_its_persons_language_with_pinyin(  # type: ignore[no-untyped-def]
     docker_client, node_name, sessions_dir: Path, fake_portal, make_session, language, locale
 ) -> None:
-    wait_for_image(docker_client, STUDIO_IMAGE)
+    wait_for_image(docker_client, STUDIO_IMAGE, "studio")
     session_id = 6301 + ["zh-hans", "en", ""].index(language)
     session = make_session(
         session_id, image=STUDIO_IMAGE, memory_mb=1536, cpus=1.0, pids_limit=1024
