@@ -19,18 +19,18 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from portal.kit.confirm import confirm_first
+from portal.kit.confirm import ANSWERS, confirm_first
 from portal.kit.person import signed_in, with_person
 from portal.kit.session_fragment import DETAIL, ITEM, fragment_context, render_forms
 from portal.student.forms import SessionRequestForm
 from portal.student.history import daily_gpu_hours, past_sessions
-from scheduling.choices import OPENABLE_STATES, TERMINAL_STATES, WAITING_STATES
+from scheduling.choices import OPENABLE_STATES, TERMINAL_STATES, WAITING_STATES, SessionState
 from scheduling.events import session_payload
 from scheduling.models import Session
 from scheduling.services import ServiceError
 from scheduling.services.catalogue import profile_offers
 from scheduling.services.eligibility import eligible_courses, eligible_purposes
-from scheduling.services.extend import do_extend
+from scheduling.services.extend import do_extend, profile_room
 from scheduling.services.home_place import home_place
 from scheduling.services.idle import LIMIT_WARNINGS, do_resume
 from scheduling.services.quota_view import quota_left
@@ -223,15 +223,23 @@ def desktop(request: HttpRequest, person: User, session_id: int) -> HttpResponse
         messages.info(request, _("This desktop is not running; its page shows where it stands."))
         return redirect("session-page", session_id=session.pk)
     simulated = session.node is not None and session.node.runtime == "simulated"
+    room = profile_room(session)
     config = _page_config(
         request,
         "none",  # the desktop's page shows no card: its banner reads the payload
         session=session_payload(session),
         proxy_url=DESKTOP_PROXY_PATH.format(id=session.pk),
         session_api=reverse("session-detail", args=[session.pk]),
-        # The banner's Extend: the API's action (JSON: the session, or 409 and its reason).
+        # The banner's and the drawer's Extend: the API's action (JSON: the session, or 409
+        # and its reason); the profile's room, which the drawer applies to each new limit.
         extend_api=reverse("session-extend", args=[session.pk]),
-        can_extend=session.profile.extend_step_minutes > 0,
+        can_extend=room.last_end is not None,
+        extend_last_end=room.last_end.isoformat() if room.last_end else None,
+        extend_refusal=room.refusal,
+        # The drawer's Stop, asked in the page first: the API's action (the session).
+        stop_api=reverse("session-stop", args=[session.pk]),
+        unstoppable=sorted(TERMINAL_STATES | {SessionState.STOPPING}),
+        states={state.value: str(state.label) for state in SessionState},
         warn_minutes=sorted(LIMIT_WARNINGS, reverse=True),
         # The banner writes times (HH:MM) in the reader's zone, as the pages do.
         time_zone=timezone.get_current_timezone_name(),
@@ -245,6 +253,7 @@ def desktop(request: HttpRequest, person: User, session_id: int) -> HttpResponse
             "session": session,
             "simulated": simulated,
             "config": config,
+            "stop_answer": ANSWERS["stop"],
         },
     )
 
@@ -289,6 +298,12 @@ def _desktop_words() -> dict[str, str]:
         ),
         "copied": _("Copied from the desktop."),
         "sent": _("Sent to the desktop's clipboard."),
+        # The drawer (desktop_drawer.js).
+        "ends_at": _("Ends at %(time)s"),
+        "no_limit": _("No time limit"),
+        "not_running": _("Only a running desktop can be given more time."),
+        "state": _("Where it stands: %(state)s"),
+        "stop_failed": _("The desktop could not be stopped; try again in a moment."),
     }
 
 

@@ -7,6 +7,7 @@ every refusal is a :class:`Conflict` that says why in plain words.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.contrib.auth.models import User
@@ -25,23 +26,42 @@ from .snapshot import engine_quota, quota_rows
 from .usage import collect_usage, scope_keys
 
 
-def check_extend(session: Session, now: datetime) -> int:
-    """The minutes one extension adds now; Conflict saying why when it is refused."""
+@dataclass(frozen=True)
+class ProfileRoom:
+    """How far a desktop's profile lets it be extended: one more step while its time limit
+    is no later than ``last_end`` (never when None); ``refusal`` says why not."""
+
+    last_end: datetime | None
+    refusal: str
+
+
+def profile_room(session: Session) -> ProfileRoom:
+    """The profile's part of :func:`check_extend`, which a page can apply to each new time
+    limit without asking again (the desktop page's Extend, disabled with the reason)."""
     profile = session.profile
-    if session.state != SessionState.RUNNING or session.ends_at is None:
-        raise Conflict(_("Only a running desktop can be given more time."))
     step = profile.extend_step_minutes
     if step <= 0:
-        raise Conflict(_("Desktops of this kind cannot be given more time."))
-    total = profile.max_duration_minutes + session.extended_minutes + step
-    if total > profile.max_total_minutes:
-        raise Conflict(
-            _(
-                "This desktop cannot be given more time: %(step)s more minutes would take it "
-                "past its profile's maximum of %(max)s minutes."
-            )
-            % {"step": step, "max": profile.max_total_minutes}
-        )
+        return ProfileRoom(None, _("Desktops of this kind cannot be given more time."))
+    if session.started_at is None:
+        return ProfileRoom(None, _("Only a running desktop can be given more time."))
+    # ends_at = started_at + max_duration + extended: the step fits while it stays within
+    # started_at + max_total.
+    last_end = session.started_at + timedelta(minutes=profile.max_total_minutes - step)
+    refusal = _(
+        "This desktop cannot be given more time: %(step)s more minutes would take it "
+        "past its profile's maximum of %(max)s minutes."
+    ) % {"step": step, "max": profile.max_total_minutes}
+    return ProfileRoom(last_end, refusal)
+
+
+def check_extend(session: Session, now: datetime) -> int:
+    """The minutes one extension adds now; Conflict saying why when it is refused."""
+    if session.state != SessionState.RUNNING or session.ends_at is None:
+        raise Conflict(_("Only a running desktop can be given more time."))
+    room = profile_room(session)
+    if room.last_end is None or session.ends_at > room.last_end:
+        raise Conflict(room.refusal)
+    step = session.profile.extend_step_minutes
     if someone_waiting(session):
         raise Conflict(
             _(

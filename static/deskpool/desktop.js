@@ -1,8 +1,11 @@
 // The desktop page: noVNC through the portal's authenticated WebSocket proxy, full screen,
 // the clipboard both ways, reconnection after a network blip, the session's timer and live
-// banner (the time limit with Extend, the idle verdict, a preemption's grace). Addresses and words come from the page
-// (#page-config, in the reader's language).
+// banner (the time limit with Extend, the idle verdict, a preemption's grace) and the side
+// drawer (desktop_drawer.js). Addresses and words come from the page (#page-config, in the
+// reader's language).
 import RFB from "../vendor/novnc/core/rfb.js";
+import { setUpDrawer } from "./desktop_drawer.js";
+import { clock, extendRefusal, hhmm as zoned, say } from "./desktop_time.js";
 
 const config = JSON.parse(document.getElementById("page-config").textContent);
 const words = config.words;
@@ -13,17 +16,9 @@ const scheme = location.protocol === "https:" ? "wss://" : "ws://";
 const openable = new Set(config.openable);
 let session = config.session;
 
-const say = (template, values) =>
-  template.replace(/%\((\w+)\)s/g, (_, key) => String(values[key]));
 // What the status says once the desktop cannot be opened: suspended (it can be resumed) or ended.
 const endedWord = () => (session.state === "SUSPENDED" ? words.suspended_status : words.ended);
-const clock = (seconds) => {
-  const s = Math.max(0, Math.round(seconds));
-  const h = Math.floor(s / 3600);
-  const m = Math.floor((s % 3600) / 60);
-  const mmss = String(m).padStart(h ? 2 : 1, "0") + ":" + String(s % 60).padStart(2, "0");
-  return h ? h + ":" + mmss : mmss;
-};
+const hhmm = (iso) => zoned(iso, config.time_zone);
 
 // --- noVNC, with reconnection while the session can still be opened -----------------------
 let rfb = null;
@@ -106,16 +101,9 @@ $("fullscreen").addEventListener("click", () => {
   else screen.requestFullscreen?.().catch(() => {});
 });
 
-// --- clipboard both ways -------------------------------------------------------------------
-const panel = $("clipboard-panel");
-const toggle = $("clipboard-toggle");
+// --- clipboard both ways (in the drawer) ----------------------------------------------------
 const text = $("clipboard-text");
 const note = $("clipboard-note");
-toggle.addEventListener("click", () => {
-  panel.hidden = !panel.hidden;
-  toggle.setAttribute("aria-expanded", String(!panel.hidden));
-  if (!panel.hidden) text.focus();
-});
 
 function fromDesktop(value) {
   text.value = value;
@@ -145,18 +133,6 @@ const WARN_MINUTES = config.warn_minutes; // [15, 5]
 const LOUD_MINUTES = Math.min(...WARN_MINUTES);
 const ANSWER_MS = 60000; // how long the Extend's answer stays
 
-function hhmm(iso) {
-  const options = { hour: "2-digit", minute: "2-digit", hourCycle: "h23" };
-  const lang = document.documentElement.lang || undefined;
-  try {
-    return new Intl.DateTimeFormat(lang, { ...options, timeZone: config.time_zone }).format(
-      new Date(iso),
-    );
-  } catch {
-    return new Intl.DateTimeFormat(lang, options).format(new Date(iso)); // an unknown zone
-  }
-}
-
 function bannerState(now) {
   const lines = [];
   let loud = false;
@@ -174,7 +150,7 @@ function bannerState(now) {
     if (warn !== undefined && minutes > 0) {
       lines.push(say(words.limit_soon, { minutes: warn, time: hhmm(session.ends_at) }));
       loud = warn <= LOUD_MINUTES;
-      extend = config.can_extend;
+      extend = extendRefusal(session, config, words) === null;
       left = say(words.time_left, { time: clock((endsAt - now) / 1000) });
     }
   }
@@ -203,9 +179,8 @@ function showTime() {
   resumeLink.hidden = session.state !== "SUSPENDED";
   banner.dataset.level = shown.loud ? "urgent" : "soon";
   banner.hidden = !shown.text && !answer.textContent;
+  drawer.show(now);
 }
-setInterval(showTime, 1000);
-showTime();
 
 // Extend: one more step through the API (the session cookie and the CSRF token); the answer
 // is the session with its new limit, or 409 with the refusal's reason in plain words.
@@ -220,8 +195,8 @@ function tell(message) {
   showTime();
 }
 
-extendButton.addEventListener("click", async () => {
-  extendButton.disabled = true;
+// The banner's and the drawer's Extend: the words that answer it.
+async function requestExtension() {
   try {
     const reply = await fetch(config.extend_api, {
       method: "POST",
@@ -231,16 +206,36 @@ extendButton.addEventListener("click", async () => {
     const body = await reply.json().catch(() => ({}));
     if (reply.ok && body.id === session.id) {
       session = body;
-      tell(say(words.extended, { time: hhmm(session.ends_at) }));
-    } else {
-      tell(body.detail || words.extend_failed);
+      return say(words.extended, { time: hhmm(session.ends_at) });
     }
+    return body.detail || words.extend_failed;
   } catch {
-    tell(words.extend_failed); // the network
-  } finally {
-    extendButton.disabled = false;
+    return words.extend_failed; // the network
   }
+}
+
+extendButton.addEventListener("click", async () => {
+  extendButton.disabled = true;
+  tell(await requestExtension());
+  extendButton.disabled = false;
 });
+
+// The session as the API or a live update now gives it.
+function follow(changed) {
+  session = changed;
+  showTime();
+  if (!openable.has(session.state)) status.textContent = endedWord();
+}
+
+const drawer = setUpDrawer({
+  config,
+  words,
+  current: () => session,
+  update: follow,
+  extend: requestExtension,
+});
+setInterval(showTime, 1000);
+showTime();
 
 // Live updates for this session: its state, grace deadline and time limit.
 let liveDelay = 500;
@@ -251,11 +246,7 @@ function listen() {
   };
   ws.onmessage = (event) => {
     const msg = JSON.parse(event.data);
-    if (msg.type === "session.update" && msg.session.id === session.id) {
-      session = msg.session;
-      showTime();
-      if (!openable.has(session.state)) status.textContent = endedWord();
-    }
+    if (msg.type === "session.update" && msg.session.id === session.id) follow(msg.session);
   };
   ws.onclose = () => {
     setTimeout(listen, liveDelay);

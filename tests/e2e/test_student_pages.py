@@ -158,8 +158,9 @@ def test_the_desktop_page_times_warns_shares_the_clipboard_and_reconnects(
         banner = page.inner_text("#desktop-banner")
         assert "time limit in less than 15 minutes" in banner, banner
 
-        # The desktop's clipboard lands in the panel; the panel's text goes to the desktop.
-        page.click("#clipboard-toggle")
+        # The desktop's clipboard lands in the panel (in the drawer); its text goes to the
+        # desktop.
+        page.click("#drawer-toggle")
         page.evaluate(
             """() => window.deskpoolRfb.dispatchEvent(
                  new CustomEvent("clipboard", {detail: {text: "from the desktop"}}))"""

@@ -28,7 +28,7 @@ from scheduling.models import (
 from scheduling.services import Conflict, NotFound
 from scheduling.services.agent_sessions import desired_sessions, do_report
 from scheduling.services.cycle import do_scheduling_cycle
-from scheduling.services.extend import do_extend
+from scheduling.services.extend import do_extend, profile_room
 from scheduling.services.idle import do_idle_sweep, do_resume
 from scheduling.services.session_activity import (
     record_input,
@@ -248,6 +248,25 @@ def test_an_extension_past_the_profiles_maximum_is_refused(owner, profile, pool)
     with pytest.raises(Conflict, match="past its profile's maximum of 330 minutes"):
         do_extend(owner, session.pk)
     assert AuditEvent.objects.filter(kind=AuditKind.SESSION_EXTENDED).count() == 1
+
+
+def test_the_profiles_room_is_the_last_time_limit_that_one_more_step_fits(owner, profile, pool):
+    """What the desktop page applies to each new limit is what do_extend checks."""
+    DesktopProfile.objects.filter(pk=profile.pk).update(max_total_minutes=330)
+    session = run_desktop(owner, profile)
+    room = profile_room(session)
+    assert session.started_at and session.ends_at
+    assert room.last_end == session.started_at + timedelta(minutes=330 - 60)
+    assert session.ends_at <= room.last_end  # 240 now: one step fits
+    extended = do_extend(owner, session.pk)
+    assert extended.ends_at and extended.ends_at > room.last_end  # 300: the next does not
+    assert "past its profile's maximum of 330 minutes" in room.refusal
+    DesktopProfile.objects.filter(pk=profile.pk).update(extend_step_minutes=0)
+    no_step = profile_room(Session.objects.select_related("profile").get(pk=session.pk))
+    assert (no_step.last_end, no_step.refusal) == (
+        None,
+        "Desktops of this kind cannot be given more time.",
+    )
 
 
 def test_an_extension_is_refused_while_someone_waits_for_that_kind(owner, stranger, profile, pool):

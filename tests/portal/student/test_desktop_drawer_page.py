@@ -1,0 +1,107 @@
+"""The desktop page's side drawer, as the server renders it (issue 27): one Controls button
+that names the drawer it opens, the drawer holding the time, Extend, Stop (its question from
+the page, not the browser), full screen and the clipboard; what the scripts need in the
+page's config, in the reader's language. The browser's side: tests/e2e/test_desktop_drawer.py.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+
+import pytest
+
+from people.preferences import save_preferences
+from scheduling.models import DesktopProfile
+from tests.portal.student.test_limit_pages import desktop_page, page_config, signed_in
+from tests.scheduling.test_lifecycle import run_desktop
+
+pytestmark = [pytest.mark.django_db, pytest.mark.lifecycle]
+
+
+def drawer_of(html: str) -> str:
+    found = re.search(r'<aside id="drawer".*?</aside>', html, re.S)
+    assert found, "no drawer"
+    return found.group(0)
+
+
+def test_one_button_opens_the_drawer_that_holds_the_controls(owner, profile, pool):
+    session = run_desktop(owner, profile)
+    html = desktop_page(signed_in(owner), session)
+    assert re.search(
+        r'<button type="button" id="drawer-toggle" class="small" aria-expanded="false" '
+        r'aria-controls="drawer">Controls</button>',
+        html,
+    )
+    drawer = drawer_of(html)
+    assert drawer.startswith(
+        '<aside id="drawer" class="drawer" aria-labelledby="drawer-title" hidden>'
+    )
+    for part in (
+        'id="drawer-left"',
+        'id="drawer-ends"',
+        ">Extend by 60 min</button>",
+        'aria-describedby="drawer-extend-why"',
+        'id="drawer-stop"',
+        'id="fullscreen"',
+        'id="clipboard-text"',
+        'id="clipboard-send"',
+        f'href="/sessions/{session.pk}/"',
+    ):
+        assert part in drawer, part
+    # Stop asks in the page: the question and its answer, hidden until Stop is pressed.
+    assert re.search(r'<div id="stop-confirm" role="group"[^>]*hidden>', drawer)
+    assert (
+        "Stop this desktop? Unsaved work in open programs is lost; your home folder is kept."
+        in drawer
+    )
+    assert re.search(r'id="stop-yes"[^>]*>Stop the desktop</button>', drawer)
+    assert "data-confirm" not in drawer  # not the browser's dialog (confirm.js)
+    assert 'id="clipboard-toggle"' not in html  # the clipboard moved into the drawer
+    # Under the CSP: no inline script or style.
+    assert "<style" not in html and not re.search(r"<script(?![^>]*(src=|application/json))", html)
+    assert not re.search(r"\son[a-z]+=", html)
+
+
+def test_the_config_carries_stop_and_the_profiles_room(owner, profile, pool):
+    DesktopProfile.objects.filter(pk=profile.pk).update(max_total_minutes=300)
+    session = run_desktop(owner, profile)
+    config = page_config(desktop_page(signed_in(owner), session))
+    assert config["stop_api"] == f"/api/v1/sessions/{session.pk}/stop/"
+    assert config["unstoppable"] == ["CANCELLED", "ENDED", "EXPIRED", "FAILED", "LOST", "STOPPING"]
+    assert session.started_at
+    last_end = datetime.fromisoformat(config["extend_last_end"])
+    assert last_end == session.started_at + timedelta(minutes=300 - 60)
+    assert config["extend_refusal"] == (
+        "This desktop cannot be given more time: 60 more minutes would take it past its "
+        "profile's maximum of 300 minutes."
+    )
+    assert config["states"]["STOPPING"] == "Stopping"
+    words = config["words"]
+    assert words["ends_at"] % {"time": "10:07"} == "Ends at 10:07"
+    assert words["state"] % {"state": "Ended"} == "Where it stands: Ended"
+    assert words["stop_failed"] and words["no_limit"] and words["not_running"]
+
+
+def test_no_step_no_room_and_the_reason(owner, profile, pool):
+    DesktopProfile.objects.filter(pk=profile.pk).update(extend_step_minutes=0)
+    session = run_desktop(owner, profile)
+    html = desktop_page(signed_in(owner), session)
+    config = page_config(html)
+    assert (config["can_extend"], config["extend_last_end"]) == (False, None)
+    assert config["extend_refusal"] == "Desktops of this kind cannot be given more time."
+    assert re.search(r'id="drawer-extend"[^>]*>Extend</button>', html)
+
+
+def test_the_drawer_speaks_the_persons_language(owner, profile, pool):
+    save_preferences(owner, language="zh-hans")
+    session = run_desktop(owner, profile)
+    html = desktop_page(signed_in(owner), session)
+    assert re.search(r'id="drawer-toggle"[^>]*>控制</button>', html)
+    drawer = drawer_of(html)
+    assert re.search(r'id="drawer-extend"[^>]*>延长 60 分钟</button>', drawer)
+    assert re.search(r'id="stop-no"[^>]*>继续运行</button>', drawer)
+    config = page_config(html)
+    assert config["states"]["ENDED"] == "已结束"
+    assert config["words"]["ends_at"] == "结束时间：%(time)s"
+    assert config["words"]["state"] == "当前状态：%(state)s"
