@@ -1,8 +1,8 @@
 """The desktop page's side drawer, as the server renders it (issue 27): one Controls button
 that names the drawer it opens, the drawer holding the time, Extend, Stop (its question from
-the page, not the browser), full screen and the clipboard; what the scripts need in the
-page's config, in the reader's language. The browser's side: tests/e2e/test_desktop_drawer.py.
-"""
+the page, not the browser), full screen and the clipboard; the on-screen keyboard's button
+hidden until a touch device shows it; what the scripts need in the page's config, in the
+reader's language. The browser's side: tests/e2e/test_desktop_drawer.py."""
 
 from __future__ import annotations
 
@@ -57,6 +57,13 @@ def test_one_button_opens_the_drawer_that_holds_the_controls(owner, profile, poo
     )
     assert re.search(r'id="stop-yes"[^>]*>Stop the desktop</button>', drawer)
     assert "data-confirm" not in drawer  # not the browser's dialog (confirm.js)
+    # The keyboard's button waits for a touch device; its field is out of sight, not hidden
+    # (a hidden field cannot be focused, and the phone's keyboard would not come up).
+    assert re.search(
+        r'<button type="button" id="keyboard-toggle"[^>]*hidden>Keyboard</button>', html
+    )
+    field = re.search(r'<textarea id="keyboard-input"[^>]*>', html)
+    assert field and "hidden" not in field.group(0) and 'class="keyboard-input"' in field.group(0)
     assert 'id="clipboard-toggle"' not in html  # the clipboard moved into the drawer
     # Under the CSP: no inline script or style.
     assert "<style" not in html and not re.search(r"<script(?![^>]*(src=|application/json))", html)
@@ -98,6 +105,7 @@ def test_the_drawer_speaks_the_persons_language(owner, profile, pool):
     session = run_desktop(owner, profile)
     html = desktop_page(signed_in(owner), session)
     assert re.search(r'id="drawer-toggle"[^>]*>控制</button>', html)
+    assert re.search(r'id="keyboard-toggle"[^>]*>键盘</button>', html)
     drawer = drawer_of(html)
     assert re.search(r'id="drawer-extend"[^>]*>延长 60 分钟</button>', drawer)
     assert re.search(r'id="stop-no"[^>]*>继续运行</button>', drawer)
