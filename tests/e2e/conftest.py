@@ -61,8 +61,10 @@ def new_page(browser, stack):  # noqa: F811 - the imported fixture
     contexts = []
     console: list[str] = []
 
-    def make():
-        context = browser.new_context(base_url=stack.url, viewport={"width": 1280, "height": 900})
+    def make(**options):
+        """``options``: more of the context's (``has_touch=True``, another viewport)."""
+        options = {"viewport": {"width": 1280, "height": 900}, **options}
+        context = browser.new_context(base_url=stack.url, **options)
         context.set_default_timeout(15_000)
         contexts.append(context)
         page = context.new_page()

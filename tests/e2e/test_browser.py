@@ -119,6 +119,17 @@ def expect_state(page, state: str, timeout_s: float) -> None:
     )
 
 
+# noVNC connected: the status says so, in the page's language (its own word for it).
+CONNECTED = """
+(() => {
+  const config = document.getElementById("page-config");
+  const status = document.getElementById("desktop-status");
+  return !!config && !!status
+    && status.textContent === JSON.parse(config.textContent).words.connected;
+})()
+"""
+
+
 def open_desktop(page, session_id: int, attempts: int = 5) -> None:
     """Open the desktop page and wait for noVNC to connect.
 
@@ -135,7 +146,7 @@ def open_desktop(page, session_id: int, attempts: int = 5) -> None:
             dropped.append(request.url)
 
     page.on("requestfailed", on_failed)
-    connected = "document.getElementById('desktop-status')?.textContent === 'connected'"
+    connected = CONNECTED
     try:
         with page.expect_navigation():
             page.click("#open-desktop")
