@@ -232,6 +232,21 @@ SENTENCES: dict[Code, Callable[[Mapping[str, Any]], str]] = {
         )
         % {k: p.get(k, "?") for k in ("booking", "course", "held", "need")}
     ),
+    Code.PLACED_HOME: lambda p: (
+        _(
+            "placed on node %(node)s, which keeps your home folder; waiting for the node to "
+            "start the desktop"
+        )
+        % {"node": p.get("node", "?")}
+    ),
+    Code.PLACED_AWAY: lambda p: (
+        _(
+            "placed on node %(node)s: node %(home)s, which keeps your home folder, cannot take "
+            "it now, so this desktop starts with a different home folder; waiting for the node "
+            "to start the desktop"
+        )
+        % {"node": p.get("node", "?"), "home": p.get("home", "?")}
+    ),
     Code.SUBMITTED: lambda p: _("waiting for the scheduler"),
     Code.PLACED: lambda p: _("placed; waiting for the node to start the desktop"),
     Code.PLACED_WARM: lambda p: _(

@@ -2,10 +2,10 @@
 
 Every booking that starts within the hold horizon and has not ended holds capacity for its
 seats not yet running (:func:`hold_bookings`); held slices leave the general pool. A booked
-request takes its booking's hold first (:func:`own_hold`). Anyone else may *backfill* a hold
-only if they end (now + expected duration) before the booking starts (:func:`backfill`).
-Holds nobody took are in ``Plan.holds`` (:func:`standing`), where the portal starts warm
-desktops for the class.
+request takes its booking's hold first (:func:`own_hold`; one on its home's node, if any).
+Anyone else may *backfill* a hold only if they end (now + expected duration) before the
+booking starts (:func:`backfill`). Holds nobody took are in ``Plan.holds``
+(:func:`standing`), where the portal starts warm desktops for the class.
 """
 
 from __future__ import annotations
@@ -105,10 +105,15 @@ def _use_hold(cycle: Cycle, r: QueuedRequest, hold: Hold, got: tuple[FreeSlice, 
 
 
 def own_hold(cycle: Cycle, r: QueuedRequest, shape: Shape) -> Placement | None:
-    """A booked request on one of its booking's holds, if one fits it."""
+    """A booked request on one of its booking's holds, if one fits it: one on a node of
+    its home first (``r.home_nodes``, in their order), then the others as held."""
     if r.booking_id is None:
         return None
-    for hold in cycle.holds.get(r.booking_id, []):
+    holds = cycle.holds.get(r.booking_id, [])
+    if r.home_nodes:
+        rank = {node_id: i for i, node_id in enumerate(r.home_nodes)}
+        holds = sorted(holds, key=lambda h: rank.get(h.node_id, len(rank)))
+    for hold in holds:
         got = hold_fits(cycle, hold, shape)
         if got is not None:
             return _use_hold(cycle, r, hold, got)

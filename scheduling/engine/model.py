@@ -107,6 +107,9 @@ class QueuedRequest:
     multi_node: bool = False  # may span nodes of one network plane
     # An admin's boost: ahead of every unboosted request of its tier (earlier boosts first).
     boosted_at: datetime | None = None
+    # The nodes that keep the person's home to themselves (no shared home root), most
+    # preferred first: the first of them that fits takes the request (``placement.at_home``).
+    home_nodes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,9 @@ class Placement:
     slice_ids: tuple[int, ...]
     # Multi-node placements: the other nodes' (node_id, slice_ids), same network plane.
     others: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    # For a request with home nodes: Code.PLACED_HOME (on one of them) or Code.PLACED_AWAY
+    # (none could take it); None otherwise (the portal says Code.PLACED).
+    reason: Reason | None = None
 
 
 @dataclass(frozen=True)

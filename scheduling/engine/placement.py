@@ -5,7 +5,8 @@
 policy), corrected by the learned-demand terms (CPU stranding, model pressure), with
 tie-breaks that avoid hot GPUs and racks near their power budget, prefer NVLink-connected GPU
 sets, and steer long whole-GPU work to high-power racks. :func:`best` picks the highest score
-(ties: the lowest node id).
+(ties: the lowest node id); :func:`at_home` comes first for a request whose person's home is
+kept on a node (the first of its home nodes that fits, whatever the scores).
 
 Speed: per shape the score of every node is cached and only nodes changed since are re-scored
 (nodes with the same :meth:`Cycle.signature` share one score), so a request costs a heap pop
@@ -230,6 +231,28 @@ def best(cycle: Cycle, shape: Shape) -> Candidate | None:
     if known is not None and known[0] == version[winner]:
         return known[1]
     return evaluate(cycle, shape, winner)
+
+
+def at_home(cycle: Cycle, shape: Shape, home_nodes: Sequence[int]) -> Candidate | None:
+    """The first of the request's home nodes that can take the shape, with its best
+    placement there; None when none can (unhealthy, full, too hot...): then :func:`best`.
+
+    Per request, not per shape: the shape's caches are shared by every request of that
+    shape, the home is one person's. A candidate :func:`best` scored for this very node
+    (and nothing touched since) is reused; else the node alone is evaluated.
+    """
+    if shape in cycle.nowhere:
+        return None
+    for node_id in home_nodes:
+        if node_id not in cycle.position:
+            continue  # unhealthy, cordoned, draining or unknown
+        known = cycle.candidates.get((shape, node_id))
+        if known is not None and known[0] == cycle.version[node_id]:
+            return known[1]
+        cand = evaluate(cycle, shape, node_id)
+        if cand is not None:
+            return cand
+    return None
 
 
 def multi_node(cycle: Cycle, shape: Shape) -> list[tuple[int, tuple[FreeSlice, ...]]] | None:

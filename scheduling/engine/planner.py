@@ -16,8 +16,11 @@ One cycle, in this order (each step's module says how):
    healthy, CPU and RAM headroom, slice kind allowed, GPU memory, GPU model, compute units, GPU
    below the temperature limit, rack power headroom, quotas (:mod:`.quotas`: concurrent
    sessions, GPU-hours this week, largest slice) of the user, the course and the department.
-   Among feasible nodes the best score wins (ties: lowest node id). Multi-GPU requests are
-   all-or-nothing: distinct GPUs of one node, or (``multi_node``) nodes of one network plane.
+   Among feasible nodes the best score wins (ties: lowest node id), except that a request
+   with ``home_nodes`` (its person's home is kept on those nodes only) goes to the first of
+   them that fits; the placement then says so (``Code.PLACED_HOME``, or ``PLACED_AWAY`` when
+   none could take it). Multi-GPU requests are all-or-nothing: distinct GPUs of one node, or
+   (``multi_node``) nodes of one network plane.
 4. **Preemption** (:mod:`.preempt`). A booked, thesis or coursework request that still cannot
    start may preempt running sessions of a lower tier; victims get the grace period and the
    request waits for them.
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import gc
 from collections import defaultdict
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from .explain import Waiting, explain
@@ -50,7 +54,7 @@ from .model import (
     RunningSession,
     Snapshot,
 )
-from .placement import best, multi_node
+from .placement import at_home, best, multi_node
 from .pool import Cycle, Shape
 from .preempt import preempt
 from .quotas import alert_for, count_session, quota_block, utilisation
@@ -154,11 +158,29 @@ def _plan(snapshot: Snapshot, now: datetime) -> Plan:
 
 
 def _place(cycle: Cycle, r: QueuedRequest, shape: Shape) -> Placement | None:
-    """Its booking's hold, else the best node, else across nodes, else a backfill; or None."""
+    """:func:`_where`, with the home's reason when the request has home nodes."""
+    placement = _where(cycle, r, shape)
+    if placement is None or not r.home_nodes:
+        return placement
+    return replace(placement, reason=home_reason(cycle, r.home_nodes, placement.node_id))
+
+
+def home_reason(cycle: Cycle, home_nodes: tuple[int, ...], node_id: int) -> Reason:
+    """PLACED_HOME on one of the home nodes, else PLACED_AWAY naming the first of them."""
+    node = cycle.nodes[node_id].hostname
+    if node_id in home_nodes:
+        return Reason(Code.PLACED_HOME, {"node": node})
+    home = cycle.nodes.get(home_nodes[0])
+    return Reason(Code.PLACED_AWAY, {"node": node, "home": home.hostname if home else "?"})
+
+
+def _where(cycle: Cycle, r: QueuedRequest, shape: Shape) -> Placement | None:
+    """Its booking's hold (one on a home node first), else the first home node that fits,
+    else the best node, else across nodes, else a backfill; or None."""
     placement = own_hold(cycle, r, shape)
     if placement is not None:
         return placement
-    cand = best(cycle, shape)
+    cand = (at_home(cycle, shape, r.home_nodes) if r.home_nodes else None) or best(cycle, shape)
     if cand is not None:
         cycle.take(cand.node_id, cand.slices, shape.cpus, shape.memory_mb)
         return Placement(r.session_id, cand.node_id, tuple(s.slice_id for s in cand.slices))

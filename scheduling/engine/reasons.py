@@ -38,6 +38,9 @@ class Code(StrEnum):
     POOL_WARN = "pool_warn"  # utilisation, limit
     POOL_BLOCKED = "pool_blocked"  # utilisation, limit
     BOOKING_SHORT = "booking_short"  # booking, course, held, need: seats that do not fit
+    # -- the engine: where a request with home nodes went (docs/scheduling.md, "Homes")
+    PLACED_HOME = "placed_home"  # node: on the node that keeps the person's home
+    PLACED_AWAY = "placed_away"  # node, home: the home's node could not take it
     # -- the portal: lifecycle
     SUBMITTED = "submitted"  # waiting for the scheduler's first look
     PLACED = "placed"  # placed; waiting for the node to start the desktop
