@@ -109,6 +109,8 @@ DETAIL_LABELS = {
     "position": gettext_lazy("position"),
     "removed": gettext_lazy("removed"),
     "detail": gettext_lazy("detail"),
+    "home": gettext_lazy("home folder"),
+    "home_node": gettext_lazy("home folder's node"),
 }
 
 # Values that are codes under one key: shown in words ("as": "admin" is "an admin", while a
@@ -116,6 +118,8 @@ DETAIL_LABELS = {
 DETAIL_VALUES = {
     ("as", "owner"): gettext_lazy("its owner"),
     ("as", "admin"): gettext_lazy("an admin"),
+    ("home", "kept"): gettext_lazy("placed on the node that keeps it"),
+    ("home", "away"): gettext_lazy("its node could not take the desktop: placed elsewhere"),
 }
 
 

@@ -1,4 +1,5 @@
-"""Where a session's home folder lives, for the session page (issue 13, docs/deploy.md).
+"""Where a person's home folder lives: for the session page, and for placement (issue 13,
+issue 27; docs/deploy.md "Homes on several nodes", docs/scheduling.md "Homes").
 
 A node whose agent keeps homes under a root every node shares (``DESKPOOL_HOME_ROOT``, told
 at registration: ``Node.home_root_shared``) gives the student the same home on any node
@@ -8,10 +9,14 @@ requeue) starts with a different, empty one.
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..choices import TERMINAL_STATES
-from ..models import Session
+from django.db.models import OuterRef, Subquery
+
+from ..choices import TERMINAL_STATES, SessionState
+from ..models import Node, Session, UsageRecord
 
 
 @dataclass(frozen=True)
@@ -27,3 +32,64 @@ def home_place(session: Session) -> HomePlace | None:
     if node is None or session.state in TERMINAL_STATES:
         return None
     return HomePlace(node=node.hostname, shared=node.home_root_shared)
+
+
+def _last_run(field: str = "node_hostname", **match: object) -> Subquery:
+    """A field (the node's name) of the latest run (``UsageRecord``: a desktop that reached
+    RUNNING) matching ``match``."""
+    runs = UsageRecord.objects.filter(**match).order_by("-started_at", "-pk")
+    return Subquery(runs.values(field)[:1])
+
+
+def home_nodes(waiting: Sequence[Session]) -> dict[int, tuple[int, ...]]:
+    """For each waiting session, the nodes that keep its person's home to themselves, most
+    preferred first; sessions with none are left out. In three queries, however long the
+    queue. The nodes, each kept only while it does not share homes (a run on a node that
+    shares them leaves nothing behind that another sharing node lacks):
+
+    1. where this session's desktop last ran (a requeued, preempted or resumed desktop comes
+       back to its files);
+    2. where the person's latest desktop ran, whichever session it was;
+    3. where each of the person's suspended desktops last ran, latest first (their homes
+       wait there for the resume).
+
+    "Ran" is a run's usage record (``UsageRecord``, opened at RUNNING): a placement whose
+    desktop never started wrote no home.
+    """
+    if not waiting:
+        return {}
+    local = dict(Node.objects.filter(home_root_shared=False).values_list("hostname", "pk"))
+    if not local:
+        return {}
+    users = {s.user_id for s in waiting}
+    rows = (
+        Session.objects.filter(pk__in=[s.pk for s in waiting])
+        .annotate(
+            own=_last_run(session=OuterRef("pk")),
+            person=_last_run(user=OuterRef("user_id")),
+        )
+        .values_list("pk", "user_id", "own", "person")
+    )
+    suspended: dict[int, list[str]] = defaultdict(list)
+    for user_id, host in (
+        Session.objects.filter(user_id__in=users, state=SessionState.SUSPENDED)
+        .annotate(
+            host=_last_run(session=OuterRef("pk")),
+            at=_last_run("started_at", session=OuterRef("pk")),
+        )
+        .order_by("-at", "-pk")
+        .values_list("user_id", "host")
+    ):
+        suspended[user_id].append(host)
+    out = {}
+    for pk, user_id, own, person in rows:
+        nodes = _local_nodes((own, person, *suspended[user_id]), local)
+        if nodes:
+            out[pk] = nodes
+    return out
+
+
+def _local_nodes(hosts: Iterable[str | None], local: dict[str, int]) -> tuple[int, ...]:
+    """The ids of the hosts that keep homes to themselves, in order, each once (a run on
+    several nodes, whose record names them all, matches none)."""
+    return tuple(dict.fromkeys(local[h] for h in hosts if h and h in local))

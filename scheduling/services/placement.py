@@ -92,8 +92,23 @@ def _holds(placement: engine.Placement) -> list[Allocation]:
 
 
 def _placed_audit(placement: engine.Placement) -> dict[str, Any]:
+    """Its slices and nodes; for a request with a home kept on a node, whether it went
+    there (``home``: ``kept``) or not (``away``, with the ``home_node`` it could not use)."""
     parts = _parts(placement)
-    return {"slices": [sid for _, ids in parts for sid in ids], "nodes": [n for n, _ in parts]}
+    audit: dict[str, Any] = {
+        "slices": [sid for _, ids in parts for sid in ids],
+        "nodes": [n for n, _ in parts],
+    }
+    if placement.reason is not None and placement.reason.code == Code.PLACED_HOME:
+        audit["home"] = "kept"
+    elif placement.reason is not None and placement.reason.code == Code.PLACED_AWAY:
+        audit.update(home="away", home_node=placement.reason.params.get("home"))
+    return audit
+
+
+def _placed_reason(placement: engine.Placement) -> Reason:
+    """The engine's word on the home (PLACED_HOME, PLACED_AWAY), else PLACED."""
+    return placement.reason or Reason(Code.PLACED)
 
 
 def apply_placements(placements: Sequence[engine.Placement], snapshot: engine.Snapshot) -> int:
@@ -104,7 +119,7 @@ def apply_placements(placements: Sequence[engine.Placement], snapshot: engine.Sn
     if not placements:
         return 0
     moves = [
-        Move(p.session_id, _placed_fields(p.node_id, _units(p, snapshot)), Reason(Code.PLACED))
+        Move(p.session_id, _placed_fields(p.node_id, _units(p, snapshot)), _placed_reason(p))
         for p in placements
     ]
     try:
@@ -129,7 +144,7 @@ def apply_placement(placement: engine.Placement, snapshot: engine.Snapshot) -> b
                 placement.session_id,
                 placement.node_id,
                 units=_units(placement, snapshot),
-                reason=Reason(Code.PLACED),
+                reason=_placed_reason(placement),
                 audit=_placed_audit(placement),
             )
             for hold in _holds(placement):

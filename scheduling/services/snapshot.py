@@ -3,7 +3,8 @@
 Nodes with their CPU and memory headroom, racks and NVLink, the free slices (every slice
 without a live :class:`~scheduling.models.Allocation`, whoever holds it), the sessions
 holding capacity, the queue, the bookings within the hold horizon, the quotas with what is
-in use, the policy, and the target workload of the fragmentation score.
+in use, the policy, and the target workload of the fragmentation score. Each waiting
+request carries the nodes that keep its person's home (``home_place.home_nodes``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ..models import (
     Slice,
     WarmDesktop,
 )
+from .home_place import home_nodes
 from .quota_requests import extra_gpu_hours
 from .usage import Usage, collect_usage, department_of
 
@@ -191,7 +193,9 @@ def profile_request(
     )
 
 
-def _request(s: Session, usage: Usage, pool_models: list[str]) -> engine.QueuedRequest:
+def _request(
+    s: Session, usage: Usage, pool_models: list[str], home: tuple[int, ...]
+) -> engine.QueuedRequest:
     return profile_request(
         s.profile,
         pool_models,
@@ -204,6 +208,7 @@ def _request(s: Session, usage: Usage, pool_models: list[str]) -> engine.QueuedR
         booking_id=s.booking_id,
         usage_gpu_hours=usage.decayed_by_user.get(s.user.get_username(), 0.0),
         boosted_at=s.boosted_at,
+        home_nodes=home,
     )
 
 
@@ -322,12 +327,13 @@ def build_snapshot(now: datetime | None = None) -> engine.Snapshot:
                 preempted_for=s.preempted_for_id,
             )
         )
-    queue = tuple(
-        _request(s, usage, pool_models)
-        for s in Session.objects.filter(state__in=WAITING_STATES).select_related(
+    waiting = list(
+        Session.objects.filter(state__in=WAITING_STATES).select_related(
             "profile", "user", "user__member", "course"
         )
     )
+    homes = home_nodes(waiting)  # where each person's home is kept, when not shared
+    queue = tuple(_request(s, usage, pool_models, homes.get(s.pk, ())) for s in waiting)
     horizon = now + timedelta(hours=policy.booking_hold_hours)
     bookings = tuple(
         engine.Booking(
