@@ -5,7 +5,8 @@ Two figures, one process on one core:
 1. the full default openb replay with the simulator's ``deskpool`` policy (one seed):
    placements per second;
 2. one planning cycle of :func:`scheduling.engine.plan` with 10,000 queued requests against the
-   trace's GPU pool: wall time of one ``plan()`` call, median of 3.
+   trace's GPU pool: wall time of one ``plan()`` call, median of 3. ``--homes F`` gives a
+   share F of the requests a home node each (``QueuedRequest.home_nodes``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import random
 import statistics
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -41,7 +43,7 @@ GPU_MEMORY_MB = {
 
 
 def engine_snapshot(
-    nodes: Sequence[Node], pods: Sequence[Pod], requests: int, seed: int = 42
+    nodes: Sequence[Node], pods: Sequence[Pod], requests: int, seed: int = 42, homes: float = 0.0
 ) -> Snapshot:
     """An engine snapshot of the trace's pool, with ``requests`` queued requests.
 
@@ -49,7 +51,9 @@ def engine_snapshot(
     ``whole`` free slice with its model's memory (``GPU_MEMORY_MB``). Requests: pods drawn with
     replacement (``random.Random(seed)``), tier uniform in 0-3, submitted one second apart;
     ``gpu_count = num_gpu``, kinds ``("whole",)``, GPU memory minimum ``gpu_milli * 16`` MB
-    (a fraction of a 16 GB GPU), CPU and RAM from the pod.
+    (a fraction of a 16 GB GPU), CPU and RAM from the pod. With ``homes``, that share of the
+    requests (drawn by ``random.Random(seed + 1)``, so the rest is unchanged) have one home
+    node, any node of the pool.
     """
     rng = random.Random(seed)
     states: list[NodeState] = []
@@ -75,6 +79,12 @@ def engine_snapshot(
                 memory_mb=pod.memory_mib,
             )
         )
+    if homes:
+        draw = random.Random(seed + 1)
+        queue = [
+            replace(r, home_nodes=(draw.randint(1, len(nodes)),)) if draw.random() < homes else r
+            for r in queue
+        ]
     return Snapshot(tuple(states), tuple(slices), tuple(queue))
 
 
@@ -101,6 +111,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--requests", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--homes", type=float, default=0.0, help="share of requests with a home node (0-1)"
+    )
     ap.add_argument("--skip-replay", action="store_true", help="only the plan() figure")
     args = ap.parse_args(argv)
 
@@ -114,10 +127,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"replay  deskpool seed {args.seed}: {m['pods']} pods in {m['seconds']:.2f} s, "
             f"{m['placements_per_s']:.0f} placements/s"
         )
-    snapshot = engine_snapshot(nodes, pods, args.requests, args.seed)
+    snapshot = engine_snapshot(nodes, pods, args.requests, args.seed, args.homes)
     secs, placed, waiting = bench_plan(snapshot, args.repeat)
+    homed = f" ({args.homes:.0%} with a home node)" if args.homes else ""
     print(
-        f"plan()  {args.requests} requests, {len(snapshot.free_slices)} free slices: "
+        f"plan()  {args.requests} requests{homed}, {len(snapshot.free_slices)} free slices: "
         f"{secs * 1000:.1f} ms (median of {args.repeat}), {placed} placed, {waiting} waiting"
     )
 
