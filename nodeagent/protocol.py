@@ -42,17 +42,20 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field
 
 from .addresses import NODE_ADDRESS_MAX
+from .protocol_files import HomeTask
 from .wire_types import (  # noqa: F401 - REASON_MAX_CHARS: the agent and tests read it here
     ID_MAX,
     INT32_MAX,
     REASON_MAX_CHARS,
+    AgentMessage,
     Count,
     NodeAddress,
     PcieLevel,
     Port,
+    PortalMessage,
     Reason,
     SessionId,
     SmallCount,
@@ -96,38 +99,6 @@ RuntimeKind = Literal["docker", "simulated"]
 def to_wire(message: BaseModel) -> dict[str, Any]:
     """The JSON object of a message: the fields set when it was made, by their wire names."""
     return message.model_dump(mode="json", exclude_unset=True)
-
-
-def _refuse_nul(value: Any) -> Any:
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise ValueError("must not contain NUL characters (\\x00)")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _refuse_nul(key)
-            _refuse_nul(item)
-    elif isinstance(value, list):
-        for item in value:
-            _refuse_nul(item)
-    return value
-
-
-class AgentMessage(BaseModel):
-    """A request body the agent sends: unknown fields are refused, text holds no NUL (the
-    portal's database refuses it), numbers are finite."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    @field_validator("*")
-    @classmethod
-    def _no_nul(cls, value: Any) -> Any:
-        return _refuse_nul(value)
-
-
-class PortalMessage(BaseModel):
-    """An answer the portal sends: fields an (older) agent does not know are ignored."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
 
 
 # -- registration ---------------------------------------------------------------------------
@@ -379,6 +350,9 @@ class DesiredState(PortalMessage):
     sessions: list[DesiredSession]
     warm: list[DesiredWarm] = Field(
         default_factory=list, description="Absent from an older portal."
+    )
+    home_tasks: list[HomeTask] = Field(
+        default_factory=list, description="Home-file tasks (protocol_files); older: absent."
     )
     version: int = Field(
         default=0,

@@ -3,9 +3,9 @@ portal's columns can hold, ids, ports and addresses. No Django."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from .addresses import node_address
 
@@ -44,3 +44,35 @@ PcieLevel = Annotated[
 
 
 NodeAddress = Annotated[str, AfterValidator(node_address)]
+
+
+def _refuse_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError("must not contain NUL characters (\\x00)")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_nul(key)
+            _refuse_nul(item)
+    elif isinstance(value, list):
+        for item in value:
+            _refuse_nul(item)
+    return value
+
+
+class AgentMessage(BaseModel):
+    """A request body the agent sends: unknown fields are refused, text holds no NUL (the
+    portal's database refuses it), numbers are finite."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        return _refuse_nul(value)
+
+
+class PortalMessage(BaseModel):
+    """An answer the portal sends: fields an (older) agent does not know are ignored."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)

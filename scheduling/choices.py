@@ -131,3 +131,8 @@ class AuditKind(models.TextChoices):
     API_TOKEN_REVOKED = "signin.token_revoked", _("API token revoked")
     PASSWORD_CHANGED = "signin.password_changed", _("Password changed")
     PASSWORD_SET = "signin.password_set", _("Password set by an admin")
+    # the Files page (docs/lifecycle.md "Home files"): a file put into, taken from or deleted
+    # from a person's home on a node (data: path, size, node); listings are not audited
+    HOME_UPLOADED = "home.uploaded", _("Home file uploaded")
+    HOME_DOWNLOADED = "home.downloaded", _("Home file downloaded")
+    HOME_DELETED = "home.deleted", _("Home file deleted")

@@ -12,6 +12,7 @@ from .bookings import (
     default_profile_of,
     set_default_profile,
 )
+from .home_files import HomeTask, HomeTaskContent, HomeTaskKind, HomeTaskState, HomeUsage
 from .lifecycle import IdlePolicy, LifecycleNotices, SessionActivity
 from .metrics import MetricRollup, MetricSample, MetricSource
 from .policy import PoolPolicy, Quota, QuotaScope
@@ -34,6 +35,11 @@ __all__ = [
     "CourseDesktop",
     "DesktopProfile",
     "Gpu",
+    "HomeTask",
+    "HomeTaskContent",
+    "HomeTaskKind",
+    "HomeTaskState",
+    "HomeUsage",
     "IdlePolicy",
     "JoinToken",
     "LifecycleNotices",

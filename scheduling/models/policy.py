@@ -82,6 +82,12 @@ class Quota(models.Model):
     max_slice_memory_mb = models.PositiveIntegerField(
         null=True, blank=True, help_text="Largest slice, in MB of GPU memory."
     )
+    max_home_mb = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="A person's home folder, in MB (user scope only; empty: the setting "
+        "DESKPOOL_HOME_QUOTA_MB).",
+    )
 
     class Meta:
         ordering = ["scope", "key"]
