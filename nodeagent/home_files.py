@@ -1,0 +1,336 @@
+"""Safe file operations in ONE home folder, for the Files page's home tasks
+(:mod:`nodeagent.protocol_files`). No Docker, no portal.
+
+The agent runs as root, and what is inside a home was written by the person's desktop (uid
+1000), which can make links to anywhere, and swap a folder for a link at any moment. So
+nothing here opens a path as a whole: the home is opened with ``O_DIRECTORY|O_NOFOLLOW``,
+then each name below it relative to its folder's descriptor (``dir_fd``) with
+``O_NOFOLLOW``. A link is listed as a link and never followed, anywhere in a path; nothing
+outside the home is read, written or deleted. The folder holding the home (a Docker
+volume's ``_data``, or ``<DESKPOOL_HOME_ROOT>/<volume>``) is the agent's and trusted.
+
+Every expected problem (a missing file, a link, a full home) is :class:`HomeFileError`,
+whose message is an English sentence the Files page shows as it is.
+
+What a home holds (:meth:`HomeFolder.used_bytes`, against the quota): the sum of its regular
+files' sizes (``st_size``, what the person sees in a listing), found without following
+links; folders, links and hard links' extra names are not counted more than their files.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import stat
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import NamedTuple
+
+from nodeagent.protocol_files import HOME_LIST_MAX, HomeEntry, HomeEntryKind, home_path
+
+DESKTOP_UID = DESKTOP_GID = 1000  # the desktops' user (nodeagent.runtime.home_mounts)
+MB = 1024 * 1024  # what the portal's *_MB settings count in
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: opening a FIFO the desktop planted must not hang the agent (it is refused).
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+TEMP_PREFIX = ".deskpool-upload-"
+_SHOWN_MAX = 80  # characters of a path a sentence shows (reasons are cut at 300)
+_CHUNK = 1024 * 1024
+
+
+class HomeFileError(Exception):
+    """An operation refused or failed; the message is a sentence for the person."""
+
+
+class Listing(NamedTuple):
+    entries: list[HomeEntry]  # folders first, then by name; at most HOME_LIST_MAX
+    truncated: bool  # the folder holds more
+    skipped: int  # names that are not valid UTF-8, left out
+
+
+def megabytes(size: int) -> str:
+    """``size`` bytes in MB as a sentence shows it: one decimal below 100 MB."""
+    value = size / MB
+    return f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+
+def shown(path: str) -> str:
+    """A path as a sentence shows it, quoted; a long one keeps its end."""
+    if len(path) > _SHOWN_MAX:
+        path = "…" + path[-(_SHOWN_MAX - 1) :]
+    return f'"{path}"'
+
+
+def _parts(path: str) -> list[str]:
+    try:
+        home_path(path)
+    except ValueError as error:
+        raise HomeFileError(f"{shown(path)} is not a valid path in your home: {error}.") from None
+    return path.split("/") if path else []
+
+
+def _kind(mode: int) -> HomeEntryKind:
+    if stat.S_ISDIR(mode):
+        return "folder"
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISLNK(mode):
+        return "link"
+    return "other"
+
+
+def _utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")  # a name that is not UTF-8 holds surrogate escapes
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+class HomeFolder:
+    """One home folder, open for the life of a ``with`` block (:meth:`open`)."""
+
+    def __init__(self, fd: int, root: Path) -> None:
+        self._fd = fd
+        self.root = root
+
+    @classmethod
+    @contextmanager
+    def open(cls, root: Path) -> Iterator[HomeFolder]:
+        """The home at ``root`` (the agent's path; its last name must not be a link)."""
+        try:
+            fd = os.open(root, _FOLDER_FLAGS)
+        except FileNotFoundError:
+            raise HomeFileError("Your home folder does not exist on this node.") from None
+        except OSError as error:
+            raise HomeFileError(
+                f"Your home folder cannot be opened on this node: {error.strerror}."
+            ) from None
+        try:
+            yield cls(fd, root)
+        finally:
+            os.close(fd)
+
+    # -- walking -------------------------------------------------------------------------
+
+    def _folder(self, parts: list[str]) -> int:
+        """A new descriptor of the folder ``parts`` names (the home for none); every name
+        opened relative to the one before, links refused."""
+        fd = os.dup(self._fd)
+        for depth, name in enumerate(parts):
+            try:
+                inner = os.open(name, _FOLDER_FLAGS, dir_fd=fd)
+            except OSError as error:
+                problem = _not_a_folder(fd, name, "/".join(parts[: depth + 1]), error)
+                os.close(fd)
+                raise problem from None
+            os.close(fd)
+            fd = inner
+        return fd
+
+    @contextmanager
+    def _parent(self, path: str) -> Iterator[tuple[int, str]]:
+        """The open folder holding ``path``'s last name, and that name."""
+        parts = _parts(path)
+        if not parts:
+            raise HomeFileError("Choose a file or folder in your home, not the home itself.")
+        fd = self._folder(parts[:-1])
+        try:
+            yield fd, parts[-1]
+        finally:
+            os.close(fd)
+
+    # -- the operations ------------------------------------------------------------------
+
+    def list(self, path: str = "") -> Listing:
+        """The folder's entries (links listed as links, never followed)."""
+        fd = self._folder(_parts(path))
+        entries: list[HomeEntry] = []
+        skipped = 0
+        try:
+            with os.scandir(fd) as found:
+                for entry in found:
+                    if not _utf8(entry.name):
+                        skipped += 1
+                        continue
+                    try:
+                        info = entry.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue  # deleted meanwhile
+                    kind = _kind(info.st_mode)
+                    entries.append(
+                        HomeEntry(
+                            name=entry.name,
+                            kind=kind,
+                            size=info.st_size if kind == "file" else 0,
+                            modified=datetime.fromtimestamp(info.st_mtime, tz=UTC),
+                        )
+                    )
+        finally:
+            os.close(fd)
+        entries.sort(key=lambda e: (e.kind != "folder", e.name))
+        return Listing(entries[:HOME_LIST_MAX], len(entries) > HOME_LIST_MAX, skipped)
+
+    def read(self, path: str, max_bytes: int = 0) -> bytes:
+        """A regular file's bytes; at most ``max_bytes`` of them (0: no limit)."""
+        with self._parent(path) as (parent, name):
+            before = _lstat(parent, name, path)
+            _require_file(before.st_mode, path, "downloaded")
+            _require_size(before.st_size, max_bytes, path)
+            try:
+                fd = os.open(name, _FILE_FLAGS, dir_fd=parent)
+            except OSError as error:
+                raise HomeFileError(f"Cannot open {shown(path)}: {error.strerror}.") from None
+            with os.fdopen(fd, "rb") as file:
+                now = os.fstat(file.fileno())
+                if (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino):
+                    raise HomeFileError(f"{shown(path)} changed while it was read; try again.")
+                _require_file(now.st_mode, path, "downloaded")
+                data = file.read(max_bytes + 1) if max_bytes else file.read()
+        _require_size(len(data), max_bytes, path)
+        return data
+
+    def write(self, path: str, chunks: Iterable[bytes], size: int, quota_bytes: int = 0) -> None:
+        """Write exactly ``size`` bytes from ``chunks`` to the file ``path`` (its folder must
+        exist; a file there is replaced, a folder or link is not): into a new file beside
+        it, owned by the desktop user, then renamed over it. Refused when the home would
+        hold more than ``quota_bytes`` afterwards (0: no quota)."""
+        with self._parent(path) as (parent, name):
+            replaced = 0
+            try:
+                old = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            except FileNotFoundError:
+                pass
+            else:
+                _require_file(old.st_mode, path, "replaced by an upload")
+                replaced = old.st_size
+            if quota_bytes:
+                used = self.used_bytes()
+                if used - replaced + size > quota_bytes:
+                    raise HomeFileError(
+                        f"Your home folder is full: {megabytes(used)} MB of "
+                        f"{megabytes(quota_bytes)} MB used; this file needs {megabytes(size)} "
+                        "MB. Delete files, then upload again."
+                    )
+            temporary = f"{TEMP_PREFIX}{secrets.token_hex(8)}"
+            try:
+                fd = os.open(temporary, _NEW_FILE_FLAGS, 0o644, dir_fd=parent)
+            except OSError as error:
+                raise HomeFileError(
+                    f"Cannot write in the folder of {shown(path)}: {error.strerror}."
+                ) from None
+            try:
+                _fill(fd, chunks, size, path)
+                os.rename(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
+            except BaseException as error:
+                _remove_quietly(temporary, parent)
+                if isinstance(error, OSError) and error.errno is not None:  # the disk's
+                    raise HomeFileError(f"Cannot write {shown(path)}: {error.strerror}.") from None
+                raise
+            finally:
+                os.close(fd)
+            with suppress(OSError):
+                os.fsync(parent)  # the rename, on disk
+
+    def delete(self, path: str) -> None:
+        """Delete a file or link (the link only), or a folder and all it holds."""
+        if not path:
+            raise HomeFileError("Your home folder itself cannot be deleted.")
+        with self._parent(path) as (parent, name):
+            info = _lstat(parent, name, path)
+            try:
+                if stat.S_ISDIR(info.st_mode):
+                    # With dir_fd, rmtree works on descriptors and never follows a link
+                    # (shutil.rmtree.avoids_symlink_attacks on Linux).
+                    shutil.rmtree(name, dir_fd=parent)
+                else:
+                    os.unlink(name, dir_fd=parent)
+            except OSError as error:
+                raise HomeFileError(f"Cannot delete {shown(path)}: {error.strerror}.") from None
+
+    def used_bytes(self) -> int:
+        """What the home holds: the sum of its regular files' sizes (the module's docstring)."""
+        total = 0
+        # follow_symlinks=False: fwalk never descends into a link, even one swapped in
+        # for a folder while it walks.
+        for _, _, files, folder in os.fwalk(".", dir_fd=self._fd, follow_symlinks=False):
+            for name in files:
+                try:
+                    info = os.stat(name, dir_fd=folder, follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(info.st_mode):
+                    total += info.st_size
+        return total
+
+
+def _not_a_folder(fd: int, name: str, path: str, error: OSError) -> HomeFileError:
+    """Why ``name`` in folder ``fd`` could not be opened as a folder, as a sentence."""
+    try:
+        mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return HomeFileError(f"No folder named {shown(path)} in your home.")
+    except OSError:
+        mode = None
+    if mode is not None and stat.S_ISLNK(mode):
+        return HomeFileError(f"{shown(path)} is a link; links are not followed.")
+    if mode is not None and not stat.S_ISDIR(mode):
+        return HomeFileError(f"{shown(path)} is not a folder.")
+    return HomeFileError(f"Cannot open the folder {shown(path)}: {error.strerror}.")
+
+
+def _lstat(parent: int, name: str, path: str) -> os.stat_result:
+    try:
+        return os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        raise HomeFileError(f"No file or folder named {shown(path)} in your home.") from None
+    except OSError as error:
+        raise HomeFileError(f"Cannot read {shown(path)}: {error.strerror}.") from None
+
+
+def _require_file(mode: int, path: str, what: str) -> None:
+    kind = _kind(mode)
+    if kind == "folder":
+        raise HomeFileError(f"{shown(path)} is a folder; a folder cannot be {what}.")
+    if kind == "link":
+        raise HomeFileError(f"{shown(path)} is a link; a link cannot be {what}.")
+    if kind != "file":
+        raise HomeFileError(f"{shown(path)} is not a regular file; it cannot be {what}.")
+
+
+def _require_size(size: int, max_bytes: int, path: str) -> None:
+    if max_bytes and size > max_bytes:
+        raise HomeFileError(
+            f"{shown(path)} is {megabytes(size)} MB; files of at most "
+            f"{megabytes(max_bytes)} MB can be downloaded here."
+        )
+
+
+def _fill(fd: int, chunks: Iterable[bytes], size: int, path: str) -> None:
+    """Write the chunks to the new file ``fd``: exactly ``size`` bytes, then fsync."""
+    if os.geteuid() == 0:  # a non-root agent (simulated, development) keeps its own uid
+        os.fchown(fd, DESKTOP_UID, DESKTOP_GID)
+    written = 0
+    for chunk in chunks:
+        written += len(chunk)
+        if written > size:
+            raise HomeFileError(
+                f"The upload of {shown(path)} sent more than its {size} bytes; try again."
+            )
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(fd, view[:_CHUNK]) :]
+    if written != size:
+        raise HomeFileError(
+            f"The upload of {shown(path)} was cut short ({written} of {size} bytes); try again."
+        )
+    os.fsync(fd)
+
+
+def _remove_quietly(name: str, parent: int) -> None:
+    with suppress(OSError):
+        os.unlink(name, dir_fd=parent)
