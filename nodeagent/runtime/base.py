@@ -6,6 +6,7 @@ import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from nodeagent.failures import classify
@@ -166,6 +167,13 @@ class DesktopRuntime(Protocol):
 
     def stop_warm(self, key: str) -> None:
         """Stop and remove a warm desktop and everything it has (password, claim record)."""
+        ...
+
+    # -- home files (docs/agent-protocol.md, "Home files") --
+
+    def home_folder(self, home_volume: str, *, create: bool) -> Path | None:
+        """Where the home ``home_volume`` keeps its files on this host; None when it does
+        not exist here (made first, owned by the desktop user, with ``create``)."""
         ...
 
 

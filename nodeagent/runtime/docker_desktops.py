@@ -217,7 +217,11 @@ class DesktopContainers:
         start) leaves them. A volume of that name made before the root was set is used as
         it is (its files are on this node only).
         """
-        name = session.home_volume
+        return self.ensure_volume(session.home_volume, session.user) is not None
+
+    def ensure_volume(self, name: str, user: str = "") -> Any | None:
+        """:meth:`ensure_home_volume` by name (``user`` for its label): the volume this call
+        created, or None when it existed."""
         try:
             volume = self.client.volumes.get(name)
         except NotFound:
@@ -225,20 +229,47 @@ class DesktopContainers:
         if volume is not None:
             if self.home_root is not None:
                 self._warn_unshared(volume)
-            return False
-        labels = {**self.own_labels(), LABEL_USER: session.user}
+            return None
+        labels = {**self.own_labels(), **({LABEL_USER: user} if user else {})}
         if self.home_root is None:
-            self.client.volumes.create(name=name, labels=labels)
-            return True
+            return self.client.volumes.create(name=name, labels=labels)
         folder = self.shared_home(name)
         make_home_folder(folder)
-        self.client.volumes.create(
+        return self.client.volumes.create(
             name=name,
             driver="local",
             driver_opts={"type": "none", "o": "bind", "device": str(folder)},
             labels=labels,
         )
-        return True
+
+    def home_folder(self, name: str, *, create: bool) -> Path | None:
+        """Where the home volume ``name`` keeps its files on this host (the Files page's
+        home tasks): the volume's folder (:meth:`home_dir`); without a volume, the folder
+        under the home root, if any. None when there is no home yet, unless ``create``:
+        then it is made as a desktop's start would (:meth:`ensure_volume`), its folder
+        owned by the desktop user, mode 0700 (a new volume's folder is root's until a
+        desktop first mounts it; one that already holds a file keeps its owner)."""
+        try:
+            volume = self.client.volumes.get(name)
+        except NotFound:
+            volume = None
+        if volume is not None:
+            return self.home_dir(volume)
+        if self.home_root is not None:
+            folder = self.shared_home(name)
+            if folder.is_dir() or create:
+                make_home_folder(folder)  # the volume itself comes with the first desktop
+                return folder
+            return None
+        if not create:
+            return None
+        created = self.ensure_volume(name)
+        volume = created if created is not None else self.client.volumes.get(name)
+        folder = self.home_dir(volume)
+        if created is not None:
+            os.chown(folder, home_mounts.DESKTOP_UID, home_mounts.DESKTOP_GID)
+            os.chmod(folder, 0o700)
+        return folder
 
     def shared_home(self, volume_name: str) -> Path:
         """The folder under the home root that holds the home volume ``volume_name``."""

@@ -250,6 +250,11 @@ class DockerRuntime:
         for key in self._desktops.claims.keys_of(session_id):
             self._warm.remove(key)
 
+    # -- home files ----------------------------------------------------------------------
+
+    def home_folder(self, home_volume: str, *, create: bool) -> Path | None:
+        return self._desktops.home_folder(home_volume, create=create)
+
     # -- the warm pool (docker_warm) -----------------------------------------------------
 
     def usage(self, containers: Sequence[ManagedContainer]) -> list[SessionUsage]:

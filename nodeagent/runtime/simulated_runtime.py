@@ -9,12 +9,18 @@ Usage figures for idle detection are SIMULATED too: a session's GPU and CPU use 
 :data:`SIMULATED_USAGE` (an idle desktop) unless set with :meth:`SimulatedRuntime.set_usage`
 or in the usage file (:func:`usage_file`: ``{"<session id>": [gpu %, cpu %]}``, read at every
 heartbeat, so a test or a demo can make a session's GPU busy or idle from outside the agent).
+
+Homes are SIMULATED as well: the Files page's home tasks work on plain folders,
+``<state dir>/simulated-homes/<home volume>`` (:meth:`SimulatedRuntime.home_folder`; a
+temporary folder without a state file), which no desktop ever mounts.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -24,6 +30,7 @@ from pathlib import Path
 from nodeagent.config import AgentConfig
 from nodeagent.protocol import DesiredSession, DesiredWarm, RuntimeKind, SessionUsage
 from nodeagent.runtime.base import ManagedContainer, StartFailed, WarmContainer
+from nodeagent.runtime.home_mounts import DESKTOP_GID, DESKTOP_UID
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +57,7 @@ class SimulatedRuntime:
         state_file: Path | None = None,
         start_delay_s: float = 0.2,
         known_images: set[str] | None = None,
+        homes_dir: Path | None = None,
     ) -> None:
         self._node = node_name
         self._publish_address = publish_address
@@ -66,6 +74,10 @@ class SimulatedRuntime:
         self._containers: dict[int, ManagedContainer] = self._load()
         # SIMULATED warm desktops, in memory only: a restarted agent starts them afresh.
         self._warm: dict[str, WarmContainer] = {}
+        # SIMULATED homes: plain folders (the module's docstring).
+        if homes_dir is None and state_file is not None:
+            homes_dir = state_file.parent / "simulated-homes"
+        self._homes_dir = homes_dir
 
     @classmethod
     def from_config(cls, config: AgentConfig) -> SimulatedRuntime:
@@ -193,6 +205,24 @@ class SimulatedRuntime:
     def stop_warm(self, key: str) -> None:
         with self._lock:
             self._warm.pop(key, None)
+
+    def home_folder(self, home_volume: str, *, create: bool) -> Path | None:
+        """A SIMULATED home: the folder ``<homes>/<home_volume>`` (made, 0700, with
+        ``create``; owned by the desktop user when the agent runs as root)."""
+        if "/" in home_volume or home_volume in (".", "..") or "\0" in home_volume:
+            raise StartFailed(f"home volume name {home_volume!r} cannot be a folder name")
+        with self._lock:
+            if self._homes_dir is None:
+                self._homes_dir = Path(tempfile.mkdtemp(prefix="deskpool-simulated-homes-"))
+            folder = self._homes_dir / home_volume
+        if folder.is_dir():
+            return folder
+        if not create:
+            return None
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if os.geteuid() == 0:
+            os.chown(folder, DESKTOP_UID, DESKTOP_GID)
+        return folder
 
     def simulate_exit(self, session_id: int, exit_code: int, *, oom_killed: bool = False) -> None:
         """Pretend the desktop died (for tests and demos of LOST sessions)."""
