@@ -17,6 +17,7 @@ from nodeagent.credentials import (
     load_credential,
     save_credential,
 )
+from nodeagent.home_tasks import HomeTaskRunner
 from nodeagent.portal_client import (
     Conflict,
     PortalClient,
@@ -48,6 +49,8 @@ HEARTBEAT_SLACK_S = MIN_WAIT_S = 0.5
 # node is no load for a portal coming back, and desktop states catch up within seconds of
 # it answering again (a 60 s cap meant up to a minute more after a one-minute outage).
 MAX_RETRY_S = 10.0
+# ``--once`` waits this long for the home tasks it started.
+ONCE_HOME_TASKS_S = 120.0
 
 
 class AgentExit(RuntimeError):
@@ -94,6 +97,8 @@ class Agent:
         self.probe = probe
         self.runtime = runtime
         self.reconciler = Reconciler(runtime, client, start_workers=config.start_workers)
+        # The Files page's home tasks, beside the reconciler (nodeagent.home_tasks).
+        self.home_tasks = HomeTaskRunner(runtime, client)
         self.stopping = threading.Event()
         self.backoff = Backoff(cap_s=MAX_RETRY_S)
 
@@ -260,6 +265,7 @@ class Agent:
         """Ask, reconcile, heartbeat once; wait for the desktops' reports to go out."""
         try:
             desired = self.client.desired()
+            self.home_tasks.offer(desired.home_tasks)
             summary = self.reconciler.step(desired.sessions, desired.warm)
             if not summary.is_quiet():
                 logger.info("reconcile: %s", summary)
@@ -272,8 +278,10 @@ class Agent:
             logger.exception("reconcile step failed")
         self.reconciler.wait_idle(self.config.ready_timeout_s + 30)
         self.reconciler.flush_reports()
+        self.home_tasks.wait_idle(ONCE_HOME_TASKS_S)
 
     def _close(self) -> None:
+        self.home_tasks.close()
         self.reconciler.close(wait_for_actions=False)
         logger.info("agent stopped; desktops keep running")
 
@@ -302,6 +310,8 @@ class PortalFollower(threading.Thread):
             try:
                 self.latest = self._next(self.latest)
                 self.changed.set()
+                # Home tasks start here, not after the reconcile step: a Files page waits.
+                agent.home_tasks.offer(self.latest.home_tasks)
                 agent.backoff.reset()
             except PortalUnavailable as error:
                 delay = agent.backoff.next_delay()

@@ -7,6 +7,8 @@ not match is :class:`BadAnswer`, and the agent leaves its desktops alone.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import httpx
@@ -27,11 +29,15 @@ from nodeagent.protocol import (
     WarmReport,
     to_wire,
 )
+from nodeagent.protocol_files import HomeTaskAnswer, HomeTaskReport
 
 API_PREFIX = "/api/agent/v1/"
 A = TypeVar("A", bound=BaseModel)  # the answer's protocol model
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
 WAIT_GRACE_S = 15.0  # a wait's answer may come this much later than its timeout
+# A home file's bytes travel as they are, both ways; a pause of a minute ends a transfer.
+CONTENT_TYPE = "application/octet-stream"
+CONTENT_TIMEOUT = httpx.Timeout(60.0, connect=3.0)
 
 
 class PortalError(RuntimeError):
@@ -120,6 +126,43 @@ class PortalClient:
         """Report a warm desktop's state. Conflict: the portal no longer wants it."""
         return self._request("POST", f"warm/{key}/report/", ReportAnswer, report).state
 
+    # -- home files (nodeagent.protocol_files) ------------------------------------------
+
+    @contextmanager
+    def home_task_content(self, task_id: int) -> Iterator[Iterator[bytes]]:
+        """An upload's bytes (``GET home-tasks/<id>/content/``), as chunks while the block
+        runs; a connection lost meanwhile is :class:`PortalUnavailable`."""
+        try:
+            with self._http.stream(
+                "GET", f"home-tasks/{task_id}/content/", headers=self._headers(),
+                timeout=CONTENT_TIMEOUT,
+            ) as response:  # fmt: skip
+                if response.status_code != 200:
+                    response.read()
+                    _raise_for_status(response, _json_of(response))
+                yield _chunks_of(response)
+        except httpx.TransportError as error:
+            raise _unreachable(error) from error
+
+    def put_home_task_content(self, task_id: int, data: bytes) -> None:
+        """A download's bytes (``PUT home-tasks/<id>/content/``); any 2xx is taken."""
+        headers = {**self._headers(), "Content-Type": CONTENT_TYPE}
+        try:
+            response = self._http.put(
+                f"home-tasks/{task_id}/content/",
+                content=data,
+                headers=headers,
+                timeout=CONTENT_TIMEOUT,
+            )
+        except httpx.TransportError as error:
+            raise _unreachable(error) from error
+        if not response.is_success:
+            _raise_for_status(response, _json_of(response))
+
+    def report_home_task(self, task_id: int, report: HomeTaskReport) -> HomeTaskAnswer:
+        """How a home task ended. Conflict: the portal no longer waits for it (drop it)."""
+        return self._request("POST", f"home-tasks/{task_id}/report/", HomeTaskAnswer, report)
+
     def _request(
         self,
         method: str,
@@ -137,15 +180,31 @@ class PortalClient:
     def _send(
         self, method: str, path: str, body: BaseModel | None, timeout: httpx.Timeout | None
     ) -> httpx.Response:
-        headers = {"Authorization": f"Node {self.node_token}"} if self.node_token else {}
         json = to_wire(body) if body is not None else None
         return self._http.request(
-            method, path, json=json, headers=headers, timeout=timeout or self._http.timeout
+            method, path, json=json, headers=self._headers(), timeout=timeout or self._http.timeout
         )
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Node {self.node_token}"} if self.node_token else {}
 
 
 def _unreachable(error: httpx.TransportError) -> PortalUnavailable:
     return PortalUnavailable(f"portal unreachable: {type(error).__name__}: {error}")
+
+
+def _json_of(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def _chunks_of(response: httpx.Response) -> Iterator[bytes]:
+    try:
+        yield from response.iter_bytes()
+    except httpx.TransportError as error:
+        raise _unreachable(error) from error
 
 
 def _answer_of(response: httpx.Response, answer: type[A]) -> A:
@@ -153,6 +212,23 @@ def _answer_of(response: httpx.Response, answer: type[A]) -> A:
         data: Any = response.json()
     except ValueError:
         data = None
+    _raise_for_status(response, data)
+    try:
+        return answer.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or '(body)'}: {e['msg']}"
+            for e in error.errors(include_url=False, include_input=False)[:5]
+        )
+        where = f"{response.request.method} {response.request.url.path}"
+        raise BadAnswer(
+            f"{where}: {response.status_code} answer is not a valid {answer.__name__}: {problems}",
+            status_code=response.status_code,
+        ) from None
+
+
+def _raise_for_status(response: httpx.Response, data: Any) -> None:
+    """The typed error of an error answer (``data``: its JSON body, if any)."""
     body = data if isinstance(data, dict) else {}
     detail = str(body.get("detail") or response.text[:200] or response.reason_phrase)
     where = f"{response.request.method} {response.request.url.path}"
@@ -169,14 +245,3 @@ def _answer_of(response: httpx.Response, answer: type[A]) -> A:
         raise PortalUnavailable(f"{where}: {status} {detail}", status_code=status)
     if status >= 400:
         raise PortalError(f"{where}: {status} {detail}", status_code=status)
-    try:
-        return answer.model_validate(data)
-    except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or '(body)'}: {e['msg']}"
-            for e in error.errors(include_url=False, include_input=False)[:5]
-        )
-        raise BadAnswer(
-            f"{where}: {status} answer is not a valid {answer.__name__}: {problems}",
-            status_code=status,
-        ) from None

@@ -1,0 +1,201 @@
+"""Carrying out the Files page's home tasks (``DesiredState.home_tasks``,
+:mod:`nodeagent.protocol_files`) on a small pool of threads, beside the reconciler.
+
+Each task listed in a desired state is started once (its id is remembered while the portal
+lists it): a listing, an upload (its bytes fetched from the portal and written into the
+home), a download (the file's bytes sent to the portal) or a deletion, each in the home's
+folder on this node (:meth:`~nodeagent.runtime.base.DesktopRuntime.home_folder`) through
+:class:`~nodeagent.home_files.HomeFolder`, which never follows a link. Then its report goes
+to the portal, with what the home holds afterwards. A 409 (the portal no longer waits for
+the task) drops it; an unreachable portal gets the report once more, then the task is
+dropped too (the portal fails it after its timeout). One INFO line per task; never a file's
+contents.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Protocol
+
+from nodeagent.home_files import HomeFileError, HomeFolder, megabytes, shown
+from nodeagent.portal_client import Conflict, PortalError, PortalUnavailable
+from nodeagent.protocol_files import HomeTask, HomeTaskAnswer, HomeTaskReport
+from nodeagent.wire_types import REASON_MAX_CHARS
+
+logger = logging.getLogger(__name__)
+
+HOME_TASK_WORKERS = 2
+REPORT_RETRY_S = 2.0  # before the one more try of a report the portal did not answer
+LOST_PORTAL = "The node lost its connection to the portal while the file was sent; try again."
+
+
+class HomeClient(Protocol):
+    """What the runner needs of :class:`~nodeagent.portal_client.PortalClient`."""
+
+    def home_task_content(self, task_id: int) -> AbstractContextManager[Iterator[bytes]]: ...
+
+    def put_home_task_content(self, task_id: int, data: bytes) -> None: ...
+
+    def report_home_task(self, task_id: int, report: HomeTaskReport) -> HomeTaskAnswer: ...
+
+
+class HomeRuntime(Protocol):
+    def home_folder(self, home_volume: str, *, create: bool) -> Path | None: ...
+
+
+def cut(reason: str) -> str:
+    return reason if len(reason) <= REASON_MAX_CHARS else reason[: REASON_MAX_CHARS - 1] + "…"
+
+
+class HomeTaskRunner:
+    """Starts each listed home task once, on :data:`HOME_TASK_WORKERS` threads."""
+
+    def __init__(
+        self,
+        runtime: HomeRuntime,
+        client: HomeClient,
+        *,
+        workers: int = HOME_TASK_WORKERS,
+        retry_s: float = REPORT_RETRY_S,
+    ) -> None:
+        self.runtime = runtime
+        self.client = client
+        self.retry_s = retry_s
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="home-task")
+        self._lock = threading.Lock()
+        self._started: set[int] = set()
+        self._futures: set[Future[None]] = set()
+        self._closing = threading.Event()
+
+    def offer(self, tasks: Sequence[HomeTask]) -> None:
+        """The tasks of the latest desired state: start those not started yet; forget the
+        ids no longer listed (the portal lists a task until it is reported or timed out)."""
+        with self._lock:
+            if self._closing.is_set():
+                return
+            self._started &= {task.id for task in tasks}
+            for task in tasks:
+                if task.id in self._started:
+                    continue
+                self._started.add(task.id)
+                future = self._pool.submit(self._run, task)
+                self._futures.add(future)
+                future.add_done_callback(self._futures.discard)
+
+    def wait_idle(self, timeout_s: float) -> None:
+        """Wait for the tasks started so far (``--once``, tests)."""
+        with self._lock:
+            pending = set(self._futures)
+        wait(pending, timeout=timeout_s)
+
+    def close(self) -> None:
+        """Start nothing more; tasks under way end on their own (the threads do not keep
+        the agent from exiting: the portal times out a task never reported)."""
+        with self._lock:
+            self._closing.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- one task ------------------------------------------------------------------------
+
+    def _run(self, task: HomeTask) -> None:
+        started = time.monotonic()
+        try:
+            report, done = self._carry_out(task)
+        except Conflict as error:
+            logger.info("home task %s %s: dropped (%s)", task.id, task.kind, error)
+            return
+        except PortalUnavailable as error:  # while the file's bytes travelled
+            logger.warning("home task %s %s: %s", task.id, task.kind, error)
+            report = HomeTaskReport(ok=False, reason=LOST_PORTAL)
+            done = "failed"
+        except PortalError as error:
+            if error.status_code == 404:  # not this node's task (any more)
+                logger.info("home task %s %s: dropped (%s)", task.id, task.kind, error)
+                return
+            logger.warning("home task %s %s: %s", task.id, task.kind, error)
+            report = HomeTaskReport(ok=False, reason=cut(f"The portal refused the file: {error}"))
+            done = "failed"
+        except Exception as error:  # a bug or the engine: the person still gets an answer
+            logger.exception("home task %s %s failed", task.id, task.kind)
+            report = HomeTaskReport(ok=False, reason=cut(f"The node could not do this: {error}"))
+            done = "failed"
+        outcome = self._report(task, report)
+        logger.info(
+            "home task %s %s: %s%s (%.1f s)",
+            task.id,
+            task.kind,
+            done if report.ok else f"refused: {report.reason}",
+            "" if outcome == "" else f"; report {outcome}",
+            time.monotonic() - started,
+        )
+
+    def _carry_out(self, task: HomeTask) -> tuple[HomeTaskReport, str]:
+        """The task's report and, for the log, what was done."""
+        folder = self.runtime.home_folder(task.home_volume, create=task.kind == "upload")
+        if folder is None:  # no home here yet: an empty one
+            if task.kind == "list" and task.path == "":
+                return HomeTaskReport(ok=True, used_bytes=0), "listed an empty home"
+            missing = HomeTaskReport(
+                ok=False,
+                reason=cut(f"No file or folder named {shown(task.path)} in your home."),
+                used_bytes=0,
+            )
+            return missing, "no home"
+        try:
+            with HomeFolder.open(folder) as home:
+                report, done = self._in_home(task, home)
+                return report.model_copy(update={"used_bytes": _used(home)}), done
+        except HomeFileError as error:
+            return HomeTaskReport(ok=False, reason=cut(str(error)), used_bytes=None), "refused"
+
+    def _in_home(self, task: HomeTask, home: HomeFolder) -> tuple[HomeTaskReport, str]:
+        if task.kind == "list":
+            listing = home.list(task.path)
+            if listing.skipped:
+                logger.info("home task %s: %d name(s) not UTF-8 left out", task.id, listing.skipped)
+            report = HomeTaskReport(ok=True, entries=listing.entries, truncated=listing.truncated)
+            return report, f"listed {len(listing.entries)} entries"
+        if task.kind == "delete":
+            home.delete(task.path)
+            return HomeTaskReport(ok=True), "deleted"
+        if task.kind == "download":
+            data = home.read(task.path, task.max_bytes)
+            self.client.put_home_task_content(task.id, data)
+            return HomeTaskReport(ok=True), f"sent {megabytes(len(data))} MB"
+        # upload
+        with self.client.home_task_content(task.id) as chunks:
+            home.write(task.path, chunks, task.size, task.quota_bytes)
+        return HomeTaskReport(ok=True), f"wrote {megabytes(task.size)} MB"
+
+    def _report(self, task: HomeTask, report: HomeTaskReport) -> str:
+        """Send the report (once more if the portal did not answer); '' when taken, else
+        what became of it, for the log line."""
+        for attempt in (1, 2):
+            try:
+                self.client.report_home_task(task.id, report)
+                return ""
+            except Conflict:
+                return "dropped (409: no longer pending)"
+            except PortalUnavailable as error:
+                logger.warning("home task %s: report not answered (%s)", task.id, error)
+                if attempt == 1 and not self._closing.wait(self.retry_s):
+                    continue
+                return "dropped (portal unreachable)"
+            except PortalError as error:
+                logger.error("home task %s: report refused: %s", task.id, error)
+                return "dropped (refused)"
+        return "dropped"
+
+
+def _used(home: HomeFolder) -> int | None:
+    try:
+        return home.used_bytes()
+    except OSError as error:
+        logger.warning("could not measure home %s: %s", home.root, error)
+        return None
