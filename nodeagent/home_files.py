@@ -149,11 +149,11 @@ class HomeFolder:
     def list(self, path: str = "") -> Listing:
         """The folder's entries (links listed as links, never followed)."""
         fd = self._folder(_parts(path))
-        entries: list[HomeEntry] = []
+        found: list[tuple[bool, str, HomeEntryKind, int, float]] = []
         skipped = 0
         try:
-            with os.scandir(fd) as found:
-                for entry in found:
+            with os.scandir(fd) as names:
+                for entry in names:
                     if not _utf8(entry.name):
                         skipped += 1
                         continue
@@ -162,18 +162,18 @@ class HomeFolder:
                     except FileNotFoundError:
                         continue  # deleted meanwhile
                     kind = _kind(info.st_mode)
-                    entries.append(
-                        HomeEntry(
-                            name=entry.name,
-                            kind=kind,
-                            size=info.st_size if kind == "file" else 0,
-                            modified=datetime.fromtimestamp(info.st_mtime, tz=UTC),
-                        )
-                    )
+                    size = info.st_size if kind == "file" else 0
+                    found.append((kind != "folder", entry.name, kind, size, info.st_mtime))
         finally:
             os.close(fd)
-        entries.sort(key=lambda e: (e.kind != "folder", e.name))
-        return Listing(entries[:HOME_LIST_MAX], len(entries) > HOME_LIST_MAX, skipped)
+        found.sort(key=lambda row: row[:2])  # folders first, then by name
+        entries = [
+            HomeEntry(
+                name=name, kind=kind, size=size, modified=datetime.fromtimestamp(mtime, tz=UTC)
+            )
+            for _, name, kind, size, mtime in found[:HOME_LIST_MAX]
+        ]
+        return Listing(entries, len(found) > HOME_LIST_MAX, skipped)
 
     def read(self, path: str, max_bytes: int = 0) -> bytes:
         """A regular file's bytes; at most ``max_bytes`` of them (0: no limit)."""

@@ -95,8 +95,9 @@ class HomeTaskRunner:
         wait(pending, timeout=timeout_s)
 
     def close(self) -> None:
-        """Start nothing more; tasks under way end on their own (the threads do not keep
-        the agent from exiting: the portal times out a task never reported)."""
+        """Start nothing more, and drop the tasks not started (the portal times them out);
+        a task under way ends on its own (Python waits for it at exit: its transfers have
+        timeouts)."""
         with self._lock:
             self._closing.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
