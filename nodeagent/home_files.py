@@ -53,8 +53,9 @@ class Listing(NamedTuple):
 
 
 def megabytes(size: int) -> str:
-    """``size`` bytes in MB as a sentence shows it: one decimal below 100 MB."""
-    value = size / MB
+    """``size`` bytes in MB as a sentence shows it: one decimal below 100 MB, and at least
+    0.1 for anything but nothing."""
+    value = max(size / MB, 0.1) if size else 0.0
     return f"{value:.1f}" if value < 100 else f"{value:.0f}"
 
 

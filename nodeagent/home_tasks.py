@@ -23,7 +23,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
-from nodeagent.home_files import HomeFileError, HomeFolder, megabytes, shown
+from nodeagent.home_files import HomeFileError, HomeFolder, shown
 from nodeagent.portal_client import Conflict, PortalError, PortalUnavailable
 from nodeagent.protocol_files import HomeTask, HomeTaskAnswer, HomeTaskReport
 from nodeagent.wire_types import REASON_MAX_CHARS
@@ -142,18 +142,18 @@ class HomeTaskRunner:
         if folder is None:  # no home here yet: an empty one
             if task.kind == "list" and task.path == "":
                 return HomeTaskReport(ok=True, used_bytes=0), "listed an empty home"
-            missing = HomeTaskReport(
-                ok=False,
-                reason=cut(f"No file or folder named {shown(task.path)} in your home."),
-                used_bytes=0,
-            )
-            return missing, "no home"
+            what = "folder" if task.kind == "list" else "file or folder"
+            reason = cut(f"No {what} named {shown(task.path)} in your home.")
+            return HomeTaskReport(ok=False, reason=reason, used_bytes=0), "no home"
         try:
             with HomeFolder.open(folder) as home:
-                report, done = self._in_home(task, home)
+                try:
+                    report, done = self._in_home(task, home)
+                except HomeFileError as error:  # refused: the home's size still goes with it
+                    report, done = HomeTaskReport(ok=False, reason=cut(str(error))), "refused"
                 return report.model_copy(update={"used_bytes": _used(home)}), done
-        except HomeFileError as error:
-            return HomeTaskReport(ok=False, reason=cut(str(error)), used_bytes=None), "refused"
+        except HomeFileError as error:  # the home itself cannot be opened
+            return HomeTaskReport(ok=False, reason=cut(str(error))), "refused"
 
     def _in_home(self, task: HomeTask, home: HomeFolder) -> tuple[HomeTaskReport, str]:
         if task.kind == "list":
@@ -168,11 +168,11 @@ class HomeTaskRunner:
         if task.kind == "download":
             data = home.read(task.path, task.max_bytes)
             self.client.put_home_task_content(task.id, data)
-            return HomeTaskReport(ok=True), f"sent {megabytes(len(data))} MB"
+            return HomeTaskReport(ok=True), f"sent {len(data)} bytes"
         # upload
         with self.client.home_task_content(task.id) as chunks:
             home.write(task.path, chunks, task.size, task.quota_bytes)
-        return HomeTaskReport(ok=True), f"wrote {megabytes(task.size)} MB"
+        return HomeTaskReport(ok=True), f"wrote {task.size} bytes"
 
     def _report(self, task: HomeTask, report: HomeTaskReport) -> str:
         """Send the report (once more if the portal did not answer); '' when taken, else

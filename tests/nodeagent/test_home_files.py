@@ -266,7 +266,7 @@ def test_the_quota_counts_the_home_less_the_file_replaced(home: Path) -> None:
     full = refusal(lambda: write(home, "new.bin", b"y" * 2 * MB, quota=1 * MB))
 
     assert full == (
-        "Your home folder is full: 0.0 MB of 1.0 MB used; this file needs 2.0 MB. "
+        "Your home folder is full: 0.1 MB of 1.0 MB used; this file needs 2.0 MB. "
         "Delete files, then upload again."
     )
     assert not (home / "new.bin").exists()

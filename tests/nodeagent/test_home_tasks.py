@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from nodeagent.home_files import HomeFolder
+from nodeagent.home_files import MB, HomeFolder
 from nodeagent.home_tasks import LOST_PORTAL, HomeTaskRunner
 from nodeagent.portal_client import Conflict, PortalClient, PortalError, PortalUnavailable
 from nodeagent.protocol_files import HomeTask, HomeTaskAnswer, HomeTaskReport
@@ -130,7 +130,7 @@ def test_upload_list_download_delete(
     assert files.report_of(4) == HomeTaskReport(ok=True, used_bytes=0)
     # One line per task, without the file's contents.
     lines = [r.getMessage() for r in caplog.records if r.name == "nodeagent.home_tasks"]
-    assert len(lines) == 4 and lines[0].startswith("home task 1 upload: wrote")
+    assert len(lines) == 4 and lines[0].startswith("home task 1 upload: wrote 11 bytes")
     assert not any("hello" in line for line in lines)
 
 
@@ -176,8 +176,9 @@ def test_an_upload_over_the_quota_is_refused_with_the_sentence(
     assert files.report_of(1).ok
     assert files.report_of(2) == HomeTaskReport(
         ok=False,
-        reason="Your home folder is full: 0.0 MB of 2.0 MB used; this file needs 2.0 MB. "
+        reason="Your home folder is full: 0.1 MB of 2.0 MB used; this file needs 2.0 MB. "
         "Delete files, then upload again.",
+        used_bytes=3000,  # what the home holds goes with a refusal too
     )
     assert files.count("get", 2) == 1  # the refusal came before the first byte was written
 
@@ -207,13 +208,15 @@ def test_a_download_the_portal_cannot_take_is_reported_failed(
 ) -> None:
     folder = runtime.home_folder(HOME, create=True)
     assert folder is not None
-    (folder / "big.bin").write_bytes(b"x" * 2000)
+    (folder / "big.bin").write_bytes(b"x" * 3 * MB)
     files.unreachable = {"put"}
-    run(runner, task(1, "download", "big.bin", max_bytes=1000))
-    run(runner, task(2, "download", "big.bin", max_bytes=5000))
+    run(runner, task(1, "download", "big.bin", max_bytes=2 * MB))
+    run(runner, task(2, "download", "big.bin", max_bytes=5 * MB))
 
     assert files.count("put", 1) == 0
-    assert files.report_of(1).reason.startswith('"big.bin" is 0.0 MB; files of at most')
+    assert files.report_of(1).reason == (
+        '"big.bin" is 3.0 MB; files of at most 2.0 MB can be downloaded here.'
+    )
     assert files.report_of(2) == HomeTaskReport(ok=False, reason=LOST_PORTAL)
 
 
