@@ -48,6 +48,12 @@ class SessionQuerySet(models.QuerySet["Session"]):
         return self.exclude(state__in=TERMINAL_STATES)
 
 
+def home_volume_of(user: User) -> str:
+    """A person's home: the Docker volume (or the folder under DESKPOOL_HOME_ROOT) every
+    desktop of theirs mounts, and the one their home tasks work in."""
+    return f"deskpool-home-{user.get_username()}"
+
+
 class Session(models.Model):
     """One desktop request, from the queue to its end."""
 
@@ -137,7 +143,7 @@ class Session(models.Model):
 
     @property
     def home_volume(self) -> str:
-        return f"deskpool-home-{self.user.get_username()}"
+        return home_volume_of(self.user)
 
 
 class Allocation(models.Model):

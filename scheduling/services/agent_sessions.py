@@ -28,6 +28,7 @@ from ..models import Allocation, Node, Session
 from . import Conflict, NotFound, ServiceError
 from .agent_wake import desired_version
 from .health import do_record_session_failed, do_record_session_running
+from .home_files_agent import desired_home_tasks
 from .lifecycle import Move, do_transition, do_transition_many
 from .warm import desired_warm
 
@@ -47,16 +48,20 @@ def placement_id(session: Session) -> str:
 
 
 def desired_state(node: Node) -> DesiredState:
-    """What the node's agent should run: its sessions and its warm desktops, read from one
-    snapshot. Read apart, a warm desktop claimed between the two reads would be in neither
-    list, and the agent would stop it and start the session cold.
+    """What the node's agent should run: its sessions and its warm desktops (and the home
+    tasks it should carry out), read from one snapshot. Read apart, a warm desktop claimed
+    between the two reads would be in neither list, and the agent would stop it and start
+    the session cold.
 
     ``version`` is read first: a change committed after it is announced with a newer one, so
     the agent's next wait answers at once (docs/agent-protocol.md)."""
     version = desired_version(node.pk)
     with one_snapshot():
         return DesiredState(
-            sessions=desired_sessions(node), warm=desired_warm(node), version=version
+            sessions=desired_sessions(node),
+            warm=desired_warm(node),
+            home_tasks=desired_home_tasks(node),
+            version=version,
         )
 
 

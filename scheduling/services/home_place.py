@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from django.db.models import OuterRef, Subquery
+from django.db.models import OuterRef, QuerySet, Subquery
 
 from ..choices import TERMINAL_STATES, SessionState
 from ..models import Node, Session, UsageRecord
@@ -34,11 +34,23 @@ def home_place(session: Session) -> HomePlace | None:
     return HomePlace(node=node.hostname, shared=node.home_root_shared)
 
 
+def _runs(**match: object) -> QuerySet[UsageRecord]:
+    """The runs (``UsageRecord``: a desktop that reached RUNNING) matching ``match``, latest
+    first."""
+    return UsageRecord.objects.filter(**match).order_by("-started_at", "-pk")
+
+
 def _last_run(field: str = "node_hostname", **match: object) -> Subquery:
-    """A field (the node's name) of the latest run (``UsageRecord``: a desktop that reached
-    RUNNING) matching ``match``."""
-    runs = UsageRecord.objects.filter(**match).order_by("-started_at", "-pk")
-    return Subquery(runs.values(field)[:1])
+    """A field (the node's name) of the latest run matching ``match``."""
+    return Subquery(_runs(**match).values(field)[:1])
+
+
+def last_run_node(user: object) -> Node | None:
+    """The node where the person's latest desktop ran (2. of :func:`home_nodes`), whether or
+    not it shares homes; None when they never ran one, or its node is gone (or the run was
+    on several nodes). The Files page's home when no desktop of theirs runs."""
+    host = _runs(user=user).values_list("node_hostname", flat=True).first()
+    return Node.objects.filter(hostname=host).first() if host else None
 
 
 def home_nodes(waiting: Sequence[Session]) -> dict[int, tuple[int, ...]]:
