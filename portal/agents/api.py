@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.urls import path, re_path
+from django.urls import include, path, re_path
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from drf_spectacular.contrib.pydantic import PydanticExtension
@@ -335,4 +335,7 @@ urlpatterns = [
         WarmReportView.as_view(),
         name="agent-warm-report",
     ),
+    # The Files page's home tasks (issue 27): GET/PUT home-tasks/<id>/content/, POST
+    # home-tasks/<id>/report/. Included by name: that module builds on this one's views.
+    path("", include("portal.agents.home_tasks")),
 ]

@@ -65,7 +65,12 @@ def test_an_old_version_is_answered_at_once_with_the_desired_state_and_heartbeat
 
     status, _, body = async_to_sync(run)()
     assert status == 200, body
-    assert body == {"sessions": [], "warm": [], "version": desired_version(node.pk)}
+    assert body == {
+        "sessions": [],
+        "warm": [],
+        "home_tasks": [],
+        "version": desired_version(node.pk),
+    }
     assert Node.objects.get(pk=node.pk).last_heartbeat != before  # the heartbeat was recorded
 
 
