@@ -45,6 +45,9 @@ QUESTIONS = {
         "Delete the quota for %(key)s? Its limits stop applying at once: the wider quota, or "
         "none, applies instead."
     ),
+    "delete_file": gettext_lazy(
+        "Delete %(name)s from your home folder? A deleted file or folder cannot be brought back."
+    ),
 }
 
 # The button that sends the form again, confirmed.
@@ -56,6 +59,7 @@ ANSWERS = {
     "remove_student": gettext_lazy("Remove"),
     "remove_ta": gettext_lazy("Remove"),
     "delete_quota": gettext_lazy("Delete the quota"),
+    "delete_file": gettext_lazy("Delete"),
 }
 
 

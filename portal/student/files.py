@@ -1,0 +1,314 @@
+"""The Files page (issue 27): a person's home folder while no desktop runs: list a folder,
+upload a file into it, download a file, delete a file or folder.
+
+The portal never reaches a node's disk: every action is a home task that the node keeping
+the home carries out (``scheduling.services.home_files``). A view starts the task and renders
+the page with its id; the page's script (``static/deskpool/files.js``) polls
+``/files/tasks/<id>/`` (JSON: the task's fragment, rendered here in the reader's language and
+time zone) until it ends. An upload, a download or a deletion comes back to the folder's
+page with ``?task=<id>``: the page waits for that task first, then lists the folder. Without
+JavaScript, the task's own page refreshes itself until the task ends.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.contrib.auth.models import User
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils.dateparse import parse_datetime
+from django.utils.http import content_disposition_header
+from django.utils.translation import gettext as _
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+
+from nodeagent.protocol_files import HOME_LIST_MAX
+from portal.kit.confirm import confirm_first
+from portal.kit.person import with_person
+from scheduling.models import HomeTask, HomeTaskKind, HomeTaskState
+from scheduling.services.home_files import (
+    FilesPlace,
+    FilesRefused,
+    checked_path,
+    download_of,
+    files_place,
+    megabytes,
+    start_task,
+    task_for,
+)
+
+POLL_MS = 500  # how often the page asks how a task stands
+
+
+def folder_url(path: str, task: HomeTask | None = None) -> str:
+    """The Files page of the folder ``path`` (and waiting for ``task``)."""
+    query = {"path": path} if path else {}
+    if task is not None:
+        query["task"] = str(task.pk)
+    return reverse("files") + (f"?{urlencode(query)}" if query else "")
+
+
+def folder_of(task: HomeTask) -> str:
+    """The folder a task's page comes back to: the listed one, else the path's parent."""
+    return task.path if task.kind == HomeTaskKind.LIST else posixpath.dirname(task.path)
+
+
+def _my_task(person: User, task_id: int) -> HomeTask:
+    try:
+        return task_for(person, task_id)
+    except HomeTask.DoesNotExist:
+        raise Http404(_("No such file task.")) from None
+
+
+def crumbs(path: str) -> list[dict[str, str]]:
+    """The folders from the home down to ``path``: name and link."""
+    out = [{"name": _("Home folder"), "url": folder_url("")}]
+    parts = path.split("/") if path else []
+    for i, name in enumerate(parts):
+        out.append({"name": name, "url": folder_url("/".join(parts[: i + 1]))})
+    return out
+
+
+def entries_of(task: HomeTask) -> list[dict[str, Any]]:
+    """A DONE listing's entries, folders first, with their paths and times as datetimes."""
+    rows = []
+    for entry in task.entries:
+        path = f"{task.path}/{entry['name']}" if task.path else entry["name"]
+        rows.append(
+            {
+                **entry,
+                "path": path,
+                "modified": parse_datetime(entry["modified"]) if entry.get("modified") else None,
+                "url": folder_url(path) if entry["kind"] == "folder" else "",
+            }
+        )
+    rows.sort(key=lambda row: (row["kind"] != "folder", row["name"].casefold()))
+    return rows
+
+
+def outcome(task: HomeTask) -> str:
+    """What a finished upload, download or deletion did, in a sentence."""
+    name = posixpath.basename(task.path)
+    if task.state == HomeTaskState.FAILED:
+        return task.reason or _("The node could not do it.")
+    if task.kind == HomeTaskKind.UPLOAD:
+        return _("Uploaded %(name)s.") % {"name": name}
+    if task.kind == HomeTaskKind.DELETE:
+        return _("Deleted %(name)s.") % {"name": name}
+    if task.kind == HomeTaskKind.DOWNLOAD:
+        return _("%(name)s is ready: your browser saves it.") % {"name": name}
+    return ""
+
+
+def waiting_words(task: HomeTask) -> str:
+    """What the page says while the node works on the task."""
+    host = task.node.hostname
+    name = posixpath.basename(task.path)
+    if task.kind == HomeTaskKind.UPLOAD:
+        return _("Sending %(name)s to %(node)s…") % {"name": name, "node": host}
+    if task.kind == HomeTaskKind.DOWNLOAD:
+        return _("Fetching %(name)s from %(node)s…") % {"name": name, "node": host}
+    if task.kind == HomeTaskKind.DELETE:
+        return _("Asking %(node)s to delete %(name)s…") % {"name": name, "node": host}
+    return _("Asking %(node)s for your files…") % {"node": host}
+
+
+def task_context(task: HomeTask) -> dict[str, Any]:
+    done = task.state == HomeTaskState.DONE
+    return {
+        "task": task,
+        "pending": task.state == HomeTaskState.PENDING,
+        "failed": task.state == HomeTaskState.FAILED,
+        "listing": task.kind == HomeTaskKind.LIST,
+        "entries": entries_of(task) if done and task.kind == HomeTaskKind.LIST else [],
+        "list_max": HOME_LIST_MAX,
+        "waiting": waiting_words(task),
+        "outcome": outcome(task) if task.kind != HomeTaskKind.LIST else "",
+        "again_url": folder_url(folder_of(task)),
+        "task_url": reverse("files-task", args=[task.pk]),
+        "content_url": reverse("files-content", args=[task.pk])
+        if done and task.kind == HomeTaskKind.DOWNLOAD
+        else "",
+    }
+
+
+def render_task(request: HttpRequest, task: HomeTask) -> str:
+    return render_to_string("portal/files/_task.html", task_context(task), request=request)
+
+
+def place_context(place: FilesPlace) -> dict[str, Any]:
+    used = place.used_bytes
+    return {
+        "place": place,
+        "used": megabytes(used) if used is not None else "",
+        "quota": megabytes(place.quota_bytes) if place.quota_bytes else "",
+        # The meter's figures in whole MB (its value must not pass its maximum).
+        "meter_max": max(1, place.quota_bytes // 1024),
+        "meter_value": min(used or 0, place.quota_bytes) // 1024,
+        "full": bool(place.quota_bytes and used is not None and used >= place.quota_bytes),
+        "limit": megabytes(place.max_transfer_bytes),
+    }
+
+
+def files_page(
+    request: HttpRequest,
+    person: User,
+    path: str,
+    *,
+    after: HomeTask | None = None,
+    error: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    """The page of the folder ``path``: where the home is, its quota, the upload form and,
+    once ``after`` (an upload, download or deletion) has ended, the folder's listing."""
+    place = files_place(person)
+    listing = None
+    if after is not None and after.kind == HomeTaskKind.LIST:
+        listing, after = after, None  # a listing's own page: show it
+    # An upload or a deletion changes the folder: list it once it has ended (the page
+    # reloads then); a download changes nothing.
+    changing = after is not None and after.kind != HomeTaskKind.DOWNLOAD
+    wait_first = changing and after is not None and after.state == HomeTaskState.PENDING
+    if listing is None and place.node is not None and not error and not wait_first:
+        try:
+            listing = start_task(person, "list", path)
+        except FilesRefused as refused:
+            error, status = refused.message, 400
+    context = {
+        **place_context(place),
+        "path": path,
+        "crumbs": crumbs(path),
+        "error": error,
+        "after": task_context(after) if after is not None else None,
+        "after_html": render_task(request, after) if after is not None else "",
+        "listing": task_context(listing) if listing is not None else None,
+        "listing_html": render_task(request, listing) if listing is not None else "",
+        "config": {
+            "poll_ms": POLL_MS,
+            "after": reverse("files-task", args=[after.pk]) if after is not None else None,
+            "listing": reverse("files-task", args=[listing.pk]) if listing is not None else None,
+            "reload": folder_url(path, after) if after is not None else None,
+        },
+    }
+    return render(request, "portal/files/page.html", context, status=status)
+
+
+@never_cache
+@with_person
+@require_GET
+def files(request: HttpRequest, person: User) -> HttpResponse:
+    """GET /files/?path=<folder>[&task=<id>]."""
+    try:
+        path = checked_path(request.GET.get("path", ""))
+    except FilesRefused as refused:
+        return files_page(request, person, "", error=refused.message, status=400)
+    after = None
+    task_id = request.GET.get("task", "")
+    if task_id:
+        if not task_id.isdigit() or len(task_id) > 18:
+            raise Http404(_("No such file task."))
+        after = _my_task(person, int(task_id))
+    return files_page(request, person, path, after=after)
+
+
+@never_cache
+@with_person
+@require_GET
+def task_view(request: HttpRequest, person: User, task_id: int) -> HttpResponse:
+    """How a task stands: JSON for the page's script (``Accept: application/json``), else a
+    page of its own that refreshes itself until the task ends (no JavaScript)."""
+    task = _my_task(person, task_id)
+    context = task_context(task)
+    if "application/json" in request.headers.get("Accept", ""):
+        return JsonResponse(
+            {
+                "id": task.pk,
+                "kind": task.kind,
+                "state": task.state,
+                "html": render_task(request, task),
+                "content_url": context["content_url"],
+            }
+        )
+    return render(
+        request,
+        "portal/files/task.html",
+        {**context, "task_html": render_task(request, task), "back": folder_url(folder_of(task))},
+    )
+
+
+@never_cache
+@with_person
+@require_GET
+def content(request: HttpRequest, person: User, task_id: int) -> HttpResponse:
+    """A finished download's bytes, always as an attachment: a file from a home is never
+    shown by the portal's origin (it could be a page with scripts)."""
+    task = _my_task(person, task_id)
+    try:
+        name, data = download_of(person, task)
+    except FilesRefused as refused:
+        messages.warning(request, refused.message)
+        return redirect(folder_url(folder_of(task)))
+    response = HttpResponse(data, content_type="application/octet-stream")
+    response["Content-Disposition"] = content_disposition_header(True, name)
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
+    return response
+
+
+def _refused(request: HttpRequest, person: User, folder: str, message: str) -> HttpResponse:
+    """The folder's page again, saying why (400)."""
+    try:
+        folder = checked_path(folder)
+    except FilesRefused:
+        folder = ""
+    return files_page(request, person, folder, error=message, status=400)
+
+
+@with_person
+@require_POST
+def upload(request: HttpRequest, person: User) -> HttpResponse:
+    """POST /files/upload/ (multipart: ``file``, ``path`` the folder)."""
+    folder = request.POST.get("path", "")
+    try:
+        task = start_task(person, "upload", folder, upload=request.FILES.get("file"))
+    except FilesRefused as refused:
+        return _refused(request, person, folder, refused.message)
+    return redirect(folder_url(folder_of(task), task))
+
+
+@with_person
+@require_POST
+def download(request: HttpRequest, person: User) -> HttpResponse:
+    """POST /files/download/ (``path`` the file)."""
+    path = request.POST.get("path", "")
+    try:
+        task = start_task(person, "download", path)
+    except FilesRefused as refused:
+        return _refused(request, person, posixpath.dirname(path), refused.message)
+    return redirect(folder_url(folder_of(task), task))
+
+
+@with_person
+@require_POST
+def delete(request: HttpRequest, person: User) -> HttpResponse:
+    """POST /files/delete/ (``path``, ``confirmed``): asks first without ``confirmed``."""
+    path = request.POST.get("path", "")
+    back = posixpath.dirname(path)
+    try:
+        checked_path(path)
+    except FilesRefused as refused:
+        return _refused(request, person, back, refused.message)
+    name = posixpath.basename(path)
+    if (ask := confirm_first(request, "delete_file", folder_url(back), name=name)) is not None:
+        return ask
+    try:
+        task = start_task(person, "delete", path)
+    except FilesRefused as refused:
+        return _refused(request, person, back, refused.message)
+    return redirect(folder_url(folder_of(task), task))

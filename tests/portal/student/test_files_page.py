@@ -1,0 +1,322 @@
+"""The Files page (issue 27) as the server renders it: where the home is (or why none), the
+quota, the folder's listing from a home task (rendered in the reader's time zone and
+language), the upload, download and delete forms that start the right tasks, refusals as
+400 with their sentence, another person's task 404, and a download's headers (always an
+attachment). The browser's side: tests/e2e/test_files_browser.py."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from urllib.parse import quote
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+from django.utils import timezone
+
+from people.preferences import save_preferences
+from scheduling.models import HomeTask, HomeTaskContent, HomeUsage, Node
+from scheduling.services.home_files_agent import do_home_report
+
+pytestmark = [pytest.mark.django_db]
+
+ZONE = "Asia/Kathmandu"  # UTC+05:45: a time shown in UTC would not match
+MODIFIED = datetime(2026, 12, 5, 1, 2, tzinfo=UTC)  # 06:47 in Kathmandu
+
+
+def signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def home_node(pool) -> Node:
+    """node-1 shares homes and answers: everybody's Files page asks it."""
+    Node.objects.filter(pk=pool.pk).update(home_root_shared=True, last_heartbeat=timezone.now())
+    return Node.objects.get(pk=pool.pk)
+
+
+def config_of(html: str) -> dict:
+    found = re.search(r'<script id="files-config" type="application/json">(.*?)</script>', html)
+    assert found, "no files config"
+    return json.loads(found.group(1))
+
+
+def task_json(client: Client, task: HomeTask) -> dict:
+    response = client.get(f"/files/tasks/{task.pk}/", HTTP_ACCEPT="application/json")
+    assert response.status_code == 200
+    return response.json()
+
+
+def listed(node: Node, task: HomeTask, entries: list[dict], **report) -> None:
+    assert do_home_report(node, task.pk, {"ok": True, "entries": entries, **report}) == "DONE"
+
+
+def test_without_a_home_the_page_says_why_and_what_to_do(owner):
+    response = signed_in(owner).get("/files/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert re.search(r'<p id="files-place" class="notice">Your home folder is made when', html)
+    assert "Start a desktop, then come back to add files." in html
+    assert "files-upload-form" not in html and "files-listing" not in html
+    assert not HomeTask.objects.exists()
+    assert '<a href="/files/">Files</a>' in html  # the navigation's entry
+
+
+def test_signed_out_people_go_to_the_login_page():
+    response = Client().get("/files/")
+    assert response.status_code == 302 and response.url.startswith("/login/")
+
+
+def test_the_page_starts_a_listing_and_shows_the_quota_and_the_upload_limit(owner, home_node):
+    HomeUsage.objects.create(
+        user=owner, used_bytes=int(2.1 * 1024**3), node_hostname="node-1", measured_at=MODIFIED
+    )
+    save_preferences(owner, time_zone=ZONE)
+    html = signed_in(owner).get("/files/?path=notes").content.decode()
+    task = HomeTask.objects.get(user=owner)
+    assert (task.kind, task.path, task.node_id, task.state) == (
+        "list",
+        "notes",
+        home_node.pk,
+        "PENDING",
+    )
+    assert "Your home folder is shared by all nodes; node-1 looks after it" in html
+    assert '<label for="files-meter">2.1 GB of 10.0 GB used</label>' in html
+    assert re.search(r'<meter id="files-meter" min="0" max="10485760" value="2202009">', html)
+    assert "measured 2026-12-05 06:47" in html
+    assert '<span id="files-upload-limit" class="hint">Up to 64.0 MB</span>' in html
+    assert '<input type="hidden" name="path" value="notes">' in html
+    assert "Asking node-1 for your files…" in html
+    assert f'href="/files/tasks/{task.pk}/"' in html  # the page without JavaScript
+    assert config_of(html)["listing"] == f"/files/tasks/{task.pk}/"
+    # Breadcrumbs: the home, then the folder (the current one marked).
+    assert '<a href="/files/">Home folder</a>' in html
+    assert '<a href="/files/?path=notes" aria-current="page">notes</a>' in html
+
+
+def test_no_quota_line_before_the_home_was_ever_measured(owner, home_node):
+    html = signed_in(owner).get("/files/").content.decode()
+    assert "files-meter" not in html and "measured" not in html
+
+
+def test_a_done_listing_renders_folders_first_in_the_persons_zone(owner, home_node):
+    save_preferences(owner, time_zone=ZONE)
+    client = signed_in(owner)
+    client.get("/files/")
+    task = HomeTask.objects.get(user=owner)
+    assert task_json(client, task)["state"] == "PENDING"
+    stamp = MODIFIED.isoformat()
+    listed(
+        home_node,
+        task,
+        [
+            {"name": "zeta.txt", "kind": "file", "size": 2048, "modified": stamp},
+            {"name": "<b>x</b>.py", "kind": "file", "size": 5, "modified": stamp},
+            {"name": "Aufgaben", "kind": "folder", "modified": stamp},
+            {"name": "latest", "kind": "link", "modified": stamp},
+        ],
+    )
+    answer = task_json(client, task)
+    assert answer["state"] == "DONE" and answer["kind"] == "list"
+    html = answer["html"]
+    names = re.findall(r'class="files-entry files-(\w+)"', html)
+    assert names == ["folder", "file", "link", "file"]  # folders first, then by name
+    assert (
+        '<a href="/files/?path=Aufgaben"><span aria-hidden="true">📁 </span>Aufgaben/</a>' in html
+    )
+    assert "&lt;b&gt;x&lt;/b&gt;.py" in html and "<b>x</b>" not in html
+    assert '<time datetime="2026-12-05T06:47:00+05:45">2026-12-05 06:47</time>' in html
+    assert "2.0\xa0KB" in html
+    # Files: Download and Delete (asked first); links: no action.
+    assert html.count('action="/files/download/"') == 2
+    assert html.count('action="/files/delete/"') == 3
+    assert 'data-confirm="Delete zeta.txt from your home folder?' in html
+    link = re.search(r'files-link">.*?</li>', html, re.S)
+    assert link and "<form" not in link.group(0)
+    assert "csrfmiddlewaretoken" in html
+    # Without JavaScript, the task's own page shows the same listing.
+    page = client.get(f"/files/tasks/{task.pk}/").content.decode()
+    assert "Aufgaben/" in page and 'http-equiv="refresh"' not in page
+
+
+def test_a_truncated_listing_says_only_the_first_are_shown(owner, home_node):
+    client = signed_in(owner)
+    client.get("/files/")
+    task = HomeTask.objects.get(user=owner)
+    entry = {"name": "a", "kind": "file", "size": 1, "modified": MODIFIED.isoformat()}
+    listed(home_node, task, [entry], truncated=True)
+    assert "only the first 1000 entries are shown" in task_json(client, task)["html"]
+
+
+def test_a_failed_listing_shows_its_reason_and_try_again(owner, home_node):
+    client = signed_in(owner)
+    client.get("/files/?path=gone")
+    task = HomeTask.objects.get(user=owner)
+    do_home_report(home_node, task.pk, {"ok": False, "reason": "No folder named gone."})
+    answer = task_json(client, task)
+    assert answer["state"] == "FAILED"
+    assert "No folder named gone." in answer["html"]
+    assert '<a href="/files/?path=gone">Try again</a>' in answer["html"]
+
+
+def test_another_persons_task_is_404(owner, stranger, home_node):
+    signed_in(owner).get("/files/")
+    task = HomeTask.objects.get(user=owner)
+    other = signed_in(stranger)
+    assert other.get(f"/files/tasks/{task.pk}/", HTTP_ACCEPT="application/json").status_code == 404
+    assert other.get(f"/files/tasks/{task.pk}/content/").status_code == 404
+    assert other.get(f"/files/?task={task.pk}").status_code == 404
+    assert other.get("/files/?task=abc").status_code == 404
+
+
+def test_upload_starts_an_upload_task_and_the_page_waits_for_it(owner, home_node):
+    client = signed_in(owner)
+    data = SimpleUploadedFile("report.pdf", b"%PDF-1.4 hello")
+    response = client.post("/files/upload/", {"path": "notes", "file": data})
+    task = HomeTask.objects.get(user=owner, kind="upload")
+    assert (task.path, task.size) == ("notes/report.pdf", 14)
+    assert bytes(HomeTaskContent.objects.get(task=task).data) == b"%PDF-1.4 hello"
+    assert response.status_code == 302
+    assert response.url == f"/files/?path=notes&task={task.pk}"
+    html = client.get(response.url).content.decode()
+    assert "Sending report.pdf to node-1…" in html
+    config = config_of(html)
+    assert config["after"] == f"/files/tasks/{task.pk}/" and config["listing"] is None
+    assert config["reload"] == response.url
+    assert not HomeTask.objects.filter(kind="list").exists()  # listed once it has ended
+    do_home_report(home_node, task.pk, {"ok": True, "used_bytes": 14})
+    html = client.get(response.url).content.decode()
+    assert "Uploaded report.pdf." in html
+    assert HomeTask.objects.filter(user=owner, kind="list", path="notes").count() == 1
+
+
+def test_refusals_render_the_page_with_their_sentence_and_400(owner, home_node):
+    client = signed_in(owner)
+    response = client.post("/files/upload/", {"path": "notes"})
+    assert response.status_code == 400
+    assert "Choose a file to upload." in response.content.decode()
+    response = client.get("/files/?path=../etc")
+    assert response.status_code == 400
+    assert "That path cannot be used" in response.content.decode()
+    response = client.post("/files/download/", {"path": ""})
+    assert response.status_code == 400
+    assert "Choose a file or folder in your home." in response.content.decode()
+    response = client.post("/files/delete/", {"path": "a/../b", "confirmed": "1"})
+    assert response.status_code == 400
+    assert not HomeTask.objects.exclude(kind="list").exists()
+
+
+def test_a_full_home_refuses_the_upload_with_the_usage(owner, home_node, settings):
+    settings.HOME_QUOTA_MB = 1
+    HomeUsage.objects.create(user=owner, used_bytes=1024 * 1024, node_hostname="node-1")
+    data = SimpleUploadedFile("big.bin", b"x" * 10)
+    response = signed_in(owner).post("/files/upload/", {"file": data})
+    assert response.status_code == 400
+    assert "Your home folder is full: 1.0 MB of 1.0 MB used." in response.content.decode()
+
+
+def test_without_a_node_an_upload_is_refused_with_the_notice(owner):
+    data = SimpleUploadedFile("a.txt", b"a")
+    response = signed_in(owner).post("/files/upload/", {"file": data})
+    assert response.status_code == 400
+    assert "Start a desktop, then come back to add files." in response.content.decode()
+
+
+def test_posts_need_the_csrf_token(owner, home_node):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(owner)
+    assert client.post("/files/download/", {"path": "a.txt"}).status_code == 403
+    assert client.post("/files/delete/", {"path": "a.txt", "confirmed": "1"}).status_code == 403
+    assert not HomeTask.objects.exists()
+
+
+def test_download_then_its_content_as_an_attachment(owner, home_node):
+    client = signed_in(owner)
+    response = client.post("/files/download/", {"path": "notes/报告 1.txt"})
+    task = HomeTask.objects.get(user=owner, kind="download")
+    assert task.path == "notes/报告 1.txt"
+    assert response.url == f"/files/?path=notes&task={task.pk}"
+    html = client.get(response.url).content.decode()
+    assert "Fetching 报告 1.txt from node-1…" in html
+    assert config_of(html)["listing"]  # a download changes nothing: the folder is listed too
+    HomeTaskContent.objects.create(task=task, data=b"<script>alert(1)</script>")
+    do_home_report(home_node, task.pk, {"ok": True})
+    answer = task_json(client, task)
+    assert answer["content_url"] == f"/files/tasks/{task.pk}/content/"
+    got = client.get(answer["content_url"])
+    assert got.status_code == 200
+    assert got.content == b"<script>alert(1)</script>"
+    assert got["Content-Type"] == "application/octet-stream"
+    assert got["X-Content-Type-Options"] == "nosniff"
+    assert got["Content-Disposition"] == "attachment; filename*=utf-8''" + quote("报告 1.txt")
+
+
+def test_an_ascii_name_gets_a_plain_filename(owner, home_node):
+    client = signed_in(owner)
+    client.post("/files/download/", {"path": "a b.txt"})
+    task = HomeTask.objects.get(user=owner, kind="download")
+    HomeTaskContent.objects.create(task=task, data=b"hi")
+    do_home_report(home_node, task.pk, {"ok": True})
+    got = client.get(f"/files/tasks/{task.pk}/content/")
+    assert got["Content-Disposition"] == 'attachment; filename="a b.txt"'
+
+
+def test_content_of_an_unfinished_download_says_so(owner, home_node):
+    client = signed_in(owner)
+    client.post("/files/download/", {"path": "a.txt"})
+    task = HomeTask.objects.get(user=owner, kind="download")
+    response = client.get(f"/files/tasks/{task.pk}/content/", follow=True)
+    assert "That download did not finish. Download the file again." in response.content.decode()
+    assert response.redirect_chain[0][0] == "/files/"
+
+
+def test_delete_asks_first_then_starts_a_delete_task(owner, home_node):
+    client = signed_in(owner)
+    asked = client.post("/files/delete/", {"path": "notes/old.txt"})
+    assert asked.status_code == 200
+    html = asked.content.decode()
+    assert "Delete old.txt from your home folder?" in html
+    assert '<a class="button" href="/files/?path=notes">' in html
+    assert not HomeTask.objects.exists()
+    response = client.post("/files/delete/", {"path": "notes/old.txt", "confirmed": "1"})
+    task = HomeTask.objects.get(user=owner, kind="delete")
+    assert task.path == "notes/old.txt"
+    assert response.url == f"/files/?path=notes&task={task.pk}"
+    do_home_report(home_node, task.pk, {"ok": False, "reason": "No file named old.txt."})
+    html = client.get(response.url).content.decode()
+    assert "No file named old.txt." in html
+
+
+def test_the_page_in_chinese(owner, home_node):
+    HomeUsage.objects.create(user=owner, used_bytes=1024**3, node_hostname="node-1")
+    client = signed_in(owner)
+    html = client.get("/files/", HTTP_ACCEPT_LANGUAGE="zh-Hans").content.decode()
+    assert '<html lang="zh-hans">' in html
+    assert "Files" not in re.sub(r"<script.*?</script>|<[^>]+>", "", html, flags=re.S).replace(
+        "Deskpool", ""
+    ), "an English word left"
+    client.get("/files/", HTTP_ACCEPT_LANGUAGE="zh-Hans")
+    task = HomeTask.objects.filter(user=owner).latest("pk")
+    listed(
+        home_node,
+        task,
+        [{"name": "a.txt", "kind": "file", "size": 1, "modified": MODIFIED.isoformat()}],
+    )
+    answer = client.get(
+        f"/files/tasks/{task.pk}/", HTTP_ACCEPT="application/json", HTTP_ACCEPT_LANGUAGE="zh-Hans"
+    ).json()
+    assert "下载" in answer["html"] and "删除" in answer["html"]
+    assert "2026年12月5日" in answer["html"]
+
+
+def test_the_desktop_drawer_links_to_the_files_page(owner, profile, pool):
+    from tests.portal.student.test_limit_pages import desktop_page
+    from tests.scheduling.test_lifecycle import run_desktop
+
+    session = run_desktop(owner, profile)
+    html = desktop_page(signed_in(owner), session)
+    assert re.search(r'<a id="drawer-files" href="/files/" target="_blank" rel="noopener">', html)
