@@ -283,7 +283,14 @@ class QuotaAdmin(NumbersAdmin):
     in the console."""
 
     form = QuotaForm
-    list_display = ["scope", "key", "max_sessions", "max_gpu_hours_week", "max_slice_memory_mb"]
+    list_display = [
+        "scope",
+        "key",
+        "max_sessions",
+        "max_gpu_hours_week",
+        "max_slice_memory_mb",
+        "max_home_mb",
+    ]
     list_filter = ["scope"]
     search_fields = ["key"]
 

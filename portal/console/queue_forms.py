@@ -69,6 +69,11 @@ class QuotaForm(CheckedForm):
     max_slice_memory_mb = _optional_number(
         AsciiIntegerField, _("Largest slice (MB of GPU memory)"), _("Empty: no limit.")
     )
+    max_home_mb = _optional_number(
+        AsciiIntegerField,
+        _("Home folder (MB)"),
+        _("Per person, user quotas only. Empty: the portal's default; 0: no limit."),
+    )
 
     change: QuotaChange | None = None
 
@@ -82,6 +87,7 @@ class QuotaForm(CheckedForm):
                     "max_sessions",
                     "max_gpu_hours_week",
                     "max_slice_memory_mb",
+                    "max_home_mb",
                 )
             }
         super().__init__(*args, **kwargs)

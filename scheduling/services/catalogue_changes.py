@@ -24,7 +24,7 @@ from .quota_requests import extra_gpu_hours
 from .snapshot import engine_quota
 from .usage import collect_usage
 
-QUOTA_LIMITS = ("max_sessions", "max_gpu_hours_week", "max_slice_memory_mb")
+QUOTA_LIMITS = ("max_sessions", "max_gpu_hours_week", "max_slice_memory_mb", "max_home_mb")
 QUOTA_FIELDS = ("scope", "key", *QUOTA_LIMITS)
 PROFILE_FIELDS = (
     "slug",
@@ -136,6 +136,11 @@ def check_quota(data: dict[str, Any], *, quota: Quota | None = None) -> QuotaCha
             field="key",
         )
     limits = {name: _non_negative(data, name) for name in QUOTA_LIMITS}
+    if limits["max_home_mb"] is not None and scope != QuotaScope.USER:
+        raise ServiceError(
+            _("A home folder is a person's: set its size on a user quota (* for everyone)."),
+            field="max_home_mb",
+        )
     others = Quota.objects.filter(scope=scope, key=key)
     if quota is not None and quota.pk is not None:
         others = others.exclude(pk=quota.pk)

@@ -11,6 +11,7 @@ from people.models import Course
 from scheduling.choices import AuditKind, SessionState
 from scheduling.models import AuditEvent, DesktopProfile, Quota
 from scheduling.services.cycle import do_scheduling_cycle
+from scheduling.services.home_files import MB, quota_bytes_of
 from scheduling.services.sessions import check_submit, do_submit
 from tests.conftest import TEST_IMAGE
 
@@ -270,3 +271,27 @@ def test_the_django_admin_deletes_only_an_unused_profile_and_audits_it(admin_use
     assert refused.status_code == 200  # the admin lists what protects it
     assert DesktopProfile.objects.filter(pk=profile.pk).exists()
     assert len(policy_events("desktopprofile")) == 1
+
+
+def test_a_home_folder_quota_is_set_per_person_in_the_console_and_the_admin(admin_user, owner):
+    """Quota.max_home_mb (issue 27): edited with the other limits, shown in the table, kept
+    off course and department quotas, and what the Files page counts for that person."""
+    client = logged_in(admin_user)
+    assert client.post("/console/quotas/", {**QUOTA, "max_home_mb": "2048"}).status_code == 302
+    quota = Quota.objects.get(key="ada")
+    assert quota.max_home_mb == 2048 and quota_bytes_of(owner) == 2048 * MB
+    (created,) = policy_events("quota")
+    assert created.data["after"]["max_home_mb"] == 2048
+    assert "2048 MB" in client.get("/console/quotas/").content.decode()
+    edit = client.get(f"/console/quotas/{quota.pk}/").content.decode()
+    assert 'name="max_home_mb"' in edit and 'value="2048"' in edit
+    course = client.post("/console/quotas/", {"scope": "department", "key": "Physics",
+                                              "max_home_mb": "10"})  # fmt: skip
+    assert course.status_code == 400
+    assert "set its size on a user quota" in field_error(course.content.decode(), "max_home_mb")
+    reply = client.post(
+        f"/admin/scheduling/quota/{quota.pk}/change/",
+        {"scope": "user", "key": "ada", "max_home_mb": "100"},
+    )
+    assert reply.status_code == 302
+    assert quota_bytes_of(owner) == 100 * MB
