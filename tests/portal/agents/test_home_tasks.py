@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import logging
 
+import httpx
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.handlers.wsgi import WSGIHandler
 from django.test import override_settings
 from django.utils import timezone
 from drf_spectacular.validation import validate_schema
 from rest_framework.test import APIClient
 
+from nodeagent.home_tasks import HomeTaskRunner
+from nodeagent.portal_client import PortalClient
 from nodeagent.protocol import ConflictAnswer, DesiredState, DetailAnswer, ErrorAnswer
 from nodeagent.protocol_files import HomeTaskAnswer, HomeTaskReport
+from nodeagent.runtime.simulated_runtime import SimulatedRuntime
 from scheduling.choices import AuditKind
 from scheduling.models import AuditEvent, HomeTask, HomeUsage, Node, UsageRecord
 from scheduling.services.home_files import MB, download_of, start_task, task_for
@@ -187,3 +192,36 @@ def test_the_schema_names_the_home_task_calls() -> None:
     components = schema["components"]["schemas"]
     assert set(components["HomeTaskReport"]["properties"]) == set(HomeTaskReport.model_fields)
     assert "home_tasks" in components["DesiredState"]["properties"]
+
+
+@pytest.mark.django_db(transaction=True)  # the agent's threads use their own connections
+def test_the_agent_carries_out_the_portals_tasks_over_the_real_api(nodes, owner, tmp_path):
+    """The node agent's own runner and client (nodeagent.home_tasks, portal_client) against
+    this portal's views (WSGI in process): upload, list, download and delete in a simulated
+    home; the page's side sees each outcome."""
+    home, token, _, _ = nodes
+    client = PortalClient(
+        "http://testserver", node_token=token, transport=httpx.WSGITransport(app=WSGIHandler())
+    )
+    runner = HomeTaskRunner(SimulatedRuntime(node_name="gpu-h", homes_dir=tmp_path), client)
+
+    def carry_out(task: HomeTask) -> HomeTask:
+        runner.offer(client.desired().home_tasks)
+        runner.wait_idle(60)
+        return task_for(owner, task.pk)
+
+    try:
+        upload = start_task(owner, "upload", "", upload=SimpleUploadedFile("a.txt", b"hello"))
+        assert carry_out(upload).state == "DONE", upload.reason
+        listing = carry_out(start_task(owner, "list"))
+        assert [(e["name"], e["size"]) for e in listing.entries] == [("a.txt", 5)]
+        download = carry_out(start_task(owner, "download", "a.txt"))
+        assert download_of(owner, download) == ("a.txt", b"hello")
+        missing = carry_out(start_task(owner, "delete", "nothing-here"))
+        assert missing.state == "FAILED" and missing.reason
+        assert carry_out(start_task(owner, "delete", "a.txt")).state == "DONE"
+    finally:
+        runner.close()
+    assert HomeUsage.objects.get(user=owner).used_bytes == 0
+    kinds = AuditEvent.objects.filter(kind__startswith="home.").values_list("kind", flat=True)
+    assert sorted(kinds) == ["home.deleted", "home.downloaded", "home.uploaded"]
