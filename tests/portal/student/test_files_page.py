@@ -91,7 +91,11 @@ def test_the_page_starts_a_listing_and_shows_the_quota_and_the_upload_limit(owne
     assert '<span id="files-upload-limit" class="hint">Up to 64.0 MB</span>' in html
     assert '<input type="hidden" name="path" value="notes">' in html
     assert "Asking node-1 for your files…" in html
-    assert f'href="/files/tasks/{task.pk}/"' in html  # the page without JavaScript
+    # Without JavaScript: the task's own page, which refreshes itself while it waits.
+    assert f'<noscript><meta http-equiv="refresh" content="2;url=/files/tasks/{task.pk}/">' in html
+    waiting = signed_in(owner).get(f"/files/tasks/{task.pk}/").content.decode()
+    assert '<meta http-equiv="refresh" content="2">' in waiting
+    assert "Asking node-1 for your files…" in waiting
     assert config_of(html)["listing"] == f"/files/tasks/{task.pk}/"
     # Breadcrumbs: the home, then the folder (the current one marked).
     assert '<a href="/files/">Home folder</a>' in html
