@@ -58,6 +58,9 @@ class HomeTaskContent(models.Model):
     task = models.OneToOneField(HomeTask, related_name="content", on_delete=models.CASCADE)
     data = models.BinaryField()
 
+    def __str__(self) -> str:
+        return f"bytes of home task {self.task_id}"
+
 
 class HomeUsage(models.Model):
     """What a person's home held when a node last measured it (after every task)."""
@@ -68,3 +71,6 @@ class HomeUsage(models.Model):
     used_bytes = models.BigIntegerField(default=0)
     node_hostname = models.CharField(max_length=200, blank=True)
     measured_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.used_bytes} bytes in the home of user {self.user_id}"
