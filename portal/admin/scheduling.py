@@ -283,14 +283,7 @@ class QuotaAdmin(NumbersAdmin):
     in the console."""
 
     form = QuotaForm
-    list_display = [
-        "scope",
-        "key",
-        "max_sessions",
-        "max_gpu_hours_week",
-        "max_slice_memory_mb",
-        "max_home_mb",
-    ]
+    list_display = list(QUOTA_FIELDS)
     list_filter = ["scope"]
     search_fields = ["key"]
 

@@ -15,6 +15,7 @@ from scheduling.choices import SliceKind
 from scheduling.models import DesktopProfile, Quota, Session
 from scheduling.models.policy import QuotaScope
 from scheduling.services.catalogue_changes import (
+    QUOTA_FIELDS,
     ProfileChange,
     QuotaChange,
     check_profile,
@@ -79,17 +80,7 @@ class QuotaForm(CheckedForm):
 
     def __init__(self, *args: Any, quota: Quota | None = None, **kwargs: Any) -> None:
         if quota is not None and "initial" not in kwargs:
-            kwargs["initial"] = {
-                name: getattr(quota, name)
-                for name in (
-                    "scope",
-                    "key",
-                    "max_sessions",
-                    "max_gpu_hours_week",
-                    "max_slice_memory_mb",
-                    "max_home_mb",
-                )
-            }
+            kwargs["initial"] = {name: getattr(quota, name) for name in QUOTA_FIELDS}
         super().__init__(*args, **kwargs)
         self.quota = quota
 
