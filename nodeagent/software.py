@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 DESKTOP_IMAGE = "deskpool/desktop:latest"
 STUDIO_IMAGE = "deskpool/studio:latest"
+# The studio with PyTorch's CUDA build, for GPU nodes (build.sh studio-cuda).
+STUDIO_CUDA_IMAGE = "deskpool/studio-cuda:latest"
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,14 @@ PROGRAMS: dict[str, Program] = {
     "pytorch": Program(
         "PyTorch (CPU build)", ("python3", "-c", "import torch; print(torch.__version__)")
     ),
+    "pytorch-cuda": Program(
+        "PyTorch (CUDA build)",
+        (
+            "python3",
+            "-c",
+            "import torch; assert torch.version.cuda; print(torch.__version__, torch.version.cuda)",
+        ),
+    ),
     "jupyter": Program("Jupyter Notebook", ("jupyter-notebook", "--version")),
     "blender": Program("Blender", ("blender", "--background", "--factory-startup", "--version")),
     "pinyin": Program(
@@ -40,6 +50,7 @@ PROGRAMS: dict[str, Program] = {
 IMAGE_PROGRAMS: dict[str, tuple[str, ...]] = {
     DESKTOP_IMAGE: ("terminal",),
     STUDIO_IMAGE: ("terminal", "firefox", "pytorch", "jupyter", "blender", "pinyin"),
+    STUDIO_CUDA_IMAGE: ("terminal", "firefox", "pytorch-cuda", "jupyter", "blender", "pinyin"),
 }
 
 

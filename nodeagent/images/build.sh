@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # Build the Deskpool desktop images locally (no registry is reachable from the nodes).
 #
-#   build.sh [base|tiny|desktop|studio|all] [--force]
+#   build.sh [base|tiny|desktop|studio|studio-cuda|all] [--force]
 #
 # An image that already exists is skipped unless --force, or, for tiny, desktop and studio,
 # unless it was built from other sources (label deskpool.source). tiny and desktop build on
 # top of base, studio on top of desktop; asking for one builds what it needs first if missing.
+# studio-cuda (studio with PyTorch's CUDA build, ~5 GB more, for GPU nodes) is not part of
+# all: build it on the nodes whose profiles name it.
 #
 # Environment:
 #   DESKPOOL_DEBIAN_MIRROR          Debian mirror (default: read from the host's apt sources)
 #   DESKPOOL_DEBIAN_SECURITY_MIRROR security mirror (default: from apt sources, else none)
 #   DESKPOOL_IMAGE_WORKDIR          scratch space for debootstrap (default /var/tmp/deskpool-images)
 #   DESKPOOL_BUILD_NETWORK          force "bridge" or "host" for docker build RUN steps
+#   DESKPOOL_PIP                    the pip that fetches studio-cuda's wheels (default: the
+#                                   project's .venv/bin/pip, else python3 -m pip)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -20,16 +24,20 @@ BASE_IMAGE=deskpool/base:bookworm
 TINY_IMAGE=deskpool/tiny:latest
 DESKTOP_IMAGE=deskpool/desktop:latest
 STUDIO_IMAGE=deskpool/studio:latest
+STUDIO_CUDA_IMAGE=deskpool/studio-cuda:latest
+# PyTorch's CUDA build for studio-cuda, and the Python and platform its wheels are for
+# (Debian bookworm's Python 3.11 on x86_64).
+TORCH_CUDA=torch==2.14.1
 WORKROOT=${DESKPOOL_IMAGE_WORKDIR:-/var/tmp/deskpool-images}
 
 target=all
 force=0
 for arg in "$@"; do
     case $arg in
-        base|tiny|desktop|studio|all) target=$arg ;;
+        base|tiny|desktop|studio|studio-cuda|all) target=$arg ;;
         --force) force=1 ;;
         -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "unknown argument: $arg (want base|tiny|desktop|studio|all [--force])" >&2; exit 2 ;;
+        *) echo "unknown argument: $arg (want base|tiny|desktop|studio|studio-cuda|all [--force])" >&2; exit 2 ;;
     esac
 done
 
@@ -200,6 +208,9 @@ want() {
     case $name in
         base) ;;
         studio) SOURCE=$(source_hash Dockerfile.desktop Dockerfile.studio) ;;
+        studio-cuda)
+            SOURCE=$(printf '%s\n' "$TORCH_CUDA" | cat - "$HERE/Dockerfile.desktop" \
+                "$HERE/Dockerfile.studio" "$HERE/Dockerfile.studio-cuda" | sha256sum | cut -c1-16) ;;
         *) SOURCE=$(source_hash "Dockerfile.$name") ;;
     esac
     if [ "$force" = 0 ] && image_exists "$image"; then
@@ -217,7 +228,40 @@ want() {
         tiny) build_layer "$image" Dockerfile.tiny ;;
         desktop) build_layer "$image" Dockerfile.desktop ;;
         studio) build_layer "$image" Dockerfile.studio ;;
+        studio-cuda) build_studio_cuda "$image" ;;
     esac
+}
+
+# studio-cuda: the wheels are installed on the host into a build context of their own (the
+# container's Python is the same Debian 3.11), then copied into the image; nothing inside
+# the build reaches the network.
+build_studio_cuda() {
+    local image=$1 context="$WORKROOT/studio-cuda"
+    local pip=${DESKPOOL_PIP:-}
+    if [ -z "$pip" ]; then
+        if [ -x "$HERE/../../.venv/bin/pip" ]; then pip="$HERE/../../.venv/bin/pip"; else pip="python3 -m pip"; fi
+    fi
+    rm -rf "$context"
+    mkdir -p "$context"
+    # Debian's packages stay in charge of setuptools and its distutils hook.
+    step "pip install $TORCH_CUDA (CUDA wheels) into $context/site" $pip install --quiet \
+        --no-compile --target "$context/site" --only-binary=:all: --python-version 3.11 \
+        --implementation cp --abi cp311 \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+        --platform manylinux_2_25_x86_64 --platform manylinux_2_18_x86_64 \
+        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        --platform manylinux_2_12_x86_64 --platform manylinux2010_x86_64 \
+        --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 --platform any \
+        "$TORCH_CUDA"
+    rm -rf "$context/site/bin" "$context/site/setuptools"* "$context/site/_distutils_hack" \
+        "$context/site/distutils-precedence.pth" "$context/site/pkg_resources"
+    local nocache=()
+    [ "$force" = 1 ] && nocache=(--no-cache)
+    step "docker build $image" docker build --network none "${nocache[@]}" \
+        --build-arg STUDIO_IMAGE="$STUDIO_IMAGE" --label "deskpool.source=$SOURCE" \
+        -f "$HERE/Dockerfile.studio-cuda" -t "$image" "$context"
+    rm -rf "$context"
+    log "$image: $(image_size "$image")"
 }
 
 # Images a --force rebuild replaced, newest first (children before their base).
@@ -235,7 +279,7 @@ remove_replaced() {
 total0=$(date +%s.%N)
 case $target in
     base) want base "$BASE_IMAGE" ;;
-    tiny|desktop|studio)
+    tiny|desktop|studio|studio-cuda)
         # A forced tiny/desktop/studio rebuild reuses an existing base: it is the slow,
         # rarely-changing part. `build.sh base --force` rebuilds it.
         image_exists "$BASE_IMAGE" || force=1 want base "$BASE_IMAGE"
@@ -244,6 +288,11 @@ case $target in
             desktop) want desktop "$DESKTOP_IMAGE" ;;
             # studio's sources include desktop's (one hash): an outdated desktop is rebuilt first.
             studio) want desktop "$DESKTOP_IMAGE"; want studio "$STUDIO_IMAGE" ;;
+            studio-cuda)
+                want desktop "$DESKTOP_IMAGE"
+                want studio "$STUDIO_IMAGE"
+                want studio-cuda "$STUDIO_CUDA_IMAGE"
+                ;;
         esac
         ;;
     all)

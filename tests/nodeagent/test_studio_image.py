@@ -19,7 +19,7 @@ from nodeagent.protocol import DESKTOP_HOME
 from nodeagent.reconcile import Reconciler
 from nodeagent.runtime import container_name
 from nodeagent.runtime.docker_runtime import DockerRuntime
-from nodeagent.software import IMAGE_PROGRAMS, PROGRAMS, STUDIO_IMAGE
+from nodeagent.software import IMAGE_PROGRAMS, PROGRAMS, STUDIO_CUDA_IMAGE, STUDIO_IMAGE
 from tests.nodeagent.conftest import wait_for_image
 
 pytestmark = [pytest.mark.docker]
@@ -34,7 +34,7 @@ SESSION_ENV = (
 
 @pytest.mark.parametrize("image", sorted(IMAGE_PROGRAMS))
 def test_every_listed_program_answers_its_version_in_the_image(docker_client, image) -> None:  # type: ignore[no-untyped-def]
-    wait_for_image(docker_client, image, "all")
+    wait_for_image(docker_client, image, "studio-cuda" if image == STUDIO_CUDA_IMAGE else "all")
     # As the desktop's user, without the desktop's entrypoint (no password, no display).
     container = docker_client.containers.run(
         image, entrypoint=["sleep", "300"], user="1000:1000", network_disabled=True, detach=True
@@ -64,6 +64,27 @@ def test_the_studio_holds_a_cpu_pytorch_that_computes(docker_client) -> None:  #
     )
     # No GPU here: the CPU build computes, and says so.
     assert output.decode().split(None, 1) == ["False", "[3.0, 3.0, 3.0]\n"]
+
+
+def test_the_cuda_studio_holds_pytorchs_cuda_build_computing_on_the_cpu(docker_client) -> None:  # type: ignore[no-untyped-def]
+    wait_for_image(docker_client, STUDIO_CUDA_IMAGE, "studio-cuda")
+    script = (
+        "import numpy, torch; "
+        "print(torch.__file__.startswith('/opt/deskpool-torch/'), torch.version.cuda, "
+        "torch.cuda.is_available(), (torch.from_numpy(numpy.ones(3)) * 2).sum().item())"
+    )
+    output = docker_client.containers.run(
+        STUDIO_CUDA_IMAGE,
+        entrypoint=["python3", "-c", script],
+        user="1000:1000",
+        network_disabled=True,
+        remove=True,
+    )
+    # The wheels' torch, not Debian's, built for CUDA 13; no GPU here, so the CPU computes
+    # (with Debian's numpy).
+    wheels, cuda, available, total = output.decode().split()
+    assert (wheels, available, total) == ("True", "False", "6.0")
+    assert re.fullmatch(r"13\.\d+", cuda), cuda
 
 
 def session_environment(container) -> dict[str, str]:  # type: ignore[no-untyped-def]
