@@ -225,16 +225,8 @@ def task_view(request: HttpRequest, person: User, task_id: int) -> HttpResponse:
     page of its own that refreshes itself until the task ends (no JavaScript)."""
     task = _my_task(person, task_id)
     context = task_context(task)
-    if "application/json" in request.headers.get("Accept", ""):
-        return JsonResponse(
-            {
-                "id": task.pk,
-                "kind": task.kind,
-                "state": task.state,
-                "html": render_task(request, task),
-                "content_url": context["content_url"],
-            }
-        )
+    if wants_json(request):
+        return JsonResponse(task_json(task, html=render_task(request, task)))
     return render(
         request,
         "portal/files/task.html",
@@ -261,8 +253,30 @@ def content(request: HttpRequest, person: User, task_id: int) -> HttpResponse:
     return response
 
 
+def wants_json(request: HttpRequest) -> bool:
+    """The desktop drawer's script asks for JSON; a form without it, for a page."""
+    return "application/json" in request.headers.get("Accept", "")
+
+
+def task_json(task: HomeTask, **extra: Any) -> dict[str, Any]:
+    """How a task stands for a script: its state and what the page says of it now."""
+    context = task_context(task)
+    message = context["waiting"] if context["pending"] else context["outcome"]
+    return {
+        "id": task.pk,
+        "kind": task.kind,
+        "state": task.state,
+        "message": message,
+        "task": context["task_url"],
+        "content_url": context["content_url"],
+        **extra,
+    }
+
+
 def _refused(request: HttpRequest, person: User, folder: str, message: str) -> HttpResponse:
-    """The folder's page again, saying why (400)."""
+    """The folder's page again, saying why (400); to a script, the sentence as JSON."""
+    if wants_json(request):
+        return JsonResponse({"error": message}, status=400)
     try:
         folder = checked_path(folder)
     except FilesRefused:
@@ -273,12 +287,15 @@ def _refused(request: HttpRequest, person: User, folder: str, message: str) -> H
 @with_person
 @require_POST
 def upload(request: HttpRequest, person: User) -> HttpResponse:
-    """POST /files/upload/ (multipart: ``file``, ``path`` the folder)."""
+    """POST /files/upload/ (multipart: ``file``, ``path`` the folder). The desktop drawer's
+    script asks for JSON: 202 with the task (it polls ``task``), or 400 with ``error``."""
     folder = request.POST.get("path", "")
     try:
         task = start_task(person, "upload", folder, upload=request.FILES.get("file"))
     except FilesRefused as refused:
         return _refused(request, person, folder, refused.message)
+    if wants_json(request):
+        return JsonResponse(task_json(task), status=202)
     return redirect(folder_url(folder_of(task), task))
 
 

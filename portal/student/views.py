@@ -31,6 +31,7 @@ from scheduling.services import ServiceError
 from scheduling.services.catalogue import profile_offers
 from scheduling.services.eligibility import eligible_courses, eligible_purposes
 from scheduling.services.extend import do_extend, profile_room
+from scheduling.services.home_files import megabytes, transfer_max_bytes
 from scheduling.services.home_place import home_place
 from scheduling.services.idle import LIMIT_WARNINGS, do_resume
 from scheduling.services.quota_view import quota_left
@@ -254,6 +255,7 @@ def desktop(request: HttpRequest, person: User, session_id: int) -> HttpResponse
             "simulated": simulated,
             "config": config,
             "stop_answer": ANSWERS["stop"],
+            "upload_limit": megabytes(transfer_max_bytes()),
         },
     )
 
@@ -295,6 +297,9 @@ def _desktop_words() -> dict[str, str]:
         "preempting": _(
             "This desktop stops in about %(minutes)s min to make room for a higher-priority "
             "request: save your work now. It goes back to the queue with its place kept."
+        ),
+        "upload_failed": _(
+            "The file did not reach the portal. Check your connection, then upload it again."
         ),
         "copied": _("Copied from the desktop."),
         "sent": _("Sent to the desktop's clipboard."),

@@ -1,12 +1,13 @@
 // The desktop page: noVNC through the portal's authenticated WebSocket proxy, full screen,
 // the clipboard both ways, reconnection after a network blip, the session's timer and live
 // banner (the time limit with Extend, the idle verdict, a preemption's grace), the side
-// drawer (desktop_drawer.js) and, on touch devices, the on-screen keyboard
-// (desktop_keyboard.js). Addresses and words come from the page (#page-config, in the
+// drawer (desktop_drawer.js; its upload, desktop_upload.js) and, on touch devices, the
+// on-screen keyboard (desktop_keyboard.js). Addresses and words come from the page (#page-config, in the
 // reader's language).
 import RFB from "../vendor/novnc/core/rfb.js";
 import { setUpDrawer } from "./desktop_drawer.js";
 import { setUpKeyboard } from "./desktop_keyboard.js";
+import { setUpUpload } from "./desktop_upload.js";
 import { clock, extendRefusal, hhmm as zoned, say } from "./desktop_time.js";
 
 const config = JSON.parse(document.getElementById("page-config").textContent);
@@ -241,6 +242,12 @@ showTime();
 
 // --- the on-screen keyboard (touch devices) ------------------------------------------------
 setUpKeyboard($("keyboard-toggle"), $("keyboard-input"), (keysym) => rfb?.sendKey(keysym));
+setUpUpload({
+  form: $("drawer-upload"),
+  note: $("drawer-upload-note"),
+  csrf: config.csrf_token,
+  failed: words.upload_failed,
+});
 
 // Live updates for this session: its state, grace deadline and time limit.
 let liveDelay = 500;

@@ -5,7 +5,8 @@ the end time in the person's zone; Extend moves the limit (the DB, the audit tra
 session API agree) and is then disabled with the profile's reason; Stop asks in the page (no
 browser dialog), Keep it running changes nothing, Stop ends the session and the drawer says
 where it stands; the clipboard goes both ways with the desktop; the on-screen keyboard's button
-shows only on a touch device, and what is typed through it reaches the desktop.
+shows only on a touch device, and what is typed through it reaches the desktop; a file
+uploaded from the drawer lands in the running desktop's home.
 
 Everything is real (daphne portal, Celery worker, Docker agent, deskpool/tiny: Xvnc and one
 xterm, no window manager, so the keyboard goes to the window under the pointer). What the
@@ -165,6 +166,25 @@ def test_the_drawer_in_english_extends_and_shares_the_clipboard(
         f"past its profile's maximum of {TOTAL_MINUTES} minutes."
     )
 
+    # Upload: a file from this device into the home, through the node's agent (a real Docker
+    # volume); the running desktop sees it at once, and the upload is audited.
+    page.set_input_files(
+        "#drawer-upload-file",
+        files=[{"name": "from-laptop.txt", "mimeType": "text/plain", "buffer": b"up-ok\n"}],
+    )
+    page.click("#drawer-upload-send")
+    wait_js(
+        page,
+        "() => document.getElementById('drawer-upload-note').textContent"
+        " === 'Uploaded from-laptop.txt.'",
+    )
+    assert desktop_file(docker_engine, session_id, "from-laptop.txt") == b"up-ok\n"
+    uploads = AuditEvent.objects.filter(kind=AuditKind.HOME_UPLOADED)
+    assert [(e.actor, e.data["path"], e.data["size"]) for e in uploads] == [
+        ("user:ada", "from-laptop.txt", 6)
+    ]
+    assert page.input_value("#drawer-upload-file") == ""  # the form is ready for the next
+
     # The clipboard, to the desktop: the panel's text becomes the desktop's selection, which
     # a middle click pastes into the xterm's shell. The paste comes when the xterm has asked
     # the browser for it, so Enter is pressed until the command has run (an Enter before it
@@ -215,6 +235,7 @@ def test_the_drawer_in_chinese_types_on_a_phone_and_stops(
     assert page.inner_text("#drawer-toggle") == "控制"
     time_shown(page, session_id, "剩余时间：", "结束时间：")
     assert page.inner_text("#drawer-extend") == f"延长 {STEP_MINUTES} 分钟"
+    assert page.inner_text("#drawer-upload-send") == "上传"
     page.click("#drawer-close")
 
     # The on-screen keyboard: only on a touch device; its button raises the phone's keyboard

@@ -315,10 +315,43 @@ def test_the_page_in_chinese(owner, home_node):
     assert "2026年12月5日" in answer["html"]
 
 
-def test_the_desktop_drawer_links_to_the_files_page(owner, profile, pool):
+def test_the_desktop_drawer_links_to_the_files_page_and_uploads(owner, profile, pool):
     from tests.portal.student.test_limit_pages import desktop_page
     from tests.scheduling.test_lifecycle import run_desktop
 
     session = run_desktop(owner, profile)
     html = desktop_page(signed_in(owner), session)
     assert re.search(r'<a id="drawer-files" href="/files/" target="_blank" rel="noopener">', html)
+    # Without a script, the drawer's upload form posts to the Files page in a new tab.
+    assert re.search(
+        r'<form id="drawer-upload" class="drawer-upload" method="post" action="/files/upload/" '
+        r'enctype="multipart/form-data" target="_blank">',
+        html,
+    )
+    assert "(up to 64.0 MB): the desktop sees it at once." in html
+
+
+def test_the_drawers_upload_asks_for_json_and_follows_its_task(owner, home_node):
+    client = signed_in(owner)
+    data = SimpleUploadedFile("notes.txt", b"hello")
+    response = client.post(
+        "/files/upload/", {"path": "", "file": data}, HTTP_ACCEPT="application/json"
+    )
+    task = HomeTask.objects.get(user=owner, kind="upload")
+    assert response.status_code == 202
+    assert response.json() == {
+        "id": task.pk,
+        "kind": "upload",
+        "state": "PENDING",
+        "message": "Sending notes.txt to node-1…",
+        "task": f"/files/tasks/{task.pk}/",
+        "content_url": "",
+    }
+    do_home_report(home_node, task.pk, {"ok": True, "used_bytes": 5})
+    answer = task_json(client, task)
+    assert (answer["state"], answer["message"]) == ("DONE", "Uploaded notes.txt.")
+    # A refusal is the sentence, as JSON, and starts nothing.
+    response = client.post("/files/upload/", {"path": "../x"}, HTTP_ACCEPT="application/json")
+    assert response.status_code == 400
+    assert response.json()["error"].startswith("That path cannot be used")
+    assert HomeTask.objects.filter(user=owner).count() == 1
