@@ -26,7 +26,7 @@ from typing import Protocol
 from nodeagent.home_files import HomeFileError, HomeFolder, shown
 from nodeagent.portal_client import Conflict, PortalError, PortalUnavailable
 from nodeagent.protocol_files import HomeTask, HomeTaskAnswer, HomeTaskReport
-from nodeagent.wire_types import REASON_MAX_CHARS
+from nodeagent.wire_types import cut_reason as cut
 
 logger = logging.getLogger(__name__)
 
@@ -47,10 +47,6 @@ class HomeClient(Protocol):
 
 class HomeRuntime(Protocol):
     def home_folder(self, home_volume: str, *, create: bool) -> Path | None: ...
-
-
-def cut(reason: str) -> str:
-    return reason if len(reason) <= REASON_MAX_CHARS else reason[: REASON_MAX_CHARS - 1] + "…"
 
 
 class HomeTaskRunner:

@@ -18,7 +18,6 @@ from typing import Literal, Protocol
 from nodeagent.portal_client import Conflict, PortalError, PortalUnavailable
 from nodeagent.protocol import (
     MAX_BATCH,
-    REASON_MAX_CHARS,
     BatchedReport,
     ReportBatch,
     ReportedState,
@@ -27,6 +26,7 @@ from nodeagent.protocol import (
     WarmState,
 )
 from nodeagent.runtime.base import ManagedContainer, StartFailed, WarmContainer
+from nodeagent.wire_types import cut_reason
 
 logger = logging.getLogger(__name__)
 # Reports per request: each batch is one transaction on the portal, kept well inside the
@@ -247,14 +247,6 @@ class ReportOutbox:
             logger.error("warm desktop %s: portal rejected %s: %s", key, body.state, error)
         self._warm_pending.pop(key, None)
         return "sent"
-
-
-def cut_reason(reason: str) -> str:
-    """At most REASON_MAX_CHARS: the portal refuses longer ones (400), and the report would be
-    lost and the session stuck. Log tails make start failures long."""
-    if len(reason) > REASON_MAX_CHARS:
-        return reason[: REASON_MAX_CHARS - 1] + "…"
-    return reason
 
 
 def report(

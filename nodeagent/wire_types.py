@@ -34,6 +34,16 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 SessionId = Annotated[int, Field(ge=1, le=ID_MAX)]
 Uuid = Annotated[str, Field(min_length=1, max_length=100)]  # GPU or MIG UUID
 Reason = Annotated[str, Field(max_length=REASON_MAX_CHARS)]
+
+
+def cut_reason(reason: str) -> str:
+    """At most REASON_MAX_CHARS: the portal refuses longer ones (400), and the report would be
+    lost and the session stuck. Log tails make start failures long."""
+    if len(reason) > REASON_MAX_CHARS:
+        return reason[: REASON_MAX_CHARS - 1] + "…"
+    return reason
+
+
 PcieLevel = Annotated[
     str,
     Field(

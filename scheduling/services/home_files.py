@@ -23,6 +23,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from nodeagent.protocol_files import HOME_PATH_MAX, home_path
+from nodeagent.wire_types import REASON_MAX_CHARS
 
 from ..choices import SessionState
 from ..models import (
@@ -197,7 +198,7 @@ def start_task(
     waiting = HomeTask.objects.filter(
         user=user,
         state=HomeTaskState.PENDING,
-        created_at__gte=now - timedelta(seconds=settings.HOME_TASK_TIMEOUT_S),
+        created_at__gte=waiting_since(now),
     ).count()
     if waiting >= PENDING_MAX:
         raise FilesRefused(
@@ -264,15 +265,21 @@ def task_for(user: User, task_id: int) -> HomeTask:
             "be down."
         ) % {"host": task.node.hostname}
         HomeTask.objects.filter(pk=task.pk, state=HomeTaskState.PENDING).update(
-            state=HomeTaskState.FAILED, reason=reason[:300], finished_at=now
+            state=HomeTaskState.FAILED, reason=reason[:REASON_MAX_CHARS], finished_at=now
         )
         HomeTaskContent.objects.filter(task=task).delete()
         task.refresh_from_db()
     return task
 
 
+def waiting_since(now: datetime) -> datetime:
+    """The oldest start a task still waiting for its node may have: one started earlier has
+    timed out (``HOME_TASK_TIMEOUT_S``)."""
+    return now - timedelta(seconds=settings.HOME_TASK_TIMEOUT_S)
+
+
 def timed_out(task: HomeTask, now: datetime) -> bool:
-    return task.created_at < now - timedelta(seconds=settings.HOME_TASK_TIMEOUT_S)
+    return task.created_at < waiting_since(now)
 
 
 def download_of(user: User, task: HomeTask) -> tuple[str, bytes]:
@@ -294,6 +301,5 @@ def _purge() -> None:
     within HOME_TASK_TIMEOUT_S of its start (or fails then), so its bytes are kept at least
     CONTENT_KEPT after it finished; its row (listing, reason) TASK_KEPT."""
     now = timezone.now()
-    timeout = timedelta(seconds=settings.HOME_TASK_TIMEOUT_S)
-    HomeTaskContent.objects.filter(task__created_at__lt=now - timeout - CONTENT_KEPT).delete()
+    HomeTaskContent.objects.filter(task__created_at__lt=waiting_since(now) - CONTENT_KEPT).delete()
     HomeTask.objects.filter(created_at__lt=now - TASK_KEPT).delete()

@@ -9,23 +9,22 @@ it did not exist; a task no longer PENDING is Conflict (the agent drops it).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
 from typing import IO, Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from nodeagent.protocol_files import HomeTask as WireHomeTask
 from nodeagent.protocol_files import HomeTaskReport
+from nodeagent.wire_types import cut_reason
 
 from ..choices import AuditKind
 from ..models import HomeTask, HomeTaskContent, HomeTaskKind, HomeTaskState, HomeUsage, Node
 from ..models.sessions import home_volume_of
 from . import Conflict, NotFound, ServiceError
 from .audit import record
-from .home_files import quota_bytes_of, transfer_max_bytes
+from .home_files import quota_bytes_of, transfer_max_bytes, waiting_since
 
 CHUNK = 1024 * 1024  # bytes read at a time from a download's body
 
@@ -46,7 +45,7 @@ class TooLarge(ServiceError):
 def desired_home_tasks(node: Node) -> list[WireHomeTask]:
     """The node's PENDING home tasks not yet timed out, oldest first, as the wire lists them
     in ``DesiredState.home_tasks``."""
-    since = timezone.now() - timedelta(seconds=settings.HOME_TASK_TIMEOUT_S)
+    since = waiting_since(timezone.now())
     tasks = (
         HomeTask.objects.filter(node=node, state=HomeTaskState.PENDING, created_at__gte=since)
         .select_related("user")
@@ -149,7 +148,7 @@ def do_home_report(node: Node, task_id: int, report: HomeTaskReport | Mapping[st
             }
         else:
             reason = report.reason or _("The node could not do it.")
-            ended = {"state": HomeTaskState.FAILED, "reason": reason[:300]}
+            ended = {"state": HomeTaskState.FAILED, "reason": cut_reason(reason)}
         # Conditional: a report racing the timeout (or a second report) changes nothing.
         pending = HomeTask.objects.filter(pk=task.pk, state=HomeTaskState.PENDING)
         if not pending.update(finished_at=now, **ended):

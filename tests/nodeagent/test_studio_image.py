@@ -51,19 +51,26 @@ def test_every_listed_program_answers_its_version_in_the_image(docker_client, im
     assert list(answers) == list(IMAGE_PROGRAMS[image])
 
 
-def test_the_studio_holds_a_cpu_pytorch_that_computes(docker_client) -> None:  # type: ignore[no-untyped-def]
-    wait_for_image(docker_client, STUDIO_IMAGE, "studio")
-    product = "(torch.ones(3, 3) @ torch.ones(3)).tolist()"
-    script = f"import torch; print(torch.cuda.is_available(), {product})"
+def python_in(docker_client, image: str, script: str) -> str:  # type: ignore[no-untyped-def]
+    """What ``script`` prints when run by the image's Python as the desktop's user, offline."""
     output = docker_client.containers.run(
-        STUDIO_IMAGE,
+        image,
         entrypoint=["python3", "-c", script],
         user="1000:1000",
         network_disabled=True,
         remove=True,
     )
+    return output.decode()
+
+
+def test_the_studio_holds_a_cpu_pytorch_that_computes(docker_client) -> None:  # type: ignore[no-untyped-def]
+    wait_for_image(docker_client, STUDIO_IMAGE, "studio")
+    product = "(torch.ones(3, 3) @ torch.ones(3)).tolist()"
+    output = python_in(
+        docker_client, STUDIO_IMAGE, f"import torch; print(torch.cuda.is_available(), {product})"
+    )
     # No GPU here: the CPU build computes, and says so.
-    assert output.decode().split(None, 1) == ["False", "[3.0, 3.0, 3.0]\n"]
+    assert output.split(None, 1) == ["False", "[3.0, 3.0, 3.0]\n"]
 
 
 def test_the_cuda_studio_holds_pytorchs_cuda_build_computing_on_the_cpu(docker_client) -> None:  # type: ignore[no-untyped-def]
@@ -73,16 +80,9 @@ def test_the_cuda_studio_holds_pytorchs_cuda_build_computing_on_the_cpu(docker_c
         "print(torch.__file__.startswith('/opt/deskpool-torch/'), torch.version.cuda, "
         "torch.cuda.is_available(), (torch.from_numpy(numpy.ones(3)) * 2).sum().item())"
     )
-    output = docker_client.containers.run(
-        STUDIO_CUDA_IMAGE,
-        entrypoint=["python3", "-c", script],
-        user="1000:1000",
-        network_disabled=True,
-        remove=True,
-    )
     # The wheels' torch, not Debian's, built for CUDA 13; no GPU here, so the CPU computes
     # (with Debian's numpy).
-    wheels, cuda, available, total = output.decode().split()
+    wheels, cuda, available, total = python_in(docker_client, STUDIO_CUDA_IMAGE, script).split()
     assert (wheels, available, total) == ("True", "False", "6.0")
     assert re.fullmatch(r"13\.\d+", cuda), cuda
 
