@@ -124,6 +124,14 @@ class StartFailed(RuntimeError):
         self.code = code or classify(message)
 
 
+def home_folder_name(volume_name: str) -> str:
+    """A home volume's name as the name of its folder (under a home root, or the simulated
+    homes): StartFailed when it cannot be one."""
+    if "/" in volume_name or volume_name in (".", "..") or "\0" in volume_name:
+        raise StartFailed(f"home volume name {volume_name!r} cannot be a folder name")
+    return volume_name
+
+
 class DesktopRuntime(Protocol):
     """What the reconciler needs from a runtime. Implementations are thread-safe."""
 

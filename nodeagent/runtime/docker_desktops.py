@@ -37,7 +37,12 @@ from nodeagent.protocol import (
 )
 from nodeagent.readiness import DesktopNotReady, wait_for_desktop
 from nodeagent.runtime import home_mounts
-from nodeagent.runtime.base import ManagedContainer, RuntimeUnavailable, StartFailed
+from nodeagent.runtime.base import (
+    ManagedContainer,
+    RuntimeUnavailable,
+    StartFailed,
+    home_folder_name,
+)
 from nodeagent.runtime.claims import ClaimRecord, ClaimRecords
 from nodeagent.runtime.desktop_network import DESKTOP_SYSCTLS, ensure_network
 from nodeagent.runtime.usage import cpu_limit, gpu_devices
@@ -274,9 +279,7 @@ class DesktopContainers:
     def shared_home(self, volume_name: str) -> Path:
         """The folder under the home root that holds the home volume ``volume_name``."""
         assert self.home_root is not None
-        if "/" in volume_name or volume_name in (".", "..") or "\0" in volume_name:
-            raise StartFailed(f"home volume name {volume_name!r} cannot be a folder name")
-        return self.home_root / volume_name
+        return self.home_root / home_folder_name(volume_name)
 
     def home_dir(self, volume: Any) -> Path:
         """Where a home volume's files are on this host: the bound folder of a bind volume

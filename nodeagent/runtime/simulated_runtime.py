@@ -29,7 +29,12 @@ from pathlib import Path
 
 from nodeagent.config import AgentConfig
 from nodeagent.protocol import DesiredSession, DesiredWarm, RuntimeKind, SessionUsage
-from nodeagent.runtime.base import ManagedContainer, StartFailed, WarmContainer
+from nodeagent.runtime.base import (
+    ManagedContainer,
+    StartFailed,
+    WarmContainer,
+    home_folder_name,
+)
 from nodeagent.runtime.home_mounts import DESKTOP_GID, DESKTOP_UID
 
 logger = logging.getLogger(__name__)
@@ -209,8 +214,7 @@ class SimulatedRuntime:
     def home_folder(self, home_volume: str, *, create: bool) -> Path | None:
         """A SIMULATED home: the folder ``<homes>/<home_volume>`` (made, 0700, with
         ``create``; owned by the desktop user when the agent runs as root)."""
-        if "/" in home_volume or home_volume in (".", "..") or "\0" in home_volume:
-            raise StartFailed(f"home volume name {home_volume!r} cannot be a folder name")
+        home_folder_name(home_volume)
         with self._lock:
             if self._homes_dir is None:
                 self._homes_dir = Path(tempfile.mkdtemp(prefix="deskpool-simulated-homes-"))
