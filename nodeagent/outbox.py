@@ -270,13 +270,16 @@ def failed_report(error: StartFailed, placement: str = "") -> SessionReport:
 
 
 def running_report(container: ManagedContainer, placement: str = "") -> SessionReport:
-    """RUNNING, with where the desktop answers (``port`` null when simulated)."""
+    """RUNNING, with where the desktop answers (``port`` null when simulated) and its sound
+    port where it has one."""
     fields: dict[str, object] = {
         "state": "RUNNING",
         "host": container.host,
         "port": container.port,
         "container_id": container.container_id,
     }
+    if container.audio_port is not None:
+        fields["audio_port"] = container.audio_port
     if container.simulated:
         fields["reason"] = "SIMULATED desktop: no container runs on this node"
     if placement:

@@ -388,6 +388,11 @@ class SessionReport(AgentMessage):
     state: ReportedState
     host: str = Field(default="", max_length=200)
     port: Port | None = None
+    audio_port: Port | None = Field(
+        default=None,
+        description="RUNNING: the desktop's published sound port (nodeagent.desktop_audio), "
+        "when its image serves sound.",
+    )
     container_id: str = Field(default="", max_length=100)
     reason: Reason = ""
     placement: str = Field(

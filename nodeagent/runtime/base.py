@@ -83,6 +83,7 @@ class ManagedContainer:
     simulated: bool = False  # True: no container exists, the simulated runtime made it up
     placement: str = ""  # its deskpool.placement label; "" when made without one
     memory_limit_mb: int | None = None  # the container's memory limit, when it has one
+    audio_port: int | None = None  # published sound port, when its image serves sound
     cpu_limit: float | None = None  # its CPU limit in CPUs (--cpus), when it has one
     gpu_devices: tuple[str, ...] = ()  # the GPU or MIG UUIDs it sees (real GPUs only)
 

@@ -24,7 +24,6 @@ from docker.models.containers import Container
 
 from nodeagent.config import DEFAULT_STOP_GRACE_S
 from nodeagent.protocol import (
-    DESKTOP_WEBSOCKIFY_PORT,
     LABEL_INSTALLATION,
     LABEL_MANAGED,
     LABEL_NODE,
@@ -45,13 +44,18 @@ from nodeagent.runtime.base import (
 )
 from nodeagent.runtime.claims import ClaimRecord, ClaimRecords
 from nodeagent.runtime.desktop_network import DESKTOP_SYSCTLS, ensure_network
+from nodeagent.runtime.desktop_ports import (
+    AUDIO_PORT_KEY,
+    WEBSOCKIFY_PORT_KEY,
+    audio_port,
+    published_port,
+)
 from nodeagent.runtime.usage import cpu_limit, gpu_devices
 
 logger = logging.getLogger(__name__)
 
 PASSWORD_FILE_NAME = "passwd"
 DESKTOP_USER = "1000:1000"
-_PORT_KEY = f"{DESKTOP_WEBSOCKIFY_PORT}/tcp"
 # What a start or claim attempt may fail with; it becomes StartFailed with a readable reason.
 START_ERRORS = (DockerException, OSError, DesktopNotReady, StartFailed)
 
@@ -182,6 +186,7 @@ class DesktopContainers:
             status=str(state.get("Status", container.status)),
             host=self.publish_address,
             port=published_port(container.attrs),
+            audio_port=audio_port(container),
             exit_code=None if running else state.get("ExitCode"),
             oom_killed=bool(state.get("OOMKilled")),
             error=str(state.get("Error") or ""),
@@ -325,8 +330,9 @@ class DesktopContainers:
         temporary.replace(directory / PASSWORD_FILE_NAME)
 
     def limits_args(self, spec: DesktopSpec, what: str) -> dict[str, Any]:
-        """Image, limits, lockdown, network, published port and GPU: what every desktop
-        shares. The port is published on the node's management address only."""
+        """Image, limits, lockdown, network, published ports and GPU: what every desktop
+        shares. The ports (websockify's, and the sound's where the image serves it) are
+        published on the node's management address only."""
         environment: dict[str, str] = {}
         args: dict[str, Any] = {
             "image": spec.image,
@@ -338,7 +344,10 @@ class DesktopContainers:
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
             "user": DESKTOP_USER,
-            "ports": {_PORT_KEY: (self.publish_address, None)},
+            "ports": {
+                WEBSOCKIFY_PORT_KEY: (self.publish_address, None),
+                AUDIO_PORT_KEY: (self.publish_address, None),
+            },
             "network": ensure_network(
                 self.client, self.node, self.blocked_networks, self.installation
             ),
@@ -457,14 +466,6 @@ def archive(container: Container, path: str) -> bytes:
     """A folder of the container's image (or filesystem) as tar bytes."""
     stream, _ = container.get_archive(path)
     return b"".join(stream)
-
-
-def published_port(attrs: dict[str, Any]) -> int | None:
-    bindings = (attrs.get("NetworkSettings", {}).get("Ports") or {}).get(_PORT_KEY) or []
-    for binding in bindings:
-        if binding.get("HostPort"):
-            return int(binding["HostPort"])
-    return None
 
 
 def memory_limit_mb(attrs: dict[str, Any]) -> int | None:

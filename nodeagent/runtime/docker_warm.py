@@ -41,12 +41,12 @@ from nodeagent.runtime.base import (
     WarmContainer,
     warm_container_name,
 )
+from nodeagent.runtime.desktop_ports import published_port
 from nodeagent.runtime.docker_desktops import (
     START_ERRORS,
     DesktopContainers,
     archive,
     memory_limit_mb,
-    published_port,
     start_error_text,
 )
 from nodeagent.runtime.home_mounts import HomeMountError

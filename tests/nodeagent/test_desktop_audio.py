@@ -1,0 +1,152 @@
+"""A desktop's sound on the agent: real dockerd, real deskpool/desktop containers.
+
+The desktop image plays every program into PulseAudio's null sink and serves it on its
+sound port (nodeagent/desktop_audio.py); the agent publishes that port on the management
+address and reports it with RUNNING. Only the session's secret opens it, a claimed warm
+desktop's included, and a tone played in the desktop comes out as the same samples.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+
+import pytest
+
+from nodeagent.desktop_audio import (
+    DESKTOP_AUDIO_PORT,
+    AudioFormat,
+    AudioRefused,
+    open_audio,
+)
+from nodeagent.outbox import running_report
+from nodeagent.reconcile import Reconciler
+from nodeagent.runtime.docker_runtime import DockerRuntime
+from tests.nodeagent.conftest import desired_warm, wait_for_image
+
+pytestmark = pytest.mark.docker
+
+DESKTOP_IMAGE = "deskpool/desktop:latest"
+AMPLITUDE = 8000
+# Plays TONE_S seconds of a 440 Hz tone at AMPLITUDE into the desktop's PulseAudio.
+TONE = (
+    "import math, struct, sys\n"
+    "one = b''.join(struct.pack('<hh', *(2 * [int({a} * math.sin(2 * math.pi * 440 * i / 48000))]))"
+    " for i in range(48000))\n"
+    "sys.stdout.buffer.write(one * {s})\n"
+)
+
+
+@pytest.fixture(scope="module")
+def desktop_image(docker_client) -> str:  # type: ignore[no-untyped-def]
+    return wait_for_image(docker_client, DESKTOP_IMAGE, "desktop")
+
+
+@pytest.fixture
+def runtime(docker_client, node_name, sessions_dir) -> DockerRuntime:  # type: ignore[no-untyped-def]
+    return DockerRuntime(
+        docker_client, node_name=node_name, sessions_dir=sessions_dir, ready_timeout_s=60
+    )
+
+
+def play_tone(container, seconds: int) -> None:  # type: ignore[no-untyped-def]
+    """A tone through pacat, as any PulseAudio program plays, in the desktop's session."""
+    script = TONE.format(a=AMPLITUDE, s=seconds)
+    command = (
+        'export XDG_RUNTIME_DIR="$(readlink /tmp/deskpool-runtime)/xdg"; '
+        f'python3 -c "{script}" | pacat --format=s16le --rate=48000 --channels=2'
+    )
+    container.exec_run(["bash", "-c", command], detach=True)
+
+
+def listen(port: int, secret: str, seconds: float, during=None) -> tuple[AudioFormat, bytes, float]:  # type: ignore[no-untyped-def]
+    """Log in to the sound port and collect what comes for ``seconds``; ``during()`` runs once
+    logged in. Returns the format, the bytes and when the first bytes came (s, or -1)."""
+
+    async def run() -> tuple[AudioFormat, bytes, float]:
+        reader, writer, found = await open_audio("127.0.0.1", port, secret, 10)
+        started = time.monotonic()
+        if during is not None:
+            await asyncio.to_thread(during)
+        heard, first = b"", -1.0
+        while (left := seconds - (time.monotonic() - started)) > 0:
+            try:
+                data = await asyncio.wait_for(reader.read(65536), left)
+            except TimeoutError:
+                break
+            if not data:
+                break
+            if first < 0:
+                first = time.monotonic() - started
+            heard += data
+        writer.close()
+        return found, heard, first
+
+    return asyncio.run(run())
+
+
+def peak(pcm: bytes) -> int:
+    samples = struct.unpack(f"<{len(pcm) // 2}h", pcm[: len(pcm) // 2 * 2])
+    return max((abs(s) for s in samples), default=0)
+
+
+def test_a_desktops_sound_is_published_reported_and_heard_with_its_secret_only(
+    runtime, docker_client, desktop_image, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    session = make_session(4501, image=desktop_image, vnc_password="soundpw1", memory_mb=1024)
+    started = runtime.start(session)
+
+    # Published beside websockify's, on the management address only, and reported.
+    assert started.audio_port is not None and started.audio_port != started.port
+    attrs = docker_client.containers.get(started.container_id).attrs
+    bound = attrs["NetworkSettings"]["Ports"][f"{DESKTOP_AUDIO_PORT}/tcp"]
+    assert {b["HostIp"] for b in bound} == {"127.0.0.1"}
+    report = running_report(started)
+    assert (report.port, report.audio_port) == (started.port, started.audio_port)
+
+    # A wrong secret is refused; the session's is heard.
+    with pytest.raises(AudioRefused, match="refused the session's secret"):
+        listen(started.audio_port, "notthis1", 1)
+    container = docker_client.containers.get(started.container_id)
+    found, heard, first = listen(
+        started.audio_port, "soundpw1", 4, during=lambda: (time.sleep(1), play_tone(container, 2))
+    )
+    assert found == AudioFormat(rate=48000, channels=2, bits=16)
+    # Silence is left out: nothing came before the tone started a second in.
+    assert first >= 0.9, first
+    # The tone's two seconds come through whole (frames of 4 bytes), at its loudness.
+    assert len(heard) % found.frame_bytes == 0
+    assert 1.5 * 48000 * 4 <= len(heard) <= 2.5 * 48000 * 4, len(heard)
+    assert AMPLITUDE - 2 <= peak(heard) <= AMPLITUDE + 2
+
+
+def test_a_desktop_without_sound_reports_no_sound_port(runtime, tiny_image, make_session) -> None:  # type: ignore[no-untyped-def]
+    started = runtime.start(make_session(4502, image=tiny_image))
+    assert started.port is not None and started.audio_port is None
+    assert running_report(started).audio_port is None
+
+
+def test_a_claimed_warm_desktops_sound_opens_with_the_sessions_secret(
+    runtime, docker_client, desktop_image, sessions_dir, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    reconciler = Reconciler(runtime, fake_portal)
+    warm = [desired_warm("b9-1", image=desktop_image, memory_mb=1024)]
+    reconciler.step([], warm)
+    assert reconciler.wait_idle(90)
+    assert fake_portal.warm_states("b9-1") == ["READY"]
+    warm_password = (sessions_dir / "wb9-1" / "passwd").read_text().strip()
+    session = make_session(
+        4503, image=desktop_image, vnc_password="claimsnd", warm_key="b9-1", memory_mb=1024
+    )
+    reconciler.step([session], [])
+    assert reconciler.wait_idle(60)
+    running = fake_portal.last(4503)
+    assert running["state"] == "RUNNING" and running["audio_port"] is not None
+
+    found, _heard, _first = listen(running["audio_port"], "claimsnd", 0.2)
+    assert found.rate == 48000
+    with pytest.raises(AudioRefused):
+        listen(running["audio_port"], warm_password, 0.2)
+    reconciler.step([], [])
+    reconciler.close()
