@@ -124,6 +124,8 @@ class AuditKind(models.TextChoices):
     # the desktop relay let someone in to a session's screen (data: viewer, owner, as: owner
     # or admin), the owner's own opens included
     DESKTOP_OPENED = "desktop.opened", _("Desktop opened")
+    # the audio relay let someone hear a session's sound (data as for desktop.opened)
+    DESKTOP_SOUND_OPENED = "desktop.sound_opened", _("Desktop sound opened")
     # account hygiene (docs/audit.md): API tokens issued and revoked (data: token id and name,
     # never the token), a password changed by its owner or set by an admin or on the console
     # (data: user name, never the password)

@@ -75,6 +75,8 @@ class Session(models.Model):
     vnc_password = models.CharField(max_length=8, blank=True)
     desktop_host = models.CharField(max_length=200, blank=True)
     desktop_port = models.PositiveIntegerField(null=True, blank=True)
+    # The desktop's sound (nodeagent.desktop_audio) on the same host; None: its image has none.
+    desktop_audio_port = models.PositiveIntegerField(null=True, blank=True)
     container_id = models.CharField(max_length=100, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     placed_at = models.DateTimeField(null=True, blank=True)

@@ -272,6 +272,7 @@ def _running_fields(node: Node, report: SessionReport, now: datetime) -> dict[st
     return {
         "desktop_host": node.address,
         "desktop_port": report.port,
+        "desktop_audio_port": report.audio_port,
         "container_id": report.container_id,
         "started_at": now,
     }

@@ -53,6 +53,7 @@ REQUEUE_CLEARS: dict[str, Any] = {
     "started_at": None,
     "desktop_host": "",
     "desktop_port": None,
+    "desktop_audio_port": None,
     "container_id": "",
     "vnc_password": "",
     "preempt_deadline": None,

@@ -6,10 +6,10 @@ also adds to the open run's GPU-idle seconds (:func:`count_gpu_idle`, ``UsageRec
 outlive the samples and the session (the console's idle hours, ``services.idle_hours``).
 
 The relay calls :func:`record_input` with a batch (say every few seconds, not per event),
-:func:`viewer_opened` and :func:`viewer_closed`; the agent's usage report calls
-:func:`record_usage`. Each is one or two small queries (a usage sample with a GPU figure
-three more: the open run, its policy, the update); none raises for a session that has gone
-(the row simply is not written).
+:func:`viewer_opened` and :func:`viewer_closed`; the audio relay :func:`do_open_sound` (an
+audit event, no viewer); the agent's usage report calls :func:`record_usage`. Each is one or
+two small queries (a usage sample with a GPU figure three more: the open run, its policy, the
+update); none raises for a session that has gone (the row simply is not written).
 """
 
 from __future__ import annotations
@@ -73,17 +73,32 @@ def do_open_viewer(session_id: int, viewer: AbstractBaseUser, address: str | Non
     if session is None:
         return
     viewer_opened(session_id)
+    _audit_open(AuditKind.DESKTOP_OPENED, session, viewer, address)
+
+
+def do_open_sound(session_id: int, listener: AbstractBaseUser, address: str | None = None) -> None:
+    """The audio relay let ``listener`` hear the session's sound: an audit event
+    (docs/audit.md ``desktop.sound_opened``) with the same details as ``desktop.opened``.
+    A listener is not a viewer: sound alone does not keep a desktop from idling."""
+    session = Session.objects.filter(pk=session_id).select_related("user").first()
+    if session is not None:
+        _audit_open(AuditKind.DESKTOP_SOUND_OPENED, session, listener, address)
+
+
+def _audit_open(
+    kind: AuditKind, session: Session, person: AbstractBaseUser, address: str | None
+) -> None:
     owner = session.user
     with requests_from(address):
         record(
-            AuditKind.DESKTOP_OPENED,
-            f"user:{viewer.get_username()}",
+            kind,
+            f"user:{person.get_username()}",
             session=session,
             node=session.node_id,
             data={
-                "viewer": viewer.get_username(),
+                "viewer": person.get_username(),
                 "owner": owner.get_username(),
-                "as": "owner" if owner.pk == viewer.pk else "admin",
+                "as": "owner" if owner.pk == person.pk else "admin",
             },
         )
 

@@ -49,7 +49,7 @@ def run_desktop(user, profile, purpose: str = "hobby") -> Session:
     session = do_submit(user, check_submit(user, profile.pk, purpose, None))
     assert do_scheduling_cycle().placed >= 1
     session.refresh_from_db()
-    do_report(session.node, session.pk, {"state": "RUNNING", "port": 32000})
+    do_report(session.node, session.pk, {"state": "RUNNING", "port": 32000, "audio_port": 32001})
     return Session.objects.get(pk=session.pk)
 
 
@@ -78,6 +78,7 @@ def test_a_quiet_desktop_is_warned_then_suspended_releasing_its_slice(owner, pro
     session = run_desktop(owner, profile)
     node = session.node
     assert live_holds(session) == 1
+    assert (session.desktop_port, session.desktop_audio_port) == (32000, 32001)
     started_ago(session, 40)
     now = timezone.now()
     record_usage(session.pk, 1.0, 2.0, at=now)
@@ -98,6 +99,7 @@ def test_a_quiet_desktop_is_warned_then_suspended_releasing_its_slice(owner, pro
     assert suspended.reason_code == "idle_suspended"
     assert live_holds(session) == 0  # the slice is free for someone else
     assert suspended.node is None and suspended.desktop_port is None
+    assert suspended.desktop_audio_port is None  # the next placement reports its own
     assert session.pk not in {d.session_id for d in desired_sessions(node)}  # agent stops it
     transition = AuditEvent.objects.filter(
         session_id=session.pk, kind=AuditKind.SESSION_TRANSITION, data__to="SUSPENDED"

@@ -49,7 +49,8 @@ def running(desired, *, starting=True) -> list[dict]:
         if starting:
             reports.append({**base, "state": "STARTING"})
         reason = f"desktop {n}" if n % 2 else ""
-        reports.append({**base, "state": "RUNNING", "port": 32000 + n, "reason": reason})
+        sound = {"audio_port": 33000 + n} if n % 2 == 0 else {}  # an image with sound, or not
+        reports.append({**base, "state": "RUNNING", "port": 32000 + n, "reason": reason, **sound})
     return reports
 
 
@@ -74,6 +75,7 @@ def test_a_batch_of_running_reports_is_applied_as_one_by_one(
         session = Session.objects.get(pk=d["session_id"])
         assert session.state == SessionState.RUNNING
         assert (session.desktop_host, session.desktop_port) == (node.address, 32000 + n)
+        assert session.desktop_audio_port == (33000 + n if n % 2 == 0 else None)
         assert session.started_at is not None
         # Each its own reason: the agent's words, or none.
         expected = ("agent", {"detail": f"desktop {n}"}) if n % 2 else ("", {})

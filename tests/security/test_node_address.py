@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 
 from scheduling.choices import AuditKind
 from scheduling.models import AuditEvent, Node
-from scheduling.services.node_address import desktop_url
+from scheduling.services.node_address import desktop_endpoint, desktop_url
 from scheduling.services.nodes import do_create_join_token
 
 from ..conftest import registration
@@ -125,3 +125,19 @@ def test_every_change_of_a_nodes_address_is_audited_with_the_old_and_the_new():
 )
 def test_the_relay_builds_a_desktop_url_only_from_a_valid_host_and_port(address, port, url):
     assert desktop_url(address, port) == url
+
+
+@pytest.mark.parametrize(
+    ("address", "port", "endpoint"),
+    [
+        ("127.0.0.1", 6081, ("127.0.0.1", 6081)),
+        ("::1", 6081, ("::1", 6081)),  # no brackets: the address itself
+        ("localhost", 6081, ("127.0.0.1", 6081)),  # the address it checked
+        ("127.0.0.1:18081/x?", 6081, None),
+        ("8.8.8.8", 6081, None),
+        ("127.0.0.1", 0, None),
+        ("127.0.0.1", 65536, None),
+    ],
+)
+def test_the_audio_relay_connects_only_to_a_checked_ip_and_port(address, port, endpoint):
+    assert desktop_endpoint(address, port) == endpoint

@@ -85,11 +85,14 @@ def test_placed_session_is_desired_then_reported_running_then_stopped(
         "state": "STARTING"
     }
     running = agent(token).post(
-        report, {"state": "RUNNING", "host": "127.0.0.1", "port": 32000}, format="json"
+        report,
+        {"state": "RUNNING", "host": "127.0.0.1", "port": 32000, "audio_port": 32001},
+        format="json",
     )
     assert running.json() == {"state": "RUNNING"}
     session.refresh_from_db()
     assert (session.desktop_port, session.started_at is not None) == (32000, True)
+    assert session.desktop_audio_port == 32001
 
     do_stop(owner, session)
     assert agent(token).get("/api/agent/v1/desired/").json()["sessions"] == []

@@ -287,6 +287,7 @@ def stored_report(session: Session) -> dict[str, Any]:
         "state": session.state,
         "host": session.desktop_host,
         "port": session.desktop_port,
+        "audio_port": session.desktop_audio_port,
         "container_id": session.container_id,
         "reason": session.reason_params.get("detail", "") if session.reason_code == "agent" else "",
         "placement": placement_id(session),
@@ -302,7 +303,7 @@ def test_every_field_of_a_session_report_is_stored(owner, profile, register_node
     path = f"sessions/{session.pk}/report/"
 
     running = SessionReport(
-        state="RUNNING", host="10.0.0.7", port=32001, container_id="c0ffee" * 8,
+        state="RUNNING", host="10.0.0.7", port=32001, audio_port=32002, container_id="c0ffee" * 8,
         reason="SIMULATED desktop: no container runs on this node", placement=placement,
     )  # fmt: skip
     # ``failure`` is a FAILED report's: the one at the end sets it.
@@ -329,7 +330,7 @@ def test_every_field_of_a_session_report_is_stored(owner, profile, register_node
         user=owner, profile=profile, purpose="hobby", state="PLACED", node=session.node
     )
     failed = SessionReport(
-        state="FAILED", host="10.0.0.7", port=32002, container_id="dead" * 8,
+        state="FAILED", host="10.0.0.7", port=32002, audio_port=32003, container_id="dead" * 8,
         reason="image deskpool/x is not present on node gpu-r", placement="",
         failure="image_missing",
     )  # fmt: skip
