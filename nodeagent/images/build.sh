@@ -208,9 +208,10 @@ want() {
     case $name in
         base) ;;
         studio) SOURCE=$(source_hash Dockerfile.desktop Dockerfile.studio) ;;
+        # With the wheels' version, and the files the desktop copies in, as for studio.
         studio-cuda)
-            SOURCE=$(printf '%s\n' "$TORCH_CUDA" | cat - "$HERE/Dockerfile.desktop" \
-                "$HERE/Dockerfile.studio" "$HERE/Dockerfile.studio-cuda" | sha256sum | cut -c1-16) ;;
+            SOURCE=$( (printf '%s\n' "$TORCH_CUDA"; source_hash Dockerfile.desktop \
+                Dockerfile.studio Dockerfile.studio-cuda) | sha256sum | cut -c1-16) ;;
         *) SOURCE=$(source_hash "Dockerfile.$name") ;;
     esac
     if [ "$force" = 0 ] && image_exists "$image"; then

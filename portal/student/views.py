@@ -39,6 +39,7 @@ from scheduling.services.sessions import do_stop, do_submit
 
 UPDATES_PATH = "/ws/updates/"  # portal.live.routing
 DESKTOP_PROXY_PATH = "/ws/desktop/{id}/"  # portal.live.routing
+DESKTOP_AUDIO_PATH = "/ws/desktop/{id}/audio/"
 CHART_DAYS = 14
 
 
@@ -224,12 +225,15 @@ def desktop(request: HttpRequest, person: User, session_id: int) -> HttpResponse
         messages.info(request, _("This desktop is not running; its page shows where it stands."))
         return redirect("session-page", session_id=session.pk)
     simulated = session.node is not None and session.node.runtime == "simulated"
+    has_sound = session.desktop_audio_port is not None
     room = profile_room(session)
     config = _page_config(
         request,
         "none",  # the desktop's page shows no card: its banner reads the payload
         session=session_payload(session),
         proxy_url=DESKTOP_PROXY_PATH.format(id=session.pk),
+        # The drawer's Sound (desktop_audio.js), where the desktop's image serves sound.
+        audio_url=DESKTOP_AUDIO_PATH.format(id=session.pk) if has_sound else None,
         session_api=reverse("session-detail", args=[session.pk]),
         # The banner's and the drawer's Extend: the API's action (JSON: the session, or 409
         # and its reason); the profile's room, which the drawer applies to each new limit.
@@ -253,6 +257,7 @@ def desktop(request: HttpRequest, person: User, session_id: int) -> HttpResponse
         {
             "session": session,
             "simulated": simulated,
+            "has_sound": has_sound,
             "config": config,
             "stop_answer": ANSWERS["stop"],
             "upload_limit": megabytes(transfer_max_bytes()),
@@ -309,6 +314,18 @@ def _desktop_words() -> dict[str, str]:
         "not_running": _("Only a running desktop can be given more time."),
         "state": _("Where it stands: %(state)s"),
         "stop_failed": _("The desktop could not be stopped; try again in a moment."),
+        # The drawer's Sound (desktop_audio.js).
+        "sound_play": _("Play the desktop's sound"),
+        "sound_stop": _("Stop the sound"),
+        "sound_off": _("Sound is off."),
+        "sound_connecting": _("Connecting to the desktop's sound…"),
+        "sound_playing": _(
+            "Playing. No level on the meter: the desktop is silent. A level but nothing heard: "
+            "check this device's volume."
+        ),
+        "sound_retrying": _("The sound was cut off: trying again…"),
+        "sound_ended": _("The sound stopped: the desktop is no longer running."),
+        "sound_none": _("This desktop has no sound."),
     }
 
 

@@ -1,10 +1,11 @@
 // The desktop page: noVNC through the portal's authenticated WebSocket proxy, full screen,
 // the clipboard both ways, reconnection after a network blip, the session's timer and live
 // banner (the time limit with Extend, the idle verdict, a preemption's grace), the side
-// drawer (desktop_drawer.js; its upload, desktop_upload.js) and, on touch devices, the
-// on-screen keyboard (desktop_keyboard.js). Addresses and words come from the page (#page-config, in the
-// reader's language).
+// drawer (desktop_drawer.js; its upload, desktop_upload.js; its sound, desktop_audio.js)
+// and, on touch devices, the on-screen keyboard (desktop_keyboard.js). Addresses and words
+// come from the page (#page-config, in the reader's language).
 import RFB from "../vendor/novnc/core/rfb.js";
+import { setUpAudio } from "./desktop_audio.js";
 import { setUpDrawer } from "./desktop_drawer.js";
 import { setUpKeyboard } from "./desktop_keyboard.js";
 import { setUpUpload } from "./desktop_upload.js";
@@ -248,6 +249,17 @@ setUpUpload({
   csrf: config.csrf_token,
   failed: words.upload_failed,
 });
+
+if (config.audio_url) {
+  setUpAudio({
+    button: $("sound-toggle"),
+    meter: $("sound-level"),
+    note: $("sound-note"),
+    url: scheme + location.host + config.audio_url,
+    words,
+    canRetry: () => openable.has(session.state),
+  });
+}
 
 // Live updates for this session: its state, grace deadline and time limit.
 let liveDelay = 500;

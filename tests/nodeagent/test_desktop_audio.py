@@ -14,12 +14,8 @@ import time
 
 import pytest
 
-from nodeagent.desktop_audio import (
-    DESKTOP_AUDIO_PORT,
-    AudioFormat,
-    AudioRefused,
-    open_audio,
-)
+from bench.desktop_audio import listen as bench_listen
+from nodeagent.desktop_audio import DESKTOP_AUDIO_PORT, AudioFormat, AudioRefused
 from nodeagent.outbox import running_report
 from nodeagent.reconcile import Reconciler
 from nodeagent.runtime.docker_runtime import DockerRuntime
@@ -61,29 +57,17 @@ def play_tone(container, seconds: int) -> None:  # type: ignore[no-untyped-def]
 
 
 def listen(port: int, secret: str, seconds: float, during=None) -> tuple[AudioFormat, bytes, float]:  # type: ignore[no-untyped-def]
-    """Log in to the sound port and collect what comes for ``seconds``; ``during()`` runs once
-    logged in. Returns the format, the bytes and when the first bytes came (s, or -1)."""
+    """What comes in ``seconds`` once logged in (``during()`` started then), and how long
+    after ``during`` started its first bytes came (s, or -1)."""
+    started: list[float] = []
 
-    async def run() -> tuple[AudioFormat, bytes, float]:
-        reader, writer, found = await open_audio("127.0.0.1", port, secret, 10)
-        started = time.monotonic()
+    def timed() -> None:
+        started.append(time.time())
         if during is not None:
-            await asyncio.to_thread(during)
-        heard, first = b"", -1.0
-        while (left := seconds - (time.monotonic() - started)) > 0:
-            try:
-                data = await asyncio.wait_for(reader.read(65536), left)
-            except TimeoutError:
-                break
-            if not data:
-                break
-            if first < 0:
-                first = time.monotonic() - started
-            heard += data
-        writer.close()
-        return found, heard, first
+            during()
 
-    return asyncio.run(run())
+    found, heard, first = asyncio.run(bench_listen(port, seconds, timed, secret))
+    return found, heard, first - started[0] if first else -1.0
 
 
 def peak(pcm: bytes) -> int:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.config import AgentConfig, ConfigError
+from nodeagent.desktop_audio import DESKTOP_AUDIO_PORT
 from nodeagent.protocol import DESKTOP_WEBSOCKIFY_PORT
 from nodeagent.runtime.desktop_network import (
     FORWARD_CHAIN,
@@ -123,9 +124,16 @@ def test_the_published_port_is_bound_to_the_management_address_only(
     )
     started = runtime.start(desired_session(9302, image=tiny_image))
     container = docker_client.containers.get(started.container_id)
-    bindings = container.attrs["NetworkSettings"]["Ports"][f"{DESKTOP_WEBSOCKIFY_PORT}/tcp"]
+    ports = container.attrs["NetworkSettings"]["Ports"]
+    bindings = ports[f"{DESKTOP_WEBSOCKIFY_PORT}/tcp"]
     assert {b["HostIp"] for b in bindings} == {"127.0.0.1"}
     assert started.host == "127.0.0.1" and started.port == int(bindings[0]["HostPort"])
+    # The sound's port too (published for every desktop; the tiny image serves none).
+    assert {b["HostIp"] for b in ports[f"{DESKTOP_AUDIO_PORT}/tcp"]} == {"127.0.0.1"}
+    # Nothing else is published.
+    assert sorted(p for p, b in ports.items() if b) == sorted(
+        [f"{DESKTOP_WEBSOCKIFY_PORT}/tcp", f"{DESKTOP_AUDIO_PORT}/tcp"]
+    )
 
 
 REMOTE_SERVER = """

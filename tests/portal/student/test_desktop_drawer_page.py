@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from people.preferences import save_preferences
-from scheduling.models import DesktopProfile
+from scheduling.models import DesktopProfile, Session
 from tests.portal.student.test_limit_pages import desktop_page, page_config, signed_in
 from tests.scheduling.test_lifecycle import run_desktop
 
@@ -113,3 +113,31 @@ def test_the_drawer_speaks_the_persons_language(owner, profile, pool):
     assert config["states"]["ENDED"] == "已结束"
     assert config["words"]["ends_at"] == "结束时间：%(time)s"
     assert config["words"]["state"] == "当前状态：%(state)s"
+
+
+def test_the_drawer_offers_sound_only_where_the_desktop_serves_it(owner, profile, pool):
+    session = run_desktop(owner, profile)  # reported with a sound port; here, one without
+    Session.objects.filter(pk=session.pk).update(desktop_audio_port=None)
+    html = desktop_page(signed_in(owner), session)
+    assert page_config(html)["audio_url"] is None
+    assert 'id="sound-toggle"' not in html
+    assert "This desktop has no sound: its image serves none." in drawer_of(html)
+
+    Session.objects.filter(pk=session.pk).update(desktop_audio_port=32002)
+    html = desktop_page(signed_in(owner), session)
+    config = page_config(html)
+    assert config["audio_url"] == f"/ws/desktop/{session.pk}/audio/"
+    drawer = drawer_of(html)
+    assert re.search(
+        r'<button type="button" id="sound-toggle" class="small" aria-pressed="false">'
+        r"Play the desktop's sound</button>",
+        drawer,
+    )
+    assert '<meter id="sound-level" min="0" max="1" value="0"' in drawer
+    assert "has no sound" not in drawer
+    assert config["words"]["sound_stop"] == "Stop the sound"
+
+    save_preferences(owner, language="zh-hans")
+    html = desktop_page(signed_in(owner), session)
+    assert re.search(r'id="sound-toggle"[^>]*>播放桌面声音</button>', html)
+    assert page_config(html)["words"]["sound_none"] == "这个桌面没有声音。"

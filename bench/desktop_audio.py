@@ -1,0 +1,182 @@
+"""``python -m bench.desktop_audio``: what a desktop's sound costs and how late it comes.
+
+Starts one deskpool/desktop (``--image``) through the agent's own runtime, logs in to its
+published sound port as the portal's relay does (:func:`nodeagent.desktop_audio.open_audio`)
+and measures, with a 440 Hz tone written into the container beforehand and played with
+``pacat`` (any PulseAudio program plays the same way):
+
+1. latency, median of ``--runs``: from the moment the desktop starts ``pacat`` (its clock,
+   written in the container just before) to the first bytes of the tone at the listener;
+2. the stream's rate while the tone plays, and what comes while the desktop is silent;
+3. CPU (% of one core) of the desktop's sound processes (PulseAudio, deskpool-audio,
+   parec) over ``--sample-s``: silent with nobody listening, then playing to one listener;
+4. their resident memory in both cases.
+
+Everything it makes is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+
+from bench.agent import Bench
+from nodeagent.desktop_audio import AudioFormat, open_audio
+from nodeagent.runtime import container_name
+from nodeagent.software import DESKTOP_IMAGE
+
+BENCH_SECRET = "bench123"  # bench.agent's sessions' secret
+SOUND_PROCESSES = ("pulseaudio", "deskpool-audio", "parec")
+TONE_FILE = "/tmp/bench-tone.raw"
+MAKE_TONE = (
+    "import math, struct; one = b''.join(struct.pack('<hh', *(2 * [int(8000 * math.sin("
+    "2 * math.pi * 440 * i / 48000))])) for i in range(48000)); "
+    f"open('{TONE_FILE}', 'wb').write(one * 2)"
+)
+PLAY = (
+    'export XDG_RUNTIME_DIR="$(readlink /tmp/deskpool-runtime)/xdg"; date +%s.%N > /tmp/t0; '
+    f"pacat --format=s16le --rate=48000 --channels=2 {TONE_FILE}"
+)
+# Per process: name, utime + stime (clock ticks), resident pages.
+READ_PROCESSES = (
+    "for p in /proc/[0-9]*; do "
+    'n=$(tr "\\0" " " < $p/cmdline 2>/dev/null | cut -d" " -f1-2); '
+    'echo "$n|$(cut -d" " -f14,15 $p/stat 2>/dev/null)|$(cut -d" " -f2 $p/statm 2>/dev/null)"; '
+    "done"
+)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.desktop_audio", description=__doc__)
+    parser.add_argument("--image", default=DESKTOP_IMAGE)
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--sample-s", type=float, default=5.0)
+    parser.add_argument("--cpus", type=float, default=2.0)
+    parser.add_argument("--memory-mb", type=int, default=2048)
+    parser.add_argument("--node", default=f"bench-{os.getpid()}")
+    return parser.parse_args(argv)
+
+
+def sound_processes(container) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    """CPU ticks and resident kB of the sound processes, summed."""
+    output = container.exec_run(["sh", "-c", READ_PROCESSES]).output.decode(errors="replace")
+    ticks = pages = 0
+    for line in output.splitlines():
+        name, _, rest = line.partition("|")
+        cpu, _, resident = rest.partition("|")
+        programs = {word.rsplit("/", 1)[-1] for word in name.split()}  # python3 <script>
+        if programs & set(SOUND_PROCESSES) and cpu.strip():
+            utime, stime = (int(x) for x in cpu.split())
+            ticks += utime + stime
+            pages += int(resident or 0)
+    return ticks, pages * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def cpu_percent(container, seconds: float) -> tuple[float, int]:  # type: ignore[no-untyped-def]
+    before, _ = sound_processes(container)
+    time.sleep(seconds)
+    after, resident_kb = sound_processes(container)
+    return 100 * (after - before) / os.sysconf("SC_CLK_TCK") / seconds, resident_kb
+
+
+async def listen(
+    port: int,
+    seconds: float,
+    during=None,
+    secret: str = BENCH_SECRET,  # type: ignore[no-untyped-def]
+) -> tuple[AudioFormat, bytes, float]:
+    """Log in to a desktop's sound port on this host as the portal's relay does, start
+    ``during()`` (in a thread), and collect what comes for ``seconds``. Returns the format,
+    the bytes, and when the first of them came (time.time(), or 0 when none did)."""
+    reader, writer, found = await open_audio("127.0.0.1", port, secret, 10)
+    task = asyncio.ensure_future(asyncio.to_thread(during)) if during else None
+    heard, first = b"", 0.0
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        try:
+            data = await asyncio.wait_for(reader.read(65536), left)
+        except TimeoutError:
+            break
+        if not data:
+            break
+        first = first or time.time()
+        heard += data
+    writer.close()
+    if task:
+        await task
+    return found, heard, first
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    bench = Bench(args)
+    try:
+        session = bench.session()
+        started = bench.runtime.start(session)
+        port = started.audio_port
+        if port is None:
+            raise SystemExit(f"{args.image} serves no sound (no deskpool.audio label)")
+        container = bench.client.containers.get(container_name(args.node, session.session_id))
+        container.exec_run(["python3", "-c", MAKE_TONE])
+        time.sleep(3)  # the session's programs settle
+
+        def play() -> None:
+            container.exec_run(["bash", "-c", PLAY])
+
+        delays, rates = [], []
+        for _ in range(args.runs):
+            _found, heard, first = asyncio.run(listen(port, 3.0, during=play))
+            played_at = float(container.exec_run(["cat", "/tmp/t0"]).output)
+            delays.append(1000 * (first - played_at))
+            rates.append(len(heard) / 2.0)  # the tone lasts 2 s
+        _found, silent, _first = asyncio.run(listen(port, 3.0))
+        print(f"{args.image}: sound on port {port}, 48 kHz, 2 channels, s16le")
+        print(
+            f"  pacat starts -> first bytes at the listener: median {statistics.median(delays):.0f}"
+            f" ms, min {min(delays):.0f}, max {max(delays):.0f} (n={len(delays)})"
+        )
+        print(f"  while the tone plays: {statistics.median(rates) / 1000:.0f} kB/s")
+        print(f"  3 s of silence: {len(silent)} bytes")
+
+        idle_cpu, idle_kb = cpu_percent(container, args.sample_s)
+        container.exec_run(["bash", "-c", PLAY.replace(TONE_FILE, "--volume=65536 " + TONE_FILE)])
+
+        async def playing() -> tuple[float, int]:
+            reader, writer, _found = await open_audio("127.0.0.1", port, BENCH_SECRET, 10)
+            loop = asyncio.get_running_loop()
+
+            async def drain() -> None:
+                while await reader.read(65536):
+                    pass
+
+            drainer = asyncio.ensure_future(drain())
+            container.exec_run(
+                ["bash", "-c", f"for i in $(seq {int(args.sample_s) + 2}); do {PLAY}; done"],
+                detach=True,
+            )
+            await asyncio.sleep(1)
+            result = await loop.run_in_executor(None, cpu_percent, container, args.sample_s)
+            drainer.cancel()
+            writer.close()
+            return result
+
+        busy_cpu, busy_kb = asyncio.run(playing())
+        print(
+            f"  sound processes, silent, nobody listening: {idle_cpu:.1f} % of a core, "
+            f"{idle_kb / 1024:.1f} MB resident"
+        )
+        print(
+            f"  sound processes, playing to one listener:  {busy_cpu:.1f} % of a core, "
+            f"{busy_kb / 1024:.1f} MB resident"
+        )
+    finally:
+        bench.clean_up()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
