@@ -326,6 +326,10 @@ def _desktop_words() -> dict[str, str]:
         "sound_retrying": _("The sound was cut off: trying again…"),
         "sound_ended": _("The sound stopped: the desktop is no longer running."),
         "sound_none": _("This desktop has no sound."),
+        "sound_unsupported": _(
+            "This browser cannot play the desktop's sound; a recent Chrome, Edge, Firefox or "
+            "Safari can."
+        ),
     }
 
 

@@ -27,6 +27,7 @@ export function setUpAudio({ button, meter, note, url, words, canRetry }) {
   let level = 0;
   let retryDelay = 1000;
   let retryTimer = null;
+  const queued = new Set(); // buffers scheduled and not yet played: stopped with the sound
 
   function show(text) {
     note.textContent = text;
@@ -69,6 +70,8 @@ export function setUpAudio({ button, meter, note, url, words, canRetry }) {
     const source = context.createBufferSource();
     source.buffer = buffer;
     source.connect(context.destination);
+    source.addEventListener("ended", () => queued.delete(source));
+    queued.add(source);
     source.start(next);
     next += buffer.duration;
   }
@@ -112,6 +115,10 @@ export function setUpAudio({ button, meter, note, url, words, canRetry }) {
     const closing = socket;
     socket = null;
     closing?.close();
+    // What was queued must not play when the sound is turned on again.
+    for (const source of queued) source.stop();
+    queued.clear();
+    next = 0;
     context?.suspend();
     meter.value = level = 0;
     show(words.sound_off);
@@ -123,7 +130,12 @@ export function setUpAudio({ button, meter, note, url, words, canRetry }) {
       return;
     }
     // Made and resumed inside the press: a browser lets a page play sound from then on.
-    context = context || new AudioContext();
+    const Player = window.AudioContext || window.webkitAudioContext;
+    if (!Player) {
+      show(words.sound_unsupported);
+      return;
+    }
+    context = context || new Player();
     context.resume();
     setOn(true);
     connect();

@@ -104,6 +104,13 @@ def signed_in_desktop(new_page, session_id: int, **options):  # type: ignore[no-
 def test_the_desktops_sound_plays_in_english_on_a_laptop(sounding_desktop, docker_engine, new_page):
     page = signed_in_desktop(new_page, sounding_desktop)
     listen_and_stop(page, docker_engine, sounding_desktop, ENGLISH)
+    # On again: a new stream, heard as the first was (the context resumed, not remade).
+    page.click("#sound-toggle")
+    wait_js(page, "document.getElementById('sound-note').textContent.startsWith('Playing.')")
+    [container] = session_containers(docker_engine, sounding_desktop)
+    play_tone(container, 2)
+    assert wait_js(page, f"{LEVEL} > 0.1 && {LEVEL}", timeout=15_000) < 0.26
+    page.click("#sound-toggle")
     violations = check_axe(page, "student-desktop-sound-1280")
     assert not violations, describe(violations)
 
