@@ -32,11 +32,14 @@ from nodeagent.software import DESKTOP_IMAGE
 BENCH_SECRET = "bench123"  # bench.agent's sessions' secret
 SOUND_PROCESSES = ("pulseaudio", "deskpool-audio", "parec")
 TONE_FILE = "/tmp/bench-tone.raw"
+TONE_AMPLITUDE = 8000  # of 32768
+# Writes {seconds} s of a 440 Hz tone at TONE_AMPLITUDE, 48 kHz, 2 channels, s16le.
 MAKE_TONE = (
-    "import math, struct; one = b''.join(struct.pack('<hh', *(2 * [int(8000 * math.sin("
-    "2 * math.pi * 440 * i / 48000))])) for i in range(48000)); "
-    f"open('{TONE_FILE}', 'wb').write(one * 2)"
+    "import math, struct; one = b''.join(struct.pack('<hh', *(2 * [int("
+    f"{TONE_AMPLITUDE} * math.sin(2 * math.pi * 440 * i / 48000))])) for i in range(48000)); "
+    f"open('{TONE_FILE}', 'wb').write(one * {{seconds}})"
 )
+# Plays it through PulseAudio in the desktop's session, as any program plays, noting when.
 PLAY = (
     'export XDG_RUNTIME_DIR="$(readlink /tmp/deskpool-runtime)/xdg"; date +%s.%N > /tmp/t0; '
     f"pacat --format=s16le --rate=48000 --channels=2 {TONE_FILE}"
@@ -48,6 +51,16 @@ READ_PROCESSES = (
     'echo "$n|$(cut -d" " -f14,15 $p/stat 2>/dev/null)|$(cut -d" " -f2 $p/statm 2>/dev/null)"; '
     "done"
 )
+
+
+def write_tone(container, seconds: int) -> None:  # type: ignore[no-untyped-def]
+    container.exec_run(["python3", "-c", MAKE_TONE.format(seconds=seconds)])
+
+
+def play_tone(container, seconds: int) -> None:  # type: ignore[no-untyped-def]
+    """``seconds`` of the tone, played in the desktop; returns once it has started."""
+    write_tone(container, seconds)
+    container.exec_run(["bash", "-c", PLAY], detach=True)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -121,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         if port is None:
             raise SystemExit(f"{args.image} serves no sound (no deskpool.audio label)")
         container = bench.client.containers.get(container_name(args.node, session.session_id))
-        container.exec_run(["python3", "-c", MAKE_TONE])
+        write_tone(container, 2)
         time.sleep(3)  # the session's programs settle
 
         def play() -> None:
@@ -143,7 +156,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  3 s of silence: {len(silent)} bytes")
 
         idle_cpu, idle_kb = cpu_percent(container, args.sample_s)
-        container.exec_run(["bash", "-c", PLAY.replace(TONE_FILE, "--volume=65536 " + TONE_FILE)])
 
         async def playing() -> tuple[float, int]:
             reader, writer, _found = await open_audio("127.0.0.1", port, BENCH_SECRET, 10)

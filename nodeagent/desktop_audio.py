@@ -16,8 +16,8 @@ The exchange, over plain TCP (docs/agent-protocol.md, "Desktop audio"):
    little-endian PCM in whole frames for as long as the connection lasts, leaving out
    stretches of silence; or ``NO`` and closes.
 
-Standard library only: the portal imports this module, and the image's server speaks the
-same bytes without it.
+The portal and the agent import this module; the image's server speaks the same bytes
+without it (it holds no Python of the project).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ import hmac
 import struct
 from dataclasses import dataclass
 
+from nodeagent.readiness import VNC_PASSWORD_LENGTH  # what the password file keeps
+
 DESKTOP_AUDIO_PORT = 6081
 LABEL_AUDIO = "deskpool.audio"  # on images that serve sound; its value is the format's name
 MAGIC = b"DPAUDIO1"
@@ -35,7 +37,6 @@ CHALLENGE_LENGTH = 16
 ANSWER_LENGTH = 32
 ACCEPTED, REFUSED = b"OK", b"NO"
 FORMAT = struct.Struct(">IBB")  # sample rate, channels, bits per sample
-SECRET_LENGTH = 8  # what the desktop's password file keeps of the secret (VNC's 8 bytes)
 _CONTEXT = b"deskpool-audio"
 
 
@@ -59,7 +60,7 @@ class AudioFormat:
 
 def audio_auth_response(secret: str, challenge: bytes) -> bytes:
     """The portal's answer to a desktop's audio challenge."""
-    key = secret[:SECRET_LENGTH].encode("utf-8")
+    key = secret[:VNC_PASSWORD_LENGTH].encode("utf-8")
     return hmac.new(key, _CONTEXT + challenge, hashlib.sha256).digest()
 
 

@@ -34,7 +34,7 @@ from nodeagent.protocol import (
     DesiredSession,
     DesktopSpec,
 )
-from nodeagent.readiness import DesktopNotReady, wait_for_desktop
+from nodeagent.readiness import VNC_PASSWORD_LENGTH, DesktopNotReady, wait_for_desktop
 from nodeagent.runtime import home_mounts
 from nodeagent.runtime.base import (
     ManagedContainer,
@@ -317,7 +317,7 @@ class DesktopContainers:
         directory.mkdir(mode=0o755)
         os.chmod(directory, 0o755)
         password_file = directory / PASSWORD_FILE_NAME
-        password_file.write_text(password[:8] + "\n")
+        password_file.write_text(password[:VNC_PASSWORD_LENGTH] + "\n")
         os.chmod(password_file, 0o444)
 
     def replace_password(self, directory: Path, password: str) -> None:
@@ -325,7 +325,7 @@ class DesktopContainers:
         if not directory.is_dir():
             raise StartFailed(f"password folder {directory} is missing")
         temporary = directory / f".{PASSWORD_FILE_NAME}.new"
-        temporary.write_text(password[:8] + "\n")
+        temporary.write_text(password[:VNC_PASSWORD_LENGTH] + "\n")
         os.chmod(temporary, 0o444)
         temporary.replace(directory / PASSWORD_FILE_NAME)
 

@@ -35,11 +35,15 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from nodeagent.desktop_audio import AudioRefused, open_audio
-from portal.live.desktop_relay import CLOSE_UNREACHABLE, UPSTREAM_TIMEOUT_S, may_open, scope_address
+from portal.live.desktop_relay import (
+    CLOSE_UNREACHABLE,
+    UPSTREAM_TIMEOUT_S,
+    may_open,
+    running_desktop,
+    scope_address,
+)
 from portal.live.listen_only import ListenOnly
 from portal.live.socket_guard import CLOSE_FORBIDDEN, SIGN_IN_CHECK_S, SignIn, guard, sign_in_of
-from scheduling.choices import OPENABLE_STATES
-from scheduling.models import Session
 from scheduling.services import session_activity
 from scheduling.services.node_address import desktop_endpoint
 
@@ -64,12 +68,7 @@ class SoundTarget:
 def sound_target(user, session_id: int) -> SoundTarget | int:  # type: ignore[no-untyped-def]
     """Where the session's sound is and its secret, for someone who may open the desktop;
     else the close code: 4403, or :data:`CLOSE_NO_SOUND` for a desktop without sound."""
-    session = (
-        Session.objects.openable_by(user)
-        .select_related("node")
-        .filter(pk=session_id, state__in=OPENABLE_STATES)
-        .first()
-    )
+    session = running_desktop(user, session_id)
     if session is None or session.node is None:
         return CLOSE_FORBIDDEN
     port = session.desktop_audio_port

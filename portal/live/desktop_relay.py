@@ -112,15 +112,21 @@ def may_open(user, session_id: int) -> bool:  # type: ignore[no-untyped-def]
     return Session.objects.openable_by(user).filter(pk=session_id).exists()
 
 
+def running_desktop(user, session_id: int) -> Session | None:  # type: ignore[no-untyped-def]
+    """The session with its node, if ``user`` may open it and its desktop runs on a node;
+    the sound's relay asks it too."""
+    return (
+        Session.objects.openable_by(user)
+        .select_related("node")
+        .filter(pk=session_id, state__in=OPENABLE_STATES, node__isnull=False)
+        .first()
+    )
+
+
 @database_sync_to_async
 def desktop_target(user, session_id: int) -> Target | None:  # type: ignore[no-untyped-def]
     """Where the session's websockify is and its secret, for someone who may open it."""
-    session = (
-        Session.objects.openable_by(user)
-        .select_related("node")
-        .filter(pk=session_id, state__in=OPENABLE_STATES, desktop_port__isnull=False)
-        .first()
-    )
+    session = running_desktop(user, session_id)
     if session is None or session.desktop_port is None or session.node is None:
         return None
     # The node's registered management address (docs/deploy.md), not one an agent reported,

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import pytest
 
+from bench.desktop_audio import TONE_AMPLITUDE, play_tone
 from people.preferences import save_preferences
 from scheduling.choices import AuditKind
 from scheduling.models import AuditEvent, Session
 from scheduling.services.nodes import do_create_join_token
 from scheduling.services.sessions import check_submit, do_submit
 from tests.conftest import give_thesis_grant
-from tests.nodeagent.test_desktop_audio import AMPLITUDE, play_tone
 
 from ..integration.stack import wait_for, write_fleet
 from .axe import check_axe, describe
@@ -66,8 +66,8 @@ def listen_and_stop(page, docker_engine, session_id: int, words: dict[str, str])
     [container] = session_containers(docker_engine, session_id)
     play_tone(container, 3)
     level = wait_js(page, f"{LEVEL} > 0.1 && {LEVEL}", timeout=15_000)
-    # The loudest decoded sample is the tone's (AMPLITUDE of 32768), not noise or a guess.
-    assert abs(level - AMPLITUDE / 32768) < 0.01, level
+    # The loudest decoded sample is the tone's (TONE_AMPLITUDE of 32768), not noise or a guess.
+    assert abs(level - TONE_AMPLITUDE / 32768) < 0.01, level
     heard = AuditEvent.objects.get(kind=AuditKind.DESKTOP_SOUND_OPENED, session_id=session_id)
     assert (heard.actor, heard.data["as"]) == ("user:ada", "owner"), heard.data
 

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from bench.desktop_audio import TONE_AMPLITUDE, play_tone
 from bench.desktop_audio import listen as bench_listen
 from nodeagent.desktop_audio import DESKTOP_AUDIO_PORT, AudioFormat, AudioRefused
 from nodeagent.outbox import running_report
@@ -24,14 +25,6 @@ from tests.nodeagent.conftest import desired_warm, wait_for_image
 pytestmark = pytest.mark.docker
 
 DESKTOP_IMAGE = "deskpool/desktop:latest"
-AMPLITUDE = 8000
-# Plays TONE_S seconds of a 440 Hz tone at AMPLITUDE into the desktop's PulseAudio.
-TONE = (
-    "import math, struct, sys\n"
-    "one = b''.join(struct.pack('<hh', *(2 * [int({a} * math.sin(2 * math.pi * 440 * i / 48000))]))"
-    " for i in range(48000))\n"
-    "sys.stdout.buffer.write(one * {s})\n"
-)
 
 
 @pytest.fixture(scope="module")
@@ -44,16 +37,6 @@ def runtime(docker_client, node_name, sessions_dir) -> DockerRuntime:  # type: i
     return DockerRuntime(
         docker_client, node_name=node_name, sessions_dir=sessions_dir, ready_timeout_s=60
     )
-
-
-def play_tone(container, seconds: int) -> None:  # type: ignore[no-untyped-def]
-    """A tone through pacat, as any PulseAudio program plays, in the desktop's session."""
-    script = TONE.format(a=AMPLITUDE, s=seconds)
-    command = (
-        'export XDG_RUNTIME_DIR="$(readlink /tmp/deskpool-runtime)/xdg"; '
-        f'python3 -c "{script}" | pacat --format=s16le --rate=48000 --channels=2'
-    )
-    container.exec_run(["bash", "-c", command], detach=True)
 
 
 def listen(port: int, secret: str, seconds: float, during=None) -> tuple[AudioFormat, bytes, float]:  # type: ignore[no-untyped-def]
@@ -102,7 +85,7 @@ def test_a_desktops_sound_is_published_reported_and_heard_with_its_secret_only(
     # The tone's two seconds come through whole (frames of 4 bytes), at its loudness.
     assert len(heard) % found.frame_bytes == 0
     assert 1.5 * 48000 * 4 <= len(heard) <= 2.5 * 48000 * 4, len(heard)
-    assert AMPLITUDE - 2 <= peak(heard) <= AMPLITUDE + 2
+    assert TONE_AMPLITUDE - 2 <= peak(heard) <= TONE_AMPLITUDE + 2
 
 
 def test_a_desktop_without_sound_reports_no_sound_port(runtime, tiny_image, make_session) -> None:  # type: ignore[no-untyped-def]
