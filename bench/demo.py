@@ -245,7 +245,7 @@ def main() -> int:
         for n in range(args.portal_processes):
             supervisor.start(
                 f"portal {n + 1}",
-                [python, "-m", "daphne", "--fd", str(listener.fileno())]
+                [python, "-m", "portal.server.daphne_worker", "--fd", str(listener.fileno())]
                 + ["--access-log", str(var_dir / "access.log"), "portal.asgi:application"],
                 pass_fds=(listener.fileno(),),
             )

@@ -50,7 +50,7 @@ from scheduling.models import Node, Session  # noqa: E402
 from scheduling.services.nodes import do_create_join_token  # noqa: E402
 from scheduling.services.sessions import check_submit, do_stop, do_submit  # noqa: E402
 from tests.conftest import give_thesis_grant, gpu_inventory, registration  # noqa: E402
-from tests.integration.stack import ROOT, Stack, database_url_of  # noqa: E402
+from tests.integration.stack import ASGI_WORKER, ROOT, Stack, database_url_of  # noqa: E402
 
 API = "/api/agent/v1/"
 UNCHANGED: dict[str, Any] = {}  # a 204 answer: the desired state did not change
@@ -384,7 +384,7 @@ def main() -> int:
             access_log = stack.logs / "access.log"
             try:
                 # daphne as Stack.start_portal starts it, with an access log; the worker.
-                daphne = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(stack.port)]
+                daphne = [*ASGI_WORKER, "-b", "127.0.0.1", "-p", str(stack.port)]
                 stack._spawn("portal", [*daphne, "--access-log", str(access_log), ASGI])
                 stack.start_worker()
                 stack.wait_http("/login/")

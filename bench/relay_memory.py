@@ -80,7 +80,16 @@ def free_port() -> int:
 
 
 def start_daphne(env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
-    argv = ["daphne", "-b", "127.0.0.1", "-p", str(port), "portal.asgi:application"]
+    argv = [
+        sys.executable,
+        "-m",
+        "portal.server.daphne_worker",
+        "-b",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "portal.asgi:application",
+    ]
     return spawn(argv, env, log)
 
 

@@ -21,6 +21,8 @@ import yaml
 from nodeagent.runtime.desktop_network import remove_networks
 
 ROOT = Path(__file__).resolve().parents[2]
+# The portal's ASGI worker as deployed: daphne with flow control (portal.server.daphne_worker).
+ASGI_WORKER = [sys.executable, "-m", "portal.server.daphne_worker"]
 
 
 def shared_secret_key() -> dict[str, str]:
@@ -168,9 +170,7 @@ class Stack:
         self._spawn(
             "portal",
             [
-                sys.executable,
-                "-m",
-                "daphne",
+                *ASGI_WORKER,
                 "-b",
                 "127.0.0.1",
                 "-p",

@@ -32,7 +32,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.integration.stack import ROOT, free_port, wait_for
+from tests.integration.stack import ASGI_WORKER, ROOT, free_port, wait_for
 
 NGINX = "/usr/sbin/nginx"
 SITE = ROOT / "deploy" / "nginx" / "deskpool.conf"
@@ -310,7 +310,7 @@ class MultiHost:
         port = self.asgi_ports[n]
         self._spawn(
             f"asgi{n + 1}",
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+            [*ASGI_WORKER, "-b", "127.0.0.1", "-p", str(port),
              "portal.asgi:application"],
         )  # fmt: skip
 

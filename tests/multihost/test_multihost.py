@@ -572,7 +572,10 @@ def test_compose_file_parses_and_builds_the_portal_from_the_campus_base_image():
             "service_completed_successfully"
         )
         assert "SECRET_KEY_FILE" in services[name]["environment"]
-    assert [services[f"asgi-{n}"]["command"][0] for n in (1, 2)] == ["daphne", "daphne"]
+    # daphne with flow control on its WebSockets (portal.server.daphne_worker)
+    assert [services[f"asgi-{n}"]["command"][:3] for n in (1, 2)] == [
+        ["python", "-m", "portal.server.daphne_worker"]
+    ] * 2
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     assert "ARG BASE_IMAGE" in dockerfile
     assert dockerfile.count("FROM ${BASE_IMAGE}") == 2
@@ -636,4 +639,6 @@ def test_systemd_units_read_the_environment_file_and_restart_on_failure():
             assert service["ProtectSystem"] == "strict", unit.name
             assert service["ReadWritePaths"] == "/var/lib/deskpool", unit.name
     asgi = (DEPLOY / "systemd" / "deskpool-asgi@.service").read_text()
-    assert "daphne -b 127.0.0.1 -p %i portal.asgi:application" in asgi
+    assert (
+        "python -m portal.server.daphne_worker -b 127.0.0.1 -p %i portal.asgi:application" in asgi
+    )
