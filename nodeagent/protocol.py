@@ -46,6 +46,7 @@ from pydantic import BaseModel, Field
 
 from .addresses import NODE_ADDRESS_MAX
 from .protocol_files import HomeTask
+from .protocol_gateway import GatewayAccess, RevokedTicket
 from .wire_types import (  # noqa: F401 - REASON_MAX_CHARS: the agent and tests read it here
     ID_MAX,
     INT32_MAX,
@@ -171,6 +172,11 @@ class Registration(AgentMessage):
     labels: dict[str, str] = Field(description="rack, cooling, network_plane, cpu_model, ...")
     runtime: RuntimeKind
     gpus: list[GpuInventory]
+    gateway_port: Port | None = Field(
+        default=None,
+        description="Where the node's desktop gateway listens on its address (issue 34); "
+        "absent: no gateway (an older agent).",
+    )
     home_root_shared: bool = Field(
         default=False,
         description="True when the agent keeps homes under a root every node shares "
@@ -334,6 +340,9 @@ class DesiredSession(DesktopSpec):
         description="The person's language: the desktop's locale (DESKPOOL_LANGUAGE) where the "
         "image has it. Empty or absent (an older portal): the image's default.",
     )
+    revoked_tickets: list[RevokedTicket] = Field(
+        default_factory=list, description="Its tickets whose holder lost the right (gateway)."
+    )
 
 
 class DesiredWarm(DesktopSpec):
@@ -348,6 +357,9 @@ class DesiredWarm(DesktopSpec):
 
 class DesiredState(PortalMessage):
     sessions: list[DesiredSession]
+    gateway: GatewayAccess | None = Field(
+        default=None, description="The gateway's ticket keys and origins (protocol_gateway)."
+    )
     warm: list[DesiredWarm] = Field(
         default_factory=list, description="Absent from an older portal."
     )
