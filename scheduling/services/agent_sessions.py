@@ -95,9 +95,13 @@ def _desired(s: Session) -> DesiredSession:
         home_volume=s.home_volume,
         placement=placement_id(s),
         # Claim that warm desktop instead of starting one; absent (not set) when none.
-        **({"warm_key": s.warm_key} if s.warm_key else {}),
+        **_warm_key(s),
         language=_language(s),
     )
+
+
+def _warm_key(s: Session) -> dict[str, Any]:
+    return {"warm_key": s.warm_key} if s.warm_key else {}
 
 
 def _language(s: Session) -> DesktopLanguage:
