@@ -29,7 +29,7 @@ from .wire_types import AgentMessage, Count, PortalMessage, Reason, SessionId
 
 # What a ticket opens: the screen, the sound, or one file of the home, up or down.
 GatewayPurpose = Literal["screen", "sound", "upload", "download"]
-GatewayEventKind = Literal["opened", "closed"]
+GatewayEventKind = Literal["opened", "input", "closed"]  # input: counted events, every few s
 # A ticket's id: 128 random bits, base64url without padding.
 TICKET_ID_PATTERN = r"^[A-Za-z0-9_-]{22}$"
 TicketId = Annotated[str, Field(pattern=TICKET_ID_PATTERN)]
