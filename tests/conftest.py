@@ -18,6 +18,20 @@ def pytest_configure(config) -> None:
     os.makedirs("test-output", exist_ok=True)
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix) -> None:
+    """A test database of this pytest run's own (``test_<name>_<pid>``): two runs at once on
+    one PostgreSQL (two engineers, or a run beside a benchmark) no longer drop each other's."""
+    from django.conf import settings
+
+    for alias in settings.DATABASES:
+        database = settings.DATABASES[alias]
+        if database["ENGINE"].endswith("sqlite3"):
+            continue
+        test = database.setdefault("TEST", {})
+        test["NAME"] = f"test_{database['NAME']}_{os.getpid()}"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _clean_redis():
     """Start from an empty Redis database: no stale Celery messages or locks."""
