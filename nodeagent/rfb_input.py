@@ -1,11 +1,12 @@
 """Counting the keyboard and mouse events in a browser's RFB stream (issue 15, idle detection).
 
-The relay (:mod:`portal.live.desktop_relay`) feeds :class:`InputCounter` every client -> server
-chunk after the security handshake, as it arrives (WebSocket messages split and merge RFB
-messages anywhere). The counter walks the message boundaries and counts KeyEvent (4),
-PointerEvent (5) and QEMU's extended KeyEvent (255/0). It keeps no content: at most a
-message's fixed-size header is buffered until the rest arrives, and a message's body
-(clipboard text included) is skipped by length, never copied.
+The desktop gateway (:mod:`nodeagent.gateway.screen`) and the portal's relay feed
+:class:`InputCounter` every client -> server chunk after the security handshake, as it
+arrives (WebSocket messages split and merge RFB messages anywhere). The counter walks the
+message boundaries and counts KeyEvent (4), PointerEvent (5) and QEMU's extended KeyEvent
+(255/0). It keeps no content: at most a message's fixed-size header is buffered until the
+rest arrives, and a message's body (clipboard text included) is skipped by length, never
+copied.
 
 Message lengths (RFC 6143, and the extensions noVNC sends):
 
@@ -27,7 +28,7 @@ Message lengths (RFC 6143, and the extensions noVNC sends):
 =====  ==========================  ==========================================
 
 A type (or QEMU submessage) not in this table stops the counting for that connection
-(:attr:`InputCounter.lost`): the boundaries are no longer known. The relay passes the bytes
+(:attr:`InputCounter.lost`): the boundaries are no longer known. The gateway passes the bytes
 on regardless; only the count stops.
 """
 
@@ -52,7 +53,7 @@ _INPUT = frozenset((KEY_EVENT, POINTER_EVENT))
 class InputCounter:
     """Counts input messages in a client -> server RFB stream; see the module's docstring.
 
-    ``skip`` bytes are passed over first (the relay gives 1: the browser's ClientInit).
+    ``skip`` bytes are passed over first (the gateway gives 1: the browser's ClientInit).
     :meth:`feed` returns how many input events the chunk completed; :attr:`events` is the
     running total until :meth:`take` resets it.
     """

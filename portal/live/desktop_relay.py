@@ -3,7 +3,7 @@
 The VNC password never leaves the portal. For the session's owner (or an admin) the relay
 opens ``ws://<node address>:<port>/websockify``, does the RFB handshake there itself with VNC
 authentication (security type 2: the 16-byte challenge DES-encrypted with the session's
-secret, :func:`nodeagent.readiness.vnc_auth_response`), and only then accepts the browser,
+secret, :func:`nodeagent.rfb_login.log_in_upstream`), and only then accepts the browser,
 to which it plays the server's part of the handshake offering security type None. From the
 browser's ClientInit on, bytes pass unchanged both ways. A browser cannot try passwords: it
 has none to try, and a wrong one is never asked for.
@@ -22,8 +22,8 @@ accepted viewer is audited (``desktop.opened``: who, whose desktop, as its owner
 Bounded memory: a message either way is at most ``settings.RELAY_MAX_MESSAGE_BYTES`` (the
 desktop's side by websockets' ``max_size``, which reads no payload past it; the browser's by
 daphne, 1 MiB, and checked here again); at most :data:`UPSTREAM_QUEUE` of the desktop's
-messages wait unread, and the handshake holds at most :data:`HANDSHAKE_MAX_BYTES`. A message
-over the limit ends the relay with :data:`CLOSE_TOO_BIG` (4413) and a reason in the
+messages wait unread, and the handshake holds at most
+:data:`nodeagent.rfb_login.HANDSHAKE_MAX_BYTES`. A message over the limit ends the relay with :data:`CLOSE_TOO_BIG` (4413) and a reason in the
 person's language (daphne 4.2 forwards the close code but not the reason). Flow control is
 the ASGI worker's (:mod:`portal.server.daphne_worker`): ``send`` returns once the browser has
 drained the connection, so while the browser does not read the relay does not read the
@@ -31,7 +31,7 @@ desktop, and a browser that sends faster than the desktop reads is no longer rea
 
 Idle detection (docs/lifecycle.md): an accepted relay is a viewer
 (``session_activity.viewer_opened``, and ``viewer_closed`` when it ends). Past the handshake
-the browser's bytes go through :class:`portal.live.rfb_input.InputCounter`, which counts keyboard
+the browser's bytes go through :class:`nodeagent.rfb_input.InputCounter`, which counts keyboard
 and mouse events (never their content); every :data:`INPUT_FLUSH_S` with events, and at
 the end, the count goes to ``session_activity.record_input`` with the time of the latest.
 """
@@ -41,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import struct
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -55,17 +54,15 @@ from django.template.defaultfilters import filesizeformat
 from django.utils import translation
 from django.utils.translation import gettext as _
 
-from nodeagent.readiness import (
-    BANNER_LENGTH,
-    CHALLENGE_LENGTH,
-    SECURITY_NONE,
-    SECURITY_VNC_AUTH,
-    parse_banner,
-    vnc_auth_response,
+from nodeagent.rfb_input import InputCounter
+from nodeagent.rfb_login import (
+    RFB_38,
+    BrowserHandshake,
+    RfbError,
+    log_in_upstream,
 )
 from people.preferences import handshake_language, saved_preferences
 from portal.kit.client_address import client_address_of
-from portal.live.rfb_input import InputCounter
 from portal.live.socket_guard import (
     CLOSE_FORBIDDEN,
     CLOSE_SIGNED_OUT,
@@ -86,8 +83,6 @@ __all__ = ["SIGN_IN_CHECK_S", "CLOSE_SIGNED_OUT", "still_signed_in", "DesktopPro
 
 UPSTREAM_TIMEOUT_S = 5.0  # connect and log in to the desktop within this
 UPSTREAM_QUEUE = 4  # the desktop's messages received but not yet relayed, at most
-HANDSHAKE_MAX_BYTES = 64 * 1024  # what the desktop may send before its login is done
-RFB_38 = b"RFB 003.008\n"
 CLOSE_UNREACHABLE, CLOSE_TOO_BIG = 4502, 4413
 REASON_MAX_BYTES = 123  # what a WebSocket close frame carries
 MESSAGE_TOO_BIG = 1009  # the close code websockets sends for a message over max_size
@@ -97,10 +92,6 @@ CLIENT_INIT_LENGTH = 1  # the browser's first byte past the handshake, before an
 record_input = database_sync_to_async(session_activity.record_input)
 open_viewer = database_sync_to_async(session_activity.do_open_viewer)
 viewer_closed = database_sync_to_async(session_activity.viewer_closed)
-
-
-class RfbError(Exception):
-    """The other side broke the RFB handshake, or the desktop refused the login."""
 
 
 @dataclass(frozen=True)
@@ -160,98 +151,6 @@ def close_reason(text: str) -> str:
     if len(data) <= REASON_MAX_BYTES:
         return text
     return data[: REASON_MAX_BYTES - 3].decode(errors="ignore") + "…"
-
-
-class _Reader:
-    """Exact-length reads over WebSocket messages (websockify splits and merges RFB data)."""
-
-    def __init__(self, connection: websockets.ClientConnection) -> None:
-        self.connection = connection
-        self.buffer = b""
-
-    async def read(self, length: int) -> bytes:
-        while len(self.buffer) < length:
-            message = await self.connection.recv()
-            self.buffer += message.encode("latin-1") if isinstance(message, str) else message
-            if len(self.buffer) > HANDSHAKE_MAX_BYTES:
-                raise RfbError(
-                    f"the desktop sent over {HANDSHAKE_MAX_BYTES} bytes in its handshake"
-                )
-        data, self.buffer = self.buffer[:length], self.buffer[length:]
-        return data
-
-
-async def log_in_upstream(connection: websockets.ClientConnection, password: str) -> bytes:
-    """The client's part of the handshake with VNC authentication, up to a successful
-    SecurityResult; returns what the desktop sent beyond it (normally nothing)."""
-    reader = _Reader(connection)
-    version = parse_banner(await reader.read(BANNER_LENGTH))
-    if version is None or version < (3, 3):
-        raise RfbError("the desktop sent no RFB banner")
-    version = min(version, (3, 8))
-    await connection.send(b"RFB %03d.%03d\n" % version)
-    if version >= (3, 7):
-        (count,) = await reader.read(1)
-        if count == 0:
-            raise RfbError(f"the desktop refused: {await _reason(reader)}")
-        if SECURITY_VNC_AUTH not in await reader.read(count):
-            raise RfbError("the desktop offers no VNC authentication")
-        await connection.send(bytes([SECURITY_VNC_AUTH]))
-    else:
-        (chosen,) = struct.unpack(">I", await reader.read(4))
-        if chosen != SECURITY_VNC_AUTH:
-            raise RfbError(f"the desktop chose security type {chosen}")
-    challenge = await reader.read(CHALLENGE_LENGTH)
-    await connection.send(vnc_auth_response(password, challenge))
-    (result,) = struct.unpack(">I", await reader.read(4))
-    if result != 0:
-        reason = await _reason(reader) if version >= (3, 8) else ""
-        raise RfbError(f"the desktop refused the session's secret {reason}".strip())
-    return reader.buffer
-
-
-async def _reason(reader: _Reader) -> str:
-    (length,) = struct.unpack(">I", await reader.read(4))
-    return (await reader.read(min(length, 1024))).decode(errors="replace")
-
-
-class BrowserHandshake:
-    """The server's part of the handshake with the browser: our version (3.8) was sent on
-    accept; the browser's version comes back, we offer security type None, it picks it.
-    :meth:`feed` returns (bytes for the browser, bytes for the desktop)."""
-
-    def __init__(self) -> None:
-        self.buffer = b""
-        self.version: tuple[int, int] | None = None
-        self.done = False
-
-    def feed(self, data: bytes) -> tuple[bytes, bytes]:
-        self.buffer += data
-        reply = b""
-        if self.version is None:
-            if len(self.buffer) < BANNER_LENGTH:
-                return b"", b""
-            version = parse_banner(self.buffer[:BANNER_LENGTH])
-            if version is None or version < (3, 3):
-                raise RfbError("the browser sent no RFB version")
-            self.version = min(version, (3, 8))
-            self.buffer = self.buffer[BANNER_LENGTH:]
-            if self.version < (3, 7):  # 3.3: the server names the type, no result for None
-                self.done = True
-                return self._rest(struct.pack(">I", SECURITY_NONE))
-            reply = bytes([1, SECURITY_NONE])
-        if not self.buffer:
-            return reply, b""
-        if self.buffer[0] != SECURITY_NONE:
-            raise RfbError(f"the browser chose security type {self.buffer[0]}")
-        self.buffer = self.buffer[1:]
-        self.done = True
-        # 3.8 sends a SecurityResult for None too; 3.7 does not.
-        return self._rest(reply + (b"\0\0\0\0" if self.version >= (3, 8) else b""))
-
-    def _rest(self, reply: bytes) -> tuple[bytes, bytes]:
-        rest, self.buffer = self.buffer, b""
-        return reply, rest
 
 
 class DesktopProxyConsumer(AsyncWebsocketConsumer):

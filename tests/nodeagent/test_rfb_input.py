@@ -1,4 +1,4 @@
-"""The relay's RFB input counter (portal/live/rfb_input.py) on synthetic client -> server streams,
+"""The RFB input counter (nodeagent/rfb_input.py) on synthetic client -> server streams,
 split at every byte, in random chunks and one message at a time (issue 15)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from portal.live.rfb_input import InputCounter
+from nodeagent.rfb_input import InputCounter
 
 pytestmark = pytest.mark.lifecycle
 
