@@ -23,11 +23,12 @@ Bounded memory: a message either way is at most ``settings.RELAY_MAX_MESSAGE_BYT
 desktop's side by websockets' ``max_size``, which reads no payload past it; the browser's by
 daphne, 1 MiB, and checked here again); at most :data:`UPSTREAM_QUEUE` of the desktop's
 messages wait unread, and the handshake holds at most
-:data:`nodeagent.rfb_login.HANDSHAKE_MAX_BYTES`. A message over the limit ends the relay with :data:`CLOSE_TOO_BIG` (4413) and a reason in the
-person's language (daphne 4.2 forwards the close code but not the reason). Flow control is
-the ASGI worker's (:mod:`portal.server.daphne_worker`): ``send`` returns once the browser has
-drained the connection, so while the browser does not read the relay does not read the
-desktop, and a browser that sends faster than the desktop reads is no longer read either.
+:data:`nodeagent.rfb_login.HANDSHAKE_MAX_BYTES`. A message over the limit ends the relay
+with :data:`CLOSE_TOO_BIG` (4413) and a reason in the person's language (daphne 4.2
+forwards the close code but not the reason). Flow control is the ASGI worker's
+(:mod:`portal.server.daphne_worker`): ``send`` returns once the browser has drained the
+connection, so while the browser does not read the relay does not read the desktop, and a
+browser that sends faster than the desktop reads is no longer read either.
 
 Idle detection (docs/lifecycle.md): an accepted relay is a viewer
 (``session_activity.viewer_opened``, and ``viewer_closed`` when it ends). Past the handshake
