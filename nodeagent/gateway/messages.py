@@ -8,8 +8,19 @@ stay in the two processes' memory:
 - agent -> gateway: a :class:`GatewayState` line, whole, each time it changes (and first
   thing after a start): the node, its ticket keys and the page origins, and every desktop
   the gateway may open with its endpoints and secret;
-- gateway -> agent: one :class:`~nodeagent.protocol_gateway.GatewayEvent` line per thing
-  it opened or closed, which the agent sends on to the portal (``POST gateway-events/``).
+- gateway -> agent: first, once, a :class:`GatewayListening` line, ``{"listening": <port>}``:
+  the port it bound (``--port 0`` binds an ephemeral one, so the agent learns it here); then
+  one :class:`~nodeagent.protocol_gateway.GatewayEvent` line per thing it opened or closed and
+  per batch of counted input, which the agent sends on to the portal (``POST
+  gateway-events/``). Nothing else goes to standard output; logs go to standard error.
+
+A state line is at most :data:`STATE_LINE_MAX_BYTES`; the gateway drops a longer one (and a
+malformed one) with a log line and keeps the state it had. It exits when its standard input
+ends (the agent died) or on SIGTERM.
+
+``python -m nodeagent.gateway --bind ADDR --port PORT [--trusted-proxy CIDR ...]``: the
+browser's address in the events is the peer's, or for a peer in a trusted proxy network
+(nginx) its ``X-Real-IP`` header.
 """
 
 from __future__ import annotations
@@ -18,6 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nodeagent.protocol_gateway import GatewayKey, RevokedTicket
 from nodeagent.wire_types import Port, SessionId
+
+STATE_LINE_MAX_BYTES = 4 * 1024 * 1024  # a longer state line is dropped
 
 
 class GatewaySession(BaseModel):
@@ -43,3 +56,11 @@ class GatewayState(BaseModel):
     keys: list[GatewayKey] = Field(default_factory=list)
     origins: list[str] = Field(default_factory=list)
     sessions: list[GatewaySession] = Field(default_factory=list)
+
+
+class GatewayListening(BaseModel):
+    """The gateway's first line on standard output: the port it listens on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    listening: Port
