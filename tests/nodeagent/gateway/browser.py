@@ -19,9 +19,9 @@ async def open_socket(url: str, origin: str = ORIGIN, **options: object) -> Clie
     return await connect(url, origin=Origin(origin), open_timeout=WAIT_S, **options)  # type: ignore[arg-type]
 
 
-async def closed_with(browser: ClientConnection) -> int | None:
-    """Read until the gateway closes; its close code."""
-    async with asyncio.timeout(WAIT_S):
+async def closed_with(browser: ClientConnection, within: float = WAIT_S) -> int | None:
+    """Read until the gateway closes (within ``within`` seconds); its close code."""
+    async with asyncio.timeout(within):
         try:
             while True:
                 await browser.recv()
@@ -56,3 +56,8 @@ async def log_in_screen(browser: ClientConnection) -> tuple[int, int]:
             server_init += message
     width, height = struct.unpack(">HH", server_init[:4])
     return width, height
+
+
+async def pointer_events(browser: ClientConnection, count: int) -> None:
+    """``count`` PointerEvents (type 5), in one message."""
+    await browser.send(b"".join(struct.pack(">BBHH", 5, 0, 10 + i, 20) for i in range(count)))
