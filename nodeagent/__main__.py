@@ -12,6 +12,8 @@ from types import FrameType
 
 from nodeagent.agent import Agent, AgentExit
 from nodeagent.config import AgentConfig, ConfigError, parse_runtime
+from nodeagent.gateway.supervisor import GatewaySupervisor, gateway_command
+from nodeagent.gateway_link import GatewayLink
 from nodeagent.portal_client import PortalClient
 from nodeagent.probe import make_probe
 from nodeagent.probe.nvml import NvmlUnavailable
@@ -46,6 +48,20 @@ def config_from(args: argparse.Namespace) -> AgentConfig:
     return config
 
 
+def gateway_for(config: AgentConfig, client: PortalClient, *, once: bool) -> GatewayLink | None:
+    """The node's one desktop gateway, on its management address; none for ``--once`` (it
+    serves no one) or with ``DESKPOOL_GATEWAY=off``."""
+    if once or not config.gateway_enabled:
+        return None
+    supervisor = GatewaySupervisor(
+        config.publish_address,
+        command=gateway_command(
+            config.publish_address, config.gateway_port, config.gateway_trusted_proxies
+        ),
+    )
+    return GatewayLink(supervisor, client)
+
+
 def configure_logging(node_name: str, verbose: bool) -> None:
     logging.basicConfig(
         stream=sys.stderr,
@@ -74,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
             log.error("no NVIDIA driver here: pass --fleet FILE to run a simulated node")
         return 2
     client = PortalClient(config.portal_url)
-    agent = Agent(config, client=client, probe=probe, runtime=runtime)
+    gateway = gateway_for(config, client, once=args.once)
+    agent = Agent(config, client=client, probe=probe, runtime=runtime, gateway=gateway)
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:
         log.info(
@@ -90,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", error)
         return error.exit_code
     finally:
+        if gateway is not None:
+            gateway.close()  # also when the agent exits early: the gateway goes with it
         client.close()
         probe.close()
     return 0

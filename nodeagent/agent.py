@@ -17,6 +17,7 @@ from nodeagent.credentials import (
     load_credential,
     save_credential,
 )
+from nodeagent.gateway_link import GatewayLink
 from nodeagent.home_tasks import HomeTaskRunner
 from nodeagent.portal_client import (
     Conflict,
@@ -89,6 +90,7 @@ class Agent:
         probe: GpuProbe,
         runtime: DesktopRuntime,
         read_host_labels: Callable[[], dict[str, str]] = host_labels,
+        gateway: GatewayLink | None = None,
     ) -> None:
         self.config = config
         # CPU and NUMA facts of the real host, read afresh at every registration.
@@ -96,7 +98,12 @@ class Agent:
         self.client = client
         self.probe = probe
         self.runtime = runtime
-        self.reconciler = Reconciler(runtime, client, start_workers=config.start_workers)
+        # The node's desktop gateway (nodeagent.gateway_link); None: run without one.
+        self.gateway = gateway
+        self.node_id = 0  # from the registration's answer
+        self.reconciler = Reconciler(
+            runtime, client, start_workers=config.start_workers, on_running=self._feed_gateway
+        )
         # The Files page's home tasks, beside the reconciler (nodeagent.home_tasks).
         self.home_tasks = HomeTaskRunner(runtime, client)
         self.stopping = threading.Event()
@@ -119,6 +126,8 @@ class Agent:
             "gpus": self.probe.inventory(),
             "home_root_shared": self.config.home_root is not None,
         }
+        if self.gateway is not None and self.gateway.port is not None:
+            fields["gateway_port"] = self.gateway.port
         if join_token:  # the first registration only; absent from the body otherwise
             fields["join_token"] = join_token
         return Registration.model_validate(fields)
@@ -153,8 +162,9 @@ class Agent:
             raise AgentExit(f"the portal refused the join token: {error}", exit_code=3) from None
 
     def _register(self, join_token: str | None) -> RegistrationAnswer:
+        registration = self.registration(join_token)
         try:
-            answer = self.client.register(self.registration(join_token))
+            answer = self.client.register(registration)
         except Conflict as error:
             raise AgentExit(
                 f"the portal does not speak agent protocol version {PROTOCOL_VERSION} "
@@ -170,6 +180,9 @@ class Agent:
                 f"the portal refused the registration of agent {AGENT_VERSION}: {error}",
                 exit_code=2,
             ) from None
+        self.node_id = answer.node_id
+        if self.gateway is not None:
+            self.gateway.registered_port = registration.gateway_port
         if answer.node_token:
             save_credential(
                 self.config.credential_file(),
@@ -234,8 +247,12 @@ class Agent:
             self._one_round()
             self._close()
             return
+        if self.gateway is not None:  # before registering: the registration says its port
+            self.gateway.start()
         answer = self.register_until_answered()
         if answer is None:
+            if self.gateway is not None:
+                self.gateway.close()
             return
         local_s = self.config.poll_interval_s or answer.poll_interval_s or DEFAULT_POLL_INTERVAL_S
         follower = PortalFollower(self, answer, poll_s=local_s)
@@ -251,6 +268,7 @@ class Agent:
                 summary = self.reconciler.step(desired.sessions, desired.warm)
                 if not summary.is_quiet():
                     logger.info("reconcile: %s", summary)
+                self._feed_gateway(desired)
                 step_backoff.reset()
             except Exception:
                 # E.g. the Docker engine restarting: log, back off, try the whole step again.
@@ -280,9 +298,23 @@ class Agent:
         self.reconciler.flush_reports()
         self.home_tasks.wait_idle(ONCE_HOME_TASKS_S)
 
+    def _feed_gateway(self, desired: DesiredState | None = None) -> None:
+        """Tell the gateway what it may open: after each step, and when a desktop starts."""
+        if self.gateway is not None:
+            self.gateway.feed(self.node_id, desired, self.reconciler.running_desktops)
+
+    def register_again_if_gateway_moved(self) -> None:
+        """A restarted gateway listening on another port: register again (with the node
+        token, as at every start), so that the portal sends browsers there."""
+        if self.gateway is not None and self.gateway.moved():
+            logger.info("the gateway listens on port %s now: registering again", self.gateway.port)
+            self.register()
+
     def _close(self) -> None:
         self.home_tasks.close()
         self.reconciler.close(wait_for_actions=False)
+        if self.gateway is not None:
+            self.gateway.close()
         logger.info("agent stopped; desktops keep running")
 
 
@@ -308,6 +340,7 @@ class PortalFollower(threading.Thread):
         agent = self.agent
         while not agent.stopping.is_set():
             try:
+                agent.register_again_if_gateway_moved()
                 self.latest = self._next(self.latest)
                 self.changed.set()
                 # Home tasks start here, not after the reconcile step: a Files page waits.
@@ -329,6 +362,10 @@ class PortalFollower(threading.Thread):
                     agent.stopping.set()
                     return
                 self.latest = None
+            except AgentExit as exit_:  # registering again for the gateway's port failed
+                self.exit = exit_
+                agent.stopping.set()
+                return
             except PortalError as error:
                 if error.status_code == 404 and self.wait_s:
                     logger.warning("the portal has no wait/ (older portal): polling instead")

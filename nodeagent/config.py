@@ -53,6 +53,14 @@ class AgentConfig:
     # DESKPOOL_HOME_ROOT: a folder every node mounts (NFS) holding the students' homes, so a
     # desktop started on another node finds the same home. None: homes are per-node volumes.
     home_root: Path | None = None
+    # The desktop gateway (issue 34), listening on publish_address. DESKPOOL_GATEWAY=off:
+    # none (the registration then has no gateway_port). DESKPOOL_GATEWAY_PORT: 0 is any free
+    # port (several agents on one machine, the demo); production fixes one that nginx knows.
+    gateway_enabled: bool = True
+    gateway_port: int = 0
+    # DESKPOOL_GATEWAY_TRUSTED_PROXIES: the nginx hosts, whose X-Real-IP header names the
+    # browser in the gateway's events (the audit's address); nobody else's is believed.
+    gateway_trusted_proxies: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AgentConfig:
@@ -84,6 +92,14 @@ class AgentConfig:
             values["desktop_blocked_networks"] = parse_networks(blocked)
         if home_root := env.get("DESKPOOL_HOME_ROOT"):
             values["home_root"] = parse_home_root(home_root)
+        if gateway := env.get("DESKPOOL_GATEWAY"):
+            values["gateway_enabled"] = parse_gateway(gateway)
+        if gateway_port := env.get("DESKPOOL_GATEWAY_PORT"):
+            values["gateway_port"] = parse_gateway_port(gateway_port)
+        if proxies := env.get("DESKPOOL_GATEWAY_TRUSTED_PROXIES"):
+            values["gateway_trusted_proxies"] = parse_networks(
+                proxies, "DESKPOOL_GATEWAY_TRUSTED_PROXIES"
+            )
         return replace(config, **values)  # type: ignore[arg-type]
 
     def credential_file(self) -> Path:
@@ -117,6 +133,27 @@ def parse_publish_address(value: str) -> str:
         ) from None
 
 
+def parse_gateway(value: str) -> bool:
+    """Validate ``DESKPOOL_GATEWAY``: ``on`` (the default) or ``off``."""
+    choice = value.strip().lower()
+    if choice not in ("on", "off"):
+        raise ConfigError(f"DESKPOOL_GATEWAY must be on or off, not {value!r}")
+    return choice == "on"
+
+
+def parse_gateway_port(value: str) -> int:
+    """Validate ``DESKPOOL_GATEWAY_PORT``: 0 (any free port) to 65535."""
+    try:
+        port = int(value.strip())
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise ConfigError(
+            f"DESKPOOL_GATEWAY_PORT must be a port number (0: any free one), not {value!r}"
+        )
+    return port
+
+
 def parse_labels(value: str) -> dict[str, str]:
     """Parse ``rack=r1,cooling=air`` into a dict."""
     labels: dict[str, str] = {}
@@ -128,16 +165,14 @@ def parse_labels(value: str) -> dict[str, str]:
     return labels
 
 
-def parse_networks(value: str) -> tuple[str, ...]:
+def parse_networks(value: str, name: str = "DESKPOOL_DESKTOP_BLOCKED_NETWORKS") -> tuple[str, ...]:
     """Parse ``10.20.0.0/24,10.30.0.5`` into CIDR networks."""
     networks = []
     for item in filter(None, (part.strip() for part in value.split(","))):
         try:
             networks.append(str(ipaddress.ip_network(item, strict=False)))
         except ValueError:
-            raise ConfigError(
-                f"DESKPOOL_DESKTOP_BLOCKED_NETWORKS entries are addresses or networks, not {item!r}"
-            ) from None
+            raise ConfigError(f"{name} entries are addresses or networks, not {item!r}") from None
     return tuple(networks)
 
 

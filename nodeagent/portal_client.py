@@ -30,6 +30,7 @@ from nodeagent.protocol import (
     to_wire,
 )
 from nodeagent.protocol_files import HomeTaskAnswer, HomeTaskReport
+from nodeagent.protocol_gateway import GatewayEventBatch, GatewayEventsAnswer
 
 API_PREFIX = "/api/agent/v1/"
 A = TypeVar("A", bound=BaseModel)  # the answer's protocol model
@@ -162,6 +163,12 @@ class PortalClient:
     def report_home_task(self, task_id: int, report: HomeTaskReport) -> HomeTaskAnswer:
         """How a home task ended. Conflict: the portal no longer waits for it (drop it)."""
         return self._request("POST", f"home-tasks/{task_id}/report/", HomeTaskAnswer, report)
+
+    # -- the desktop gateway (nodeagent.protocol_gateway) --------------------------------
+
+    def gateway_events(self, batch: GatewayEventBatch) -> GatewayEventsAnswer:
+        """What the node's gateway opened and closed, in order (the portal audits them)."""
+        return self._request("POST", "gateway-events/", GatewayEventsAnswer, batch)
 
     def _request(
         self,

@@ -94,8 +94,12 @@ class Reconciler:
         start_workers: int = 10,
         stop_workers: int = 4,
         warm_workers: int = 2,
+        on_running: Callable[[], None] | None = None,
     ) -> None:
         self._runtime = runtime
+        # Called (on a worker thread) when a desktop was announced RUNNING: the gateway
+        # learns its endpoints at once, not at the next step.
+        self._on_running = on_running
         self._outbox = ReportOutbox(reporter)
         self._warm = WarmDesktops(runtime, self._outbox, workers=warm_workers)
         self._starts = ThreadPoolExecutor(start_workers, thread_name_prefix="desktop-start")
@@ -110,6 +114,8 @@ class Reconciler:
         # Placements reported RUNNING by this process (started here or adopted): id -> placement.
         self._announced: dict[int, str] = {}
         self._desired: dict[int, DesiredSession] = {}
+        # The desktops of those placements, where they answer: id -> (placement, container).
+        self._running: dict[int, tuple[str, ManagedContainer]] = {}
 
     # -- the step ------------------------------------------------------------------------
 
@@ -204,6 +210,9 @@ class Reconciler:
             for session_id in list(self._announced):
                 if session_id not in keep:
                     del self._announced[session_id]
+            for session_id in list(self._running):
+                if session_id not in self._announced:
+                    del self._running[session_id]
 
     def _finished_state(self, session_id: int, placement: str) -> ReportedState | None:
         finished = self._finished.get(session_id)
@@ -214,6 +223,16 @@ class Reconciler:
 
     def _is_announced(self, session_id: int, placement: str) -> bool:
         return self._announced.get(session_id) == placement
+
+    def _announce(self, session_id: int, placement: str, container: ManagedContainer) -> None:
+        with self._lock:
+            self._announced[session_id] = placement
+            self._running[session_id] = (placement, container)
+        if self._on_running is not None:
+            try:
+                self._on_running()
+            except Exception:
+                logger.exception("session %s: telling the desktop's endpoints failed", session_id)
 
     # -- actions -------------------------------------------------------------------------
 
@@ -235,7 +254,7 @@ class Reconciler:
             self._send(session_id, failed_report(error, placement))
             return None
         logger.info("session %s: desktop running on port %s", session_id, container.port)
-        self._announced[session_id] = placement
+        self._announce(session_id, placement, container)
         ticket = self._outbox.post(session_id, running_report(container, placement))
 
         def answered() -> None:
@@ -279,7 +298,7 @@ class Reconciler:
         )
         wait_ready = getattr(self._runtime, "wait_ready", None)
         if wait_ready is None:  # e.g. the simulated runtime: nothing to wait for
-            self._announced[container.session_id] = placement
+            self._announce(container.session_id, placement, container)
             if self._send(container.session_id, running_report(container, placement)) == (
                 "conflict"
             ):
@@ -298,7 +317,7 @@ class Reconciler:
                 self._runtime.stop(session_id)
                 self._send(session_id, failed_report(error, placement))
                 return
-            self._announced[ready.session_id] = placement
+            self._announce(ready.session_id, placement, ready)
             if self._send(ready.session_id, running_report(ready, placement)) == "conflict":
                 self._finish(ready.session_id, placement, "ENDED")
                 self._runtime.stop(ready.session_id)
@@ -374,6 +393,16 @@ class Reconciler:
                 if (session := self._desired.get(session_id)) is not None
                 for device in session.gpu_devices
             ]
+
+    def running_desktops(self) -> dict[int, ManagedContainer]:
+        """The desktops reported RUNNING by this process and not stopped or lost since,
+        with where they answer (a claimed warm desktop: the claimed container's ports)."""
+        with self._lock:
+            return {
+                session_id: container
+                for session_id, (placement, container) in self._running.items()
+                if self._announced.get(session_id) == placement
+            }
 
     def in_flight(self) -> set[int]:
         with self._lock:
