@@ -130,20 +130,24 @@ class GatewayPortal(TinyPortal):
     def __init__(self, desired: list[dict[str, Any]] | None = None) -> None:
         super().__init__(desired)
         self.warm: list[dict[str, Any]] = []
+        self.access: dict[str, Any] = ACCESS
         self.event_answers: list[int] = []
         self.event_batches: list[list[str]] = []  # the tickets of each batch the portal took
+        self.events: list[dict[str, Any]] = []  # the events it took, in order
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path.removeprefix("/api/agent/v1/")
         if path == "desired/" and request.headers.get("Authorization") == "Node node-secret":
             self.requests.append((request.method, path, None, None))
-            body = {"sessions": self.desired, "warm": self.warm, "gateway": ACCESS}
+            body = {"sessions": self.desired, "warm": self.warm, "gateway": self.access}
             return httpx.Response(200, json=body)
         if path == "gateway-events/":
             status = self.event_answers.pop(0) if self.event_answers else 200
             if status != 200:
                 return httpx.Response(status, json={"detail": "no"})
-            tickets = [e["ticket"] for e in json.loads(request.content)["events"]]
+            events = json.loads(request.content)["events"]
+            tickets = [e["ticket"] for e in events]
+            self.events += events
             self.event_batches.append(tickets)
             return httpx.Response(200, json={"recorded": len(tickets)})
         return super().__call__(request)
