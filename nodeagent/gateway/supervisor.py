@@ -34,7 +34,7 @@ from typing import IO
 
 from pydantic import ValidationError
 
-from nodeagent.gateway.messages import GatewayListening, GatewayState
+from nodeagent.gateway.messages import STATE_LINE_MAX_BYTES, GatewayListening, GatewayState
 from nodeagent.protocol_gateway import GATEWAY_EVENTS_MAX, GatewayEvent
 
 logger = logging.getLogger(__name__)
@@ -151,6 +151,14 @@ class GatewaySupervisor:
         """Have the gateway hold ``state`` from now on: written when it differs from the last
         one, and again to each restarted child. Never blocks on the child."""
         line = state.model_dump_json()
+        if (size := len(line.encode())) > STATE_LINE_MAX_BYTES:  # the gateway would drop it
+            logger.error(
+                "gateway state of %d sessions is %d bytes, over the gateway's %d: not sent",
+                len(state.sessions),
+                size,
+                STATE_LINE_MAX_BYTES,
+            )
+            return
         with self._wake:
             if line != self._state_line:
                 self._state_line = line

@@ -234,3 +234,21 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_a_state_over_the_gateways_line_limit_is_not_sent(
+    tmp_path: Path, supervisors: list[GatewaySupervisor], caplog: pytest.LogCaptureFixture
+) -> None:
+    record = tmp_path / "states"
+    supervisor = GatewaySupervisor("127.0.0.1", command=stand_in("--record", str(record)))
+    supervisors.append(supervisor)
+    supervisor.start()
+    supervisor.update(state(21))
+    eventually(lambda: len(recorded(record)) == 1)
+
+    huge = state(*range(1, 40_001))  # about 130 bytes each: over 4 MiB
+    supervisor.update(huge)
+    time.sleep(0.3)
+
+    assert len(recorded(record)) == 1  # the gateway keeps the state it had
+    assert any("over the gateway's" in r.getMessage() for r in caplog.records)
