@@ -182,3 +182,38 @@ def test_a_wrong_secret_or_a_closed_port_is_4502(gateway, ticket_key, desktop) -
     codes = asyncio.run(both())
     assert codes == [CLOSE_UNREACHABLE, CLOSE_UNREACHABLE]
     assert "wrongpw1" not in gateway.log()
+
+
+def test_counted_input_is_reported_while_the_screen_stays_open(
+    gateway, ticket_key, desktop
+) -> None:
+    key, key_bytes = ticket_key
+    gateway.send_state(state_for(key, listed(desktop)))
+
+    async def scenario() -> dict[str, object]:
+        browser = await open_screen(gateway, ticket_for(key_bytes, SESSION_ID)[0])
+        await pointer_events(browser, 2)
+        # The report comes every few seconds while there was input, not only at the close.
+        event = await asyncio.to_thread(gateway.event, "input")
+        await browser.close()
+        return event
+
+    event = asyncio.run(scenario())
+    assert event["input_events"] == 2 and event["input_at"] is not None
+    assert gateway.event("closed")["input_events"] == 0  # reported already
+
+
+def test_sigterm_closes_open_screens_and_reports_them_before_the_process_ends(
+    gateway, ticket_key, desktop
+) -> None:
+    key, key_bytes = ticket_key
+    gateway.send_state(state_for(key, listed(desktop)))
+
+    async def scenario() -> int | None:
+        browser = await open_screen(gateway, ticket_for(key_bytes, SESSION_ID)[0])
+        gateway.process.terminate()
+        return await closed_with(browser)
+
+    assert asyncio.run(scenario()) == 1001  # going away: the page retries elsewhere
+    assert gateway.event("closed")["session_id"] == SESSION_ID
+    assert gateway.process.wait(10) == 0
