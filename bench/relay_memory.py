@@ -61,12 +61,12 @@ PASSWORD = "bench-12"  # the session's VNC secret (the fake desktop takes any an
 # -- the environment -----------------------------------------------------------------------
 
 
-def fresh_database(env: dict[str, str]) -> dict[str, str]:
-    """The environment with DATABASE_URL naming a new, empty database of this benchmark."""
+def fresh_database(env: dict[str, str], suffix: str = "bench_relay_memory") -> dict[str, str]:
+    """The environment with DATABASE_URL naming a new, empty database ``<name>_<suffix>``."""
     if not env.get("DATABASE_URL", "").startswith("postgres") or not env.get("REDIS_URL"):
         raise SystemExit("set DATABASE_URL (PostgreSQL) and REDIS_URL")
     server, _, name = env["DATABASE_URL"].rstrip("/").rpartition("/")
-    database = f"{name}_bench_relay_memory"
+    database = f"{name}_{suffix}"
     with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
         admin.execute(f'CREATE DATABASE "{database}"')
@@ -80,17 +80,8 @@ def free_port() -> int:
 
 
 def start_daphne(env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
-    argv = [
-        sys.executable,
-        "-m",
-        "portal.server.daphne_worker",
-        "-b",
-        "127.0.0.1",
-        "-p",
-        str(port),
-        "portal.asgi:application",
-    ]
-    return spawn(argv, env, log)
+    argv = ["portal.server.daphne_worker", "-b", "127.0.0.1", "-p", str(port)]
+    return spawn([*argv, "portal.asgi:application"], env, log)
 
 
 def wait_up(daphne: subprocess.Popen, url: str, log: Path, timeout: float = 120.0) -> None:

@@ -9,6 +9,10 @@ nothing of the project is importable there) and serves, as fast as the peer take
 - on 6081, the sound exchange of ``nodeagent.desktop_audio`` (any answer taken), then PCM
   without end.
 
+``DESKTOP_RATE_BPS`` (bytes a second per connection) and ``DESKTOP_CHUNK`` (bytes a
+message) make it a steadily repainting desktop instead, for ``python -m bench.data_plane``:
+every viewer then gets the same bytes at the same pace, whichever way they travel.
+
 Every 0.2 s it prints ``sent screen=<bytes> sound=<bytes>``: how much the peers have taken
 so far (``sendall`` returns only once the kernel took it), which the test reads from the
 container's log.
@@ -23,7 +27,8 @@ import sys
 import threading
 import time
 
-CHUNK = 512 * 1024
+CHUNK = int(os.environ.get("DESKTOP_CHUNK", 512 * 1024))
+RATE = int(os.environ.get("DESKTOP_RATE_BPS", 0))  # per connection; 0: as fast as taken
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 SENT = {"screen": 0, "sound": 0}
 
@@ -86,6 +91,18 @@ def ws_recv(conn):
             return data
 
 
+def paced(send, payload):
+    """Send ``payload`` again and again, at RATE bytes a second when set."""
+    started, sent = time.monotonic(), 0
+    while True:
+        send(payload)
+        sent += len(payload)
+        if RATE:
+            ahead = sent / RATE - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+
+
 def screen(conn):
     ws_accept(conn)
     ws_send(conn, b"RFB 003.008\n")
@@ -97,9 +114,12 @@ def screen(conn):
     ws_send(conn, struct.pack(">I", 0))
     ws_recv(conn)  # the browser's ClientInit
     payload = b"s" * CHUNK
-    while True:
-        ws_send(conn, payload)
-        SENT["screen"] += CHUNK
+
+    def send(data):
+        ws_send(conn, data)
+        SENT["screen"] += len(data)
+
+    paced(send, payload)
 
 
 def sound(conn):
@@ -107,9 +127,12 @@ def sound(conn):
     read_exactly(conn, 32)  # any answer is taken
     conn.sendall(b"OK" + struct.pack(">IBB", 48000, 2, 16))
     payload = b"\x01\x02" * (CHUNK // 2)
-    while True:
-        conn.sendall(payload)
-        SENT["sound"] += CHUNK
+
+    def send(data):
+        conn.sendall(data)
+        SENT["sound"] += len(data)
+
+    paced(send, payload)
 
 
 def serve(port, handler):
