@@ -21,7 +21,9 @@ from nodeagent.wire_types import cut_reason
 log = logging.getLogger(__name__)
 
 CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001  # the gateway stops: the page may retry (through a new ticket)
 CLOSE_UNSUPPORTED = 1003  # a text frame where only binary ones go
+CLOSE_INTERNAL = 1011  # a fault of the gateway's own
 REASON_MAX_BYTES = 123  # what a close frame carries
 
 

@@ -33,7 +33,13 @@ from nodeagent.gateway.codes import (
     GATEWAY_SOUND_PATH,
 )
 from nodeagent.gateway.events import EventWriter
-from nodeagent.gateway.links import Link, LinkEnded, close_reason
+from nodeagent.gateway.links import (
+    CLOSE_GOING_AWAY,
+    CLOSE_INTERNAL,
+    Link,
+    LinkEnded,
+    close_reason,
+)
 from nodeagent.gateway.registry import Registry
 from nodeagent.gateway.screen import carry_screen
 from nodeagent.gateway.sound import carry_sound
@@ -45,7 +51,7 @@ TICKET_WAIT_S = 5.0  # the browser's ticket comes within this after the upgrade
 WAITING_MAX = 1024  # sockets upgraded and still without a ticket, at most
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Carrier = Callable[[Link], Awaitable[None]]
-PURPOSES: dict[str, tuple[str, Carrier]] = {
+ROUTES: dict[str, tuple[str, Carrier]] = {
     GATEWAY_SCREEN_PATH: ("screen", carry_screen),
     GATEWAY_SOUND_PATH: ("sound", carry_sound),
 }
@@ -85,7 +91,7 @@ class Gateway:
 
     def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         """404 for an unknown path, 403 for a foreign or missing Origin; else upgrade."""
-        if path_of(request) not in PURPOSES:
+        if path_of(request) not in ROUTES:
             return connection.respond(HTTPStatus.NOT_FOUND, "Not found\n")
         origin = request.headers.get("Origin")
         if origin is None or origin not in self.registry.state.origins:
@@ -96,7 +102,7 @@ class Gateway:
     async def handle(self, browser: ServerConnection) -> None:
         """One browser socket, from its ticket to its close."""
         assert browser.request is not None  # process_request saw it
-        purpose, carry = PURPOSES[path_of(browser.request)]
+        purpose, carry = ROUTES[path_of(browser.request)]
         try:
             ticket = await self.take_ticket(browser, purpose)
             link = self.registry.admit(ticket, browser, self.address_of(browser), self.events)
@@ -158,11 +164,11 @@ class Gateway:
             link.finish(ended.code, ended.args[0])
         except asyncio.CancelledError:
             if link.code is None:  # the gateway itself stops, not a revocation
-                link.finish(1001, "the gateway stops")
+                link.finish(CLOSE_GOING_AWAY, "the gateway stops")
                 raise
         except Exception:
             log.exception("session %s: the %s link failed", link.ticket.sid, link.purpose)
-            link.finish(1011, "the gateway failed")
+            link.finish(CLOSE_INTERNAL, "the gateway failed")
         finally:
             self.registry.remove(link)
             await link.close()
