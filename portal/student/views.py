@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from nodeagent.gateway.codes import UPDATES_PATH, live_wire
 from portal.kit.confirm import ANSWERS, confirm_first
 from portal.kit.person import signed_in, with_person
 from portal.kit.session_fragment import DETAIL, ITEM, fragment_context, render_forms
@@ -37,7 +38,6 @@ from scheduling.services.idle import LIMIT_WARNINGS, do_resume
 from scheduling.services.quota_view import quota_left
 from scheduling.services.sessions import do_stop, do_submit
 
-UPDATES_PATH = "/ws/updates/"  # portal.live.routing
 DESKTOP_PROXY_PATH = "/ws/desktop/{id}/"  # portal.live.routing
 DESKTOP_AUDIO_PATH = "/ws/desktop/{id}/audio/"
 CHART_DAYS = 14
@@ -68,6 +68,8 @@ def _page_config(request: HttpRequest, form: str, **extra: Any) -> dict[str, Any
         "words": {
             "live": _("live"),
             "reconnecting": _("reconnecting…"),
+            # The live socket stopped for good: signed out (or no longer allowed).
+            "stopped": _("not live: sign in again, then reload the page"),
             # The time left on a session card (templates/portal/_session.html's words).
             "left_hm": _("%(h)s h %(m)s min left"),
             "left_m": _("%(m)s min left"),
@@ -99,6 +101,7 @@ def _home_context(request: HttpRequest, form: SessionRequestForm) -> dict[str, A
         ],
         "recent": mine.filter(state__in=TERMINAL_STATES).order_by("-created_at")[:5],
         "config": _page_config(request, ITEM),
+        "live_wire": live_wire(),
     }
 
 
@@ -140,6 +143,7 @@ def session_detail(request: HttpRequest, person: User, session_id: int) -> HttpR
             "card": fragment_context(data, DETAIL),
             "home": home_place(session),
             "config": _page_config(request, DETAIL),
+            "live_wire": live_wire(),
         },
     )
 

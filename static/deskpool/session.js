@@ -1,6 +1,10 @@
 // Live sessions on the home and session pages. Every session on the page is the server's one
 // rendering of it (templates/portal/_session.html); a live update carries that fragment,
 // rendered in this reader's language and time zone, and this script only swaps it in.
+// The socket is the pages' one reconnecting socket (live_socket.js), its path and close codes
+// the server's (#live-wire).
+import { liveSocket, readWire, socketUrl } from "./live_socket.js";
+
 (function () {
   "use strict";
   const configNode = document.getElementById("page-config");
@@ -105,34 +109,30 @@
   // nginx or the worker dropped) connect again: the wait doubles from 0.5 s up to 10 s and
   // each wait is jittered (between half of it and all of it), so that the pages a killed
   // worker dropped do not all come back at the same instant. An opened socket starts over.
-  const FIRST_WAIT_MS = 500;
-  const LONGEST_WAIT_MS = 10000;
-  let delay = FIRST_WAIT_MS;
-  function nextWait() {
-    const wait = delay / 2 + Math.random() * (delay / 2);
-    delay = Math.min(delay * 2, LONGEST_WAIT_MS);
-    return wait;
-  }
-
-  function connect() {
-    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    const ws = new WebSocket(scheme + location.host + config.updates_url);
-    ws.onopen = () => {
-      delay = FIRST_WAIT_MS;
-      if (live) live.textContent = config.words.live;
-      catchUp();
-    };
-    ws.onmessage = (event) => {
-      const msg = JSON.parse(event.data);
-      if (msg.type === "session.update" && (msg.html || msg.html_item)) {
-        received += 1;
-        apply({ id: msg.session.id, html: msg.html, html_item: msg.html_item });
-      }
-    };
-    ws.onclose = () => {
-      if (live) live.textContent = config.words.reconnecting;
-      setTimeout(connect, nextWait());
-    };
-  }
-  connect();
+  // Signed out (the wire's final closes), the page stops trying and says so.
+  const updates = liveSocket({
+    wire: readWire(),
+    open: async () => new WebSocket(socketUrl(config.updates_url)),
+    opened(ws) {
+      ws.addEventListener("open", () => {
+        updates.settled();
+        if (live) live.textContent = config.words.live;
+        catchUp();
+      });
+      ws.addEventListener("message", (event) => {
+        const msg = JSON.parse(event.data);
+        if (msg.type === "session.update" && (msg.html || msg.html_item)) {
+          received += 1;
+          apply({ id: msg.session.id, html: msg.html, html_item: msg.html_item });
+        }
+      });
+    },
+    closed(why) {
+      if (!live) return;
+      live.textContent = why.final ? config.words.stopped : config.words.reconnecting;
+    },
+    firstDelayMs: 500,
+    maxDelayMs: 10000,
+    maxTries: Infinity,
+  });
 })();

@@ -1,10 +1,11 @@
-"""The pages' live-updates socket comes back after the server drops it (issue 25, item 12).
+"""The pages' live-updates socket comes back after the server drops it (issue 25, item 12),
+and stops once the person is signed out (issue 34, item 6: the one reconnecting socket).
 
-A JS-level test of ``static/deskpool/session.js`` in Debian's chromium: Playwright stands in
-for the portal (the page, its script and the ``/ws/updates/`` socket, ``route_web_socket``),
-closes the socket from the server's side after the first update, as a killed ASGI worker
-does, and sees the page connect again (after its jittered backoff) and show the next update.
-No portal processes are started.
+A JS-level test of ``static/deskpool/session.js`` (and live_socket.js, which it imports) in
+Debian's chromium: Playwright stands in for the portal (the page, its scripts and the
+``/ws/updates/`` socket, ``route_web_socket``), closes the socket from the server's side after
+the first update, as a killed ASGI worker does, and sees the page connect again (after its
+jittered backoff) and show the next update. No portal processes are started.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from nodeagent.gateway.codes import CLOSE_SIGNED_OUT, live_wire
 from tests.integration.stack import ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -21,14 +23,15 @@ ORIGIN = "http://deskpool.test"
 CONFIG = {
     "updates_url": "/ws/updates/?fragment=item",
     "csrf_token": "token",
-    "words": {"live": "live", "reconnecting": "reconnecting…"},
+    "words": {"live": "live", "reconnecting": "reconnecting…", "stopped": "not live"},
 }
 PAGE = f"""<!doctype html><html lang="en"><head><title>home</title></head><body>
 <p id="live">connecting</p>
 <div id="session-list">CARD</div>
 <p id="no-sessions" hidden>none</p>
 <script id="page-config" type="application/json">{json.dumps(CONFIG)}</script>
-<script src="/static/deskpool/session.js"></script>
+<script id="live-wire" type="application/json">{json.dumps(live_wire())}</script>
+<script type="module" src="/static/deskpool/session.js"></script>
 </body></html>"""
 
 
@@ -61,17 +64,24 @@ def page():
             chromium.close()
 
 
+def serve_scripts(page) -> None:
+    """session.js and the module it imports."""
+
+    def fulfil(script: str):
+        return lambda route: route.fulfill(body=script, content_type="text/javascript")
+
+    for name in ("session.js", "live_socket.js"):
+        script = (ROOT / "static" / "deskpool" / name).read_text()
+        page.route(f"{ORIGIN}/static/deskpool/{name}", fulfil(script))
+
+
 @pytest.mark.browser
 def test_the_page_connects_again_after_the_server_drops_its_socket_and_gets_the_next_update(
     page,
 ):
-    script = (ROOT / "static" / "deskpool" / "session.js").read_text()
     page.route(f"{ORIGIN}/", lambda route: route.fulfill(body=PAGE.replace("CARD", card("QUEUED")),
                                                          content_type="text/html"))  # fmt: skip
-    page.route(
-        f"{ORIGIN}/static/deskpool/session.js",
-        lambda route: route.fulfill(body=script, content_type="text/javascript"),
-    )
+    serve_scripts(page)
     # The catch-up after each (re)connection: nothing new to tell.
     page.route(f"{ORIGIN}/sessions/5/fragment/", lambda route: route.fulfill(status=404))
     sockets = []
@@ -96,20 +106,16 @@ def test_the_page_connects_again_after_the_server_drops_its_socket_and_gets_the_
 @pytest.mark.browser
 def test_the_waits_between_attempts_grow_with_jitter_and_stop_growing(page):
     """Every attempt fails at once; the page's own timer calls say how long it waited."""
-    script = (ROOT / "static" / "deskpool" / "session.js").read_text()
     page.add_init_script(
         "window.__waits = [];"
         "const realTimeout = window.setTimeout;"
         "window.setTimeout = (fn, ms, ...rest) => {"
-        "  if (fn && fn.name === 'connect') { window.__waits.push(ms); ms = 0; }"
+        "  if (fn && fn.name === 'attempt') { window.__waits.push(ms); ms = 0; }"
         "  return realTimeout(fn, ms, ...rest); };"
     )
     page.route(f"{ORIGIN}/", lambda route: route.fulfill(body=PAGE.replace("CARD", card("QUEUED")),
                                                          content_type="text/html"))  # fmt: skip
-    page.route(
-        f"{ORIGIN}/static/deskpool/session.js",
-        lambda route: route.fulfill(body=script, content_type="text/javascript"),
-    )
+    serve_scripts(page)
     page.route(f"{ORIGIN}/sessions/5/fragment/", lambda route: route.fulfill(status=404))
     page.route_web_socket("**/ws/updates/**", lambda ws: ws.close(code=1011))
     page.goto(f"{ORIGIN}/")
@@ -121,3 +127,22 @@ def test_the_waits_between_attempts_grow_with_jitter_and_stop_growing(page):
         assert ceiling / 2 <= wait <= ceiling, waits
     # Jittered: not the fixed schedule every page would share.
     assert any(wait != ceiling for wait, ceiling in zip(waits, ceilings, strict=True)), waits
+
+
+@pytest.mark.browser
+def test_the_page_stops_trying_once_signed_out_and_says_so(page):
+    page.route(f"{ORIGIN}/", lambda route: route.fulfill(body=PAGE.replace("CARD", card("QUEUED")),
+                                                         content_type="text/html"))  # fmt: skip
+    serve_scripts(page)
+    page.route(f"{ORIGIN}/sessions/5/fragment/", lambda route: route.fulfill(status=404))
+    sockets = []
+
+    def serve(ws) -> None:
+        sockets.append(ws)
+        ws.close(code=CLOSE_SIGNED_OUT, reason="signed out")
+
+    page.route_web_socket("**/ws/updates/**", serve)
+    page.goto(f"{ORIGIN}/")
+    page.wait_for_function("document.getElementById('live').textContent === 'not live'")
+    page.wait_for_timeout(1500)  # past the first waits a retry would take
+    assert len(sockets) == 1

@@ -140,6 +140,8 @@ class Stack:
             "DESKPOOL_VAR_DIR": str(workdir / "var"),
             "PYTHONUNBUFFERED": "1",
             "DESKPOOL_AGENT_POLL_INTERVAL_S": "0.25",
+            # The page origin the nodes' gateways let in: this portal's, on its free port.
+            "DESKPOOL_GATEWAY_ORIGINS": self.url,
             **shared_secret_key(),
             **(extra_env or {}),
         }
