@@ -13,7 +13,7 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.server import hardening
+from portal.server import gateway_config, hardening
 from portal.signin import config as signin_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -420,6 +420,19 @@ except ValueError as error:
 RELAY_MAX_MESSAGE_BYTES = env.int("DESKPOOL_RELAY_MAX_MESSAGE_BYTES", default=1024 * 1024)
 if RELAY_MAX_MESSAGE_BYTES < 65536:
     raise ImproperlyConfigured("DESKPOOL_RELAY_MAX_MESSAGE_BYTES must be 65536 or more")
+# The desktop gateway (issue 34; portal/server/gateway_config.py, docs/deploy.md): the URL a
+# page opens a node's gateway at ({address} and {port}: the node's), and the page origins the
+# gateways let in (default: CSRF_TRUSTED_ORIGINS and the ALLOWED_HOSTS names, as served).
+GATEWAY_URL = gateway_config.gateway_url(
+    env.str("DESKPOOL_GATEWAY_URL", default="ws://{address}:{port}")
+)
+GATEWAY_ORIGINS = gateway_config.gateway_origins(
+    env.list("DESKPOOL_GATEWAY_ORIGINS", default=[]),
+    trusted=CSRF_TRUSTED_ORIGINS,
+    allowed_hosts=ALLOWED_HOSTS,
+    behind_tls_proxy=env.bool("DESKPOOL_BEHIND_TLS_PROXY", default=False),
+    port=env.int("PORT", default=8000),
+)
 # Production hardening (portal/server/hardening.py, docs/security.md): behind nginx terminating TLS
 # (DESKPOOL_BEHIND_TLS_PROXY), Secure cookies, HSTS, the Content-Security-Policy.
 globals().update(hardening.read(env, SIGNIN.settings()))

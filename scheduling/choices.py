@@ -138,3 +138,5 @@ class AuditKind(models.TextChoices):
     HOME_UPLOADED = "home.uploaded", _("Home file uploaded")
     HOME_DOWNLOADED = "home.downloaded", _("Home file downloaded")
     HOME_DELETED = "home.deleted", _("Home file deleted")
+    # an admin rotated a node's gateway ticket key (data: the key ids, old and new; never a key)
+    NODE_GATEWAY_KEY_ROTATED = "node.gateway_key_rotated", _("Gateway key rotated")

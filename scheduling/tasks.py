@@ -18,6 +18,7 @@ from .redis_client import shared_redis
 from .services.alerts import evaluate_alerts
 from .services.audit import do_prune_audit
 from .services.cycle import do_scheduling_cycle
+from .services.gateway_tickets import do_purge_gateway_tickets
 from .services.health import do_sweep_silent_nodes
 from .services.idle import do_idle_sweep
 from .services.kick import CYCLE_ASKED, CYCLE_DIRTY
@@ -100,7 +101,9 @@ def run_alert_evaluation() -> int:
 @shared_task(name="scheduling.tasks.prune_audit", ignore_result=True)
 def prune_audit() -> int:
     """The audit trail's retention: delete events older than the retention period (the only
-    deletion the database allows, docs/audit.md); returns how many."""
+    deletion the database allows, docs/audit.md), and the gateway tickets done with over a
+    day ago (their opens are in the audit trail); returns how many events."""
+    do_purge_gateway_tickets(timezone.now())
     return do_prune_audit()
 
 

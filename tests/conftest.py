@@ -235,3 +235,58 @@ def smtp_inbox():
             yield inbox
     finally:
         controller.stop()
+
+
+# -- the desktop gateway (issue 34): a node with one, a desktop running there, a sign-in -----
+
+GATEWAY_PORT = 6090
+
+
+def sign_in(user) -> str:
+    """A real login session of ``user``; its key."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    key = client.session.session_key
+    assert key is not None
+    return key
+
+
+@pytest.fixture
+def gateway_registration(db):
+    """A node registered with its gateway's port, as an agent with a gateway registers; and
+    its node token."""
+    from scheduling.services.nodes import do_create_join_token, do_register
+
+    body = registration("gw-1", [gpu_inventory("GPU-gw", 0, mig_slices=2)])
+    body |= {"join_token": do_create_join_token("gw-1", actor="test"), "gateway_port": GATEWAY_PORT}
+    node, token = do_register(body, None)
+    assert token is not None
+    return node, token
+
+
+@pytest.fixture
+def gateway_node(gateway_registration):
+    from scheduling.models import Node
+
+    return Node.objects.get(pk=gateway_registration[0].pk)
+
+
+@pytest.fixture
+def gateway_desktop(gateway_node, owner, profile):
+    """The owner's desktop, running on the gateway node, with sound."""
+    from scheduling.choices import SessionState
+    from scheduling.models import Session
+
+    return Session.objects.create(
+        user=owner,
+        profile=profile,
+        purpose="hobby",
+        state=SessionState.RUNNING,
+        node=gateway_node,
+        desktop_host=gateway_node.address,
+        desktop_port=5901,
+        desktop_audio_port=6081,
+        vnc_password="pw345678",
+    )

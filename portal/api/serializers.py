@@ -58,6 +58,28 @@ class SessionCreateSerializer(serializers.Serializer):
     )
 
 
+class TicketRequestSerializer(serializers.Serializer):
+    # Not DRF's '"<input>" is not a valid choice.': the input is not repeated back.
+    purpose = serializers.ChoiceField(
+        choices=[("screen", "screen"), ("sound", "sound")],
+        help_text="What the ticket opens: the desktop's screen or its sound.",
+        error_messages={
+            "required": _("Say what to open: screen or sound."),
+            "invalid_choice": _("Purpose must be one of: screen, sound."),
+            "null": _("Say what to open: screen or sound."),
+        },
+    )
+
+
+class TicketSerializer(serializers.Serializer):
+    """A ticket to a node's desktop gateway: open ``url`` and send ``ticket`` first, before
+    ``expires_at``, once."""
+
+    ticket = serializers.CharField(help_text="The signed ticket (send it, never store it).")
+    url = serializers.CharField(help_text="The node's gateway: ws:// or wss://, with the path.")
+    expires_at = serializers.DateTimeField(help_text="Not to be opened after this.")
+
+
 class IdleSerializer(serializers.Serializer):
     state = serializers.ChoiceField(choices=IdleState.choices)
     since = serializers.DateTimeField(allow_null=True)

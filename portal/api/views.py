@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from people.tokens import ApiToken
 from portal.api.schema import ErrorDetailSerializer
 from portal.api.serializers import (
     DesktopProfileSerializer,
@@ -20,11 +21,15 @@ from portal.api.serializers import (
     PoolSerializer,
     SessionCreateSerializer,
     SessionSerializer,
+    TicketRequestSerializer,
+    TicketSerializer,
 )
+from portal.kit.client_address import client_address_of
 from portal.kit.person import PersonMixin
 from scheduling.models import Allocation, DesktopProfile, Gpu, Node, PoolPolicy, Session
 from scheduling.services.extend import do_extend
 from scheduling.services.feasibility import unavailable_words
+from scheduling.services.gateway_tickets import TOKEN_MARKER, check_gateway_open, do_issue_ticket
 from scheduling.services.idle import do_resume
 from scheduling.services.pool import pool_utilisation
 from scheduling.services.sessions import check_submit, do_stop, do_submit
@@ -100,6 +105,30 @@ class SessionViewSet(
         do_extend(self.person, session.pk)
         return Response(SessionSerializer(self.get_queryset().get(pk=session.pk)).data)
 
+    @extend_schema(
+        request=TicketRequestSerializer,
+        responses={
+            201: TicketSerializer,
+            404: OpenApiResponse(
+                ErrorDetailSerializer,
+                description="No such desktop of yours, or (sound) the desktop serves no sound.",
+            ),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def ticket(self, request: Request, pk: str | None = None) -> Response:
+        """A ticket to the running desktop's screen or sound on its node's gateway, for its
+        owner and admins (403 for others who may see it, 409 when it does not run); good for
+        30 seconds and one opening (docs/api.md)."""
+        form = TicketRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        purpose = form.validated_data["purpose"]
+        session = check_gateway_open(self.person, int(pk or 0), purpose)
+        issued = do_issue_ticket(
+            self.person, session, purpose, login_session_of(request), client_address_of(request)
+        )
+        return Response(TicketSerializer(issued).data, status=status.HTTP_201_CREATED)
+
     @extend_schema(request=None, responses={200: SessionSerializer})
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
@@ -107,6 +136,13 @@ class SessionViewSet(
         session = self.get_object()
         do_resume(self.person, session.pk)
         return Response(SessionSerializer(self.get_queryset().get(pk=session.pk)).data)
+
+
+def login_session_of(request: Request) -> str:
+    """What a ticket is issued under: the page's login session, or the API token's marker."""
+    if isinstance(request.auth, ApiToken):
+        return f"{TOKEN_MARKER}{request.auth.pk}"
+    return request._request.session.session_key or ""
 
 
 class PoolView(APIView):

@@ -1,5 +1,6 @@
 """The console's pool page (``/console/pool/``): nodes, GPUs, slices and who holds them, the
-MIG layout drawn; cordon, uncordon and drain with a reason; join tokens shown once.
+MIG layout drawn; cordon, uncordon and drain with a reason, a node's gateway key rotated;
+join tokens shown once.
 
 The pool section is one template (``console/_pool_section.html``), rendered in the page and
 by the fragment URL that ``static/deskpool/console_pool.js`` reloads when something changes.
@@ -22,6 +23,7 @@ from portal.console.access import admin_only
 from portal.console.pool_forms import (
     CORDON,
     DRAIN,
+    ROTATE_KEY,
     UNCORDON,
     UNDRAIN,
     JoinTokenForm,
@@ -31,6 +33,7 @@ from portal.kit.person import actor_of
 from scheduling.choices import NODE_BOUND_STATES
 from scheduling.models import Allocation, Gpu, JoinToken, Node, Session, Slice, hash_token
 from scheduling.services.drain import do_drain, do_end_drain
+from scheduling.services.gateway_keys import do_rotate_gateway_key
 from scheduling.services.health import do_clear_cordon, do_cordon
 from scheduling.services.nodes import do_create_join_token, do_revoke_join_token, join_token_state
 
@@ -157,6 +160,9 @@ def node_action(request: HttpRequest) -> HttpResponse:
         done = do_cordon(node, actor, reason)
     elif action == UNCORDON:
         done = do_clear_cordon(node, actor, reason)
+    elif action == ROTATE_KEY:
+        do_rotate_gateway_key(node, actor, reason)
+        done = True
     else:
         done = do_end_drain(node, actor, reason)
     words = {
@@ -164,6 +170,7 @@ def node_action(request: HttpRequest) -> HttpResponse:
         UNCORDON: _("%(node)s is back in service."),
         DRAIN: _("%(node)s is draining."),
         UNDRAIN: _("%(node)s is no longer draining."),
+        ROTATE_KEY: _("%(node)s signs desktop tickets with a new key from now on."),
     }
     if done:
         messages.success(request, words[action] % {"node": node.hostname})

@@ -1,4 +1,5 @@
-"""Forms of the console's pool page: cordon, uncordon and drain a node, and join tokens.
+"""Forms of the console's pool page: cordon, uncordon and drain a node, rotate its gateway
+key, and join tokens.
 
 Each form hands its typed fields to the ``check_*`` service; a refusal lands next to the
 field it names."""
@@ -30,16 +31,19 @@ DEADLINE_CHOICES = [
 
 
 CORDON, UNCORDON, DRAIN, UNDRAIN = "cordon", "uncordon", "drain", "undrain"
+ROTATE_KEY = "rotate_key"
 ACTION_CHOICES = [
     (CORDON, _("Cordon: place nothing new on it")),
     (UNCORDON, _("Uncordon: put it back in service")),
     (DRAIN, _("Drain: nothing new, and empty it")),
     (UNDRAIN, _("Stop draining")),
+    (ROTATE_KEY, _("Rotate its gateway key: sign desktop tickets with a new key")),
 ]
 
 
 class NodeActionForm(CheckedForm):
-    """Cordon, uncordon, drain a node or stop its drain, each with a reason; a drain says
+    """Cordon, uncordon, drain a node, stop its drain or rotate its gateway ticket key, each
+    with a reason; a drain says
     what becomes of the node's sessions (wait, or requeue after a deadline)."""
 
     node = forms.ModelChoiceField(

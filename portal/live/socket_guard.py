@@ -15,14 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from importlib import import_module
-from types import SimpleNamespace
 from typing import Any
 
 from channels.db import database_sync_to_async
-from django.conf import settings
-from django.contrib.auth import get_user, get_user_model
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+from people.login_sessions import signed_in_user
 
 log = logging.getLogger(__name__)
 
@@ -31,23 +28,6 @@ SIGN_IN_CHECK_S = 2.0  # how often an open desktop relay checks its sign-in
 LISTENER_CHECK_S = 5.0  # how often a live-update socket (one per open page) checks
 
 Allowed = Callable[[Any], bool]  # the freshly read user -> may they still listen?
-
-
-def signed_in_user(
-    session_key: str | None, user_pk: int
-) -> AbstractBaseUser | AnonymousUser | None:
-    """The user of this login session, read afresh, when it still exists, is still theirs
-    and they are still active; None when not. Without a login session (a socket whose scope
-    has none, as in-process tests open them), the user read afresh, while active."""
-    if session_key is None:
-        return get_user_model().objects.filter(pk=user_pk, is_active=True).first()
-    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=session_key)
-    if not store.exists(session_key):
-        return None
-    user = get_user(SimpleNamespace(session=store))  # type: ignore[arg-type]
-    if user.is_authenticated and user.pk == user_pk and user.is_active:
-        return user
-    return None
 
 
 @database_sync_to_async

@@ -12,6 +12,7 @@ from .bookings import (
     default_profile_of,
     set_default_profile,
 )
+from .gateway import GatewayTicket, GatewayTicketQuerySet, TicketPurpose, TicketVia
 from .home_files import HomeTask, HomeTaskContent, HomeTaskKind, HomeTaskState, HomeUsage
 from .lifecycle import IdlePolicy, LifecycleNotices, SessionActivity
 from .metrics import MetricRollup, MetricSample, MetricSource
@@ -34,6 +35,8 @@ __all__ = [
     "BookingSeries",
     "CourseDesktop",
     "DesktopProfile",
+    "GatewayTicket",
+    "GatewayTicketQuerySet",
     "Gpu",
     "HomeTask",
     "HomeTaskContent",
@@ -56,6 +59,8 @@ __all__ = [
     "SessionActivity",
     "SessionQuerySet",
     "Slice",
+    "TicketPurpose",
+    "TicketVia",
     "UsageRecord",
     "WarmDesktop",
     "WarmState",

@@ -61,6 +61,10 @@ class Node(models.Model):
         help_text="Its agent keeps homes under a root every node shares (DESKPOOL_HOME_ROOT): "
         "a desktop on another node sees the same home.",
     )
+    # The desktop gateway (issue 34): where it listens on the node's address (None: an agent
+    # without one), and the id of the ticket key the portal signs with now (raised to rotate).
+    gateway_port = models.PositiveIntegerField(null=True, blank=True)
+    gateway_key_id = models.PositiveIntegerField(default=1)
 
     class Meta:
         ordering = ["hostname"]

@@ -27,6 +27,8 @@ from ..locks import lock_sessions, one_snapshot
 from ..models import Allocation, Node, Session
 from . import Conflict, NotFound, ServiceError
 from .agent_wake import desired_version
+from .gateway_keys import gateway_access
+from .gateway_revocation import revoked_tickets
 from .health import do_record_session_failed, do_record_session_running
 from .home_files_agent import desired_home_tasks
 from .lifecycle import Move, do_transition, do_transition_many
@@ -49,7 +51,8 @@ def placement_id(session: Session) -> str:
 
 def desired_state(node: Node) -> DesiredState:
     """What the node's agent should run: its sessions and its warm desktops (and the home
-    tasks it should carry out), read from one snapshot. Read apart, a warm desktop claimed
+    tasks it should carry out, its gateway's keys and the tickets it should refuse), read
+    from one snapshot. Read apart, a warm desktop claimed
     between the two reads would be in neither list, and the agent would stop it and start
     the session cold.
 
@@ -58,11 +61,26 @@ def desired_state(node: Node) -> DesiredState:
     version = desired_version(node.pk)
     with one_snapshot():
         return DesiredState(
-            sessions=desired_sessions(node),
+            sessions=with_revoked_tickets(node, desired_sessions(node)),
             warm=desired_warm(node),
             home_tasks=desired_home_tasks(node),
+            # Only for a node with a gateway (an older agent's has none).
+            **({"gateway": gateway_access(node)} if node.gateway_port is not None else {}),
             version=version,
         )
+
+
+def with_revoked_tickets(node: Node, sessions: list[DesiredSession]) -> list[DesiredSession]:
+    """The sessions, each with its gateway tickets whose holder lost the right."""
+    revoked = revoked_tickets(node, [s.session_id for s in sessions])
+    if not revoked:
+        return sessions
+    return [
+        s.model_copy(update={"revoked_tickets": revoked[s.session_id]})
+        if s.session_id in revoked
+        else s
+        for s in sessions
+    ]
 
 
 def desired_sessions(node: Node) -> list[DesiredSession]:

@@ -225,6 +225,7 @@ def do_register(
         node.agent_version = payload.agent_version
         node.protocol_version = payload.protocol_version
         node.home_root_shared = payload.home_root_shared
+        node.gateway_port = payload.gateway_port
         node.registered_at = now
         node.last_heartbeat = now
         node.save()

@@ -130,6 +130,7 @@ def stored_registration(node: Node, sent_join_token: str | None) -> dict[str, An
         "runtime": node.runtime,
         "gpus": [stored_gpu(g) for g in node.gpus.filter(present=True).order_by("index")],
         "home_root_shared": node.home_root_shared,
+        "gateway_port": node.gateway_port,
     }
 
 
@@ -220,6 +221,7 @@ def test_a_fully_populated_registration_and_heartbeat_are_stored_field_by_field(
         runtime="docker",
         gpus=[full_gpu("GPU-f0", 0, "GPU-f1"), full_gpu("GPU-f1", 1, "GPU-f0")],
         home_root_shared=True,
+        gateway_port=6090,
     )
     assert_fully_populated(registration)
     node, token = register(registration)
