@@ -1,4 +1,4 @@
-"""The desktop gateway's settings (issue 34; docs/deploy.md "Desktop gateway"): where a page
+"""The desktop gateway's settings (issue 34; docs/deploy.md, the desktop gateway): where a page
 opens a node's gateway, and which page origins a gateway lets in.
 
 ``DESKPOOL_GATEWAY_URL`` is a template: ``{address}`` and ``{port}`` are filled with the
