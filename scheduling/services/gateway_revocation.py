@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from django.contrib.auth import get_user_model
+from django.contrib.auth import SESSION_KEY, get_user_model
 from django.contrib.sessions.models import Session as LoginSession
 from django.db.models.signals import post_delete, post_save
 
@@ -93,7 +93,12 @@ def _nodes_of(tickets: Any) -> list[int]:
 
 
 def _login_session_deleted(sender: Any, instance: LoginSession, **kwargs: Any) -> None:
-    wake_nodes(_nodes_of(GatewayTicket.objects.filter(login_session=instance.session_key)))
+    user_id = instance.get_decoded().get(SESSION_KEY)
+    if user_id is None:
+        return  # nobody was signed in with it: no tickets were issued under it
+    # By its person first: the index of a person's open tickets finds them.
+    tickets = GatewayTicket.objects.filter(user_id=user_id, login_session=instance.session_key)
+    wake_nodes(_nodes_of(tickets))
 
 
 def _person_saved(sender: Any, instance: Any, created: bool, **kwargs: Any) -> None:

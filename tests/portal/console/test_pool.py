@@ -76,6 +76,19 @@ def test_students_and_strangers_get_404_everywhere(owner, pool):
     assert JoinToken.objects.get(pk=token.pk).revoked_at is None
 
 
+def test_an_admin_rotates_a_nodes_gateway_key_with_a_reason(admin, pool):
+    refused = admin.post(ACTION, {"node": pool.pk, "action": "rotate_key", "reason": ""})
+    assert refused.status_code == 400
+    assert Node.objects.get(pk=pool.pk).gateway_key_id == 1
+
+    done = admin.post(ACTION, {"node": pool.pk, "action": "rotate_key", "reason": "key leaked"})
+    assert done.status_code == 302
+    assert Node.objects.get(pk=pool.pk).gateway_key_id == 2
+    event = AuditEvent.objects.get(kind=AuditKind.NODE_GATEWAY_KEY_ROTATED, node_id=pool.pk)
+    assert (event.actor, event.data) == ("user:root", {"old": 1, "new": 2, "reason": "key leaked"})
+    assert "signs desktop tickets with a new key" in admin.get(POOL).content.decode()
+
+
 def test_cordon_needs_a_reason_and_is_audited_with_before_and_after(admin, pool):
     refused = admin.post(ACTION, {"node": pool.pk, "action": "cordon", "reason": "  "})
     assert refused.status_code == 400
