@@ -7,6 +7,7 @@ a session (``portal.kit.session_fragment``).
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.contrib import messages
 from django.contrib.auth.models import User
@@ -32,14 +33,13 @@ from scheduling.services import ServiceError
 from scheduling.services.catalogue import profile_offers
 from scheduling.services.eligibility import eligible_courses, eligible_purposes
 from scheduling.services.extend import do_extend, profile_room
+from scheduling.services.gateway_tickets import gateway_url
 from scheduling.services.home_files import megabytes, transfer_max_bytes
 from scheduling.services.home_place import home_place
 from scheduling.services.idle import LIMIT_WARNINGS, do_resume
 from scheduling.services.quota_view import quota_left
 from scheduling.services.sessions import do_stop, do_submit
 
-DESKTOP_PROXY_PATH = "/ws/desktop/{id}/"  # portal.live.routing
-DESKTOP_AUDIO_PATH = "/ws/desktop/{id}/audio/"
 CHART_DAYS = 14
 
 
@@ -235,9 +235,11 @@ def desktop(request: HttpRequest, person: User, session_id: int) -> HttpResponse
         request,
         "none",  # the desktop's page shows no card: its banner reads the payload
         session=session_payload(session),
-        proxy_url=DESKTOP_PROXY_PATH.format(id=session.pk),
-        # The drawer's Sound (desktop_audio.js), where the desktop's image serves sound.
-        audio_url=DESKTOP_AUDIO_PATH.format(id=session.pk) if has_sound else None,
+        # The screen and the sound go through the gateway on the desktop's node: the page
+        # asks this for a single-use ticket and the gateway's URL before every try
+        # (live_socket.js); the drawer's Sound where the desktop's image serves sound.
+        ticket_api=reverse("session-ticket", args=[session.pk]),
+        has_sound=has_sound,
         session_api=reverse("session-detail", args=[session.pk]),
         # The banner's and the drawer's Extend: the API's action (JSON: the session, or 409
         # and its reason); the profile's room, which the drawer applies to each new limit.
@@ -255,7 +257,7 @@ def desktop(request: HttpRequest, person: User, session_id: int) -> HttpResponse
         openable=sorted(OPENABLE_STATES),
         words=_desktop_words(),
     )
-    return render(
+    response = render(
         request,
         "portal/desktop.html",
         {
@@ -263,10 +265,31 @@ def desktop(request: HttpRequest, person: User, session_id: int) -> HttpResponse
             "simulated": simulated,
             "has_sound": has_sound,
             "config": config,
+            # The close codes and socket paths, one definition for the server and the page.
+            "live_wire": live_wire(),
             "stop_answer": ANSWERS["stop"],
             "upload_limit": megabytes(transfer_max_bytes()),
         },
     )
+    # The page opens the gateway's sockets: allowed where they are not on the portal's origin.
+    sources = _gateway_sources(session)
+    if sources:
+        response._csp_update = {"connect-src": sources}  # type: ignore[attr-defined]
+        response._csp_update_ro = {"connect-src": sources}  # type: ignore[attr-defined]
+    return response
+
+
+def _gateway_sources(session: Session) -> list[str]:
+    """The origin of the desktop's gateway, for the page's connect-src: ``make demo`` and the
+    tests reach a node's gateway directly (an origin of its own); behind nginx it is the
+    portal's own origin, already allowed."""
+    if session.node is None or session.node.gateway_port is None:
+        return []
+    try:
+        url = urlsplit(gateway_url(session, "screen"))
+    except ServiceError:
+        return []  # an address the portal does not let browsers reach: no ticket either
+    return [f"{url.scheme}://{url.netloc}"]
 
 
 def _desktop_words() -> dict[str, str]:
@@ -280,9 +303,16 @@ def _desktop_words() -> dict[str, str]:
         "signed_out": _("you are signed out: sign in again, then reopen this desktop"),
         "forbidden": _("you may no longer open this desktop"),
         "too_large": _(
-            "the connection closed: more was sent at once than the portal relays (a very large "
-            "paste?). Reload the page to reconnect."
+            "the connection closed: more was sent at once than the desktop's connection carries "
+            "(a very large paste?). Reload the page to reconnect."
         ),
+        # Why the gateway's screen (and sound) stopped or is tried again (live_socket.js).
+        "ticket_refused": _("the desktop's node did not accept this page's pass: reload the page"),
+        "gave_up": _("the desktop could not be reached: reload the page to try again"),
+        "retry_busy": _(
+            "the desktop has as many connections as it may: trying again in %(seconds)s s…"
+        ),
+        "retry_unreachable": _("the desktop does not answer: trying again in %(seconds)s s…"),
         "time_left": _("Time left: %(time)s"),
         "limit_soon": _(
             "This desktop reaches its time limit in less than %(minutes)s minutes, at "
@@ -330,6 +360,7 @@ def _desktop_words() -> dict[str, str]:
         "sound_retrying": _("The sound was cut off: trying again…"),
         "sound_ended": _("The sound stopped: the desktop is no longer running."),
         "sound_none": _("This desktop has no sound."),
+        "sound_gave_up": _("The desktop's sound could not be reached: turn it on again to retry."),
         "sound_unsupported": _(
             "This browser cannot play the desktop's sound; a recent Chrome, Edge, Firefox or "
             "Safari can."

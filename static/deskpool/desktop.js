@@ -1,22 +1,25 @@
-// The desktop page: noVNC through the portal's authenticated WebSocket proxy, full screen,
-// the clipboard both ways, reconnection after a network blip, the session's timer and live
+// The desktop page: noVNC through the gateway on the desktop's node (a single-use ticket from
+// the portal for every try: live_socket.js), full screen, the clipboard both ways,
+// reconnection after a network blip, the session's timer and live
 // banner (the time limit with Extend, the idle verdict, a preemption's grace), the side
 // drawer (desktop_drawer.js; its upload, desktop_upload.js; its sound, desktop_audio.js)
 // and, on touch devices, the on-screen keyboard (desktop_keyboard.js). Addresses and words
-// come from the page (#page-config, in the reader's language).
+// come from the page (#page-config, in the reader's language); the close codes and socket paths
+// from #live-wire (nodeagent/gateway/codes.py).
 import RFB from "../vendor/novnc/core/rfb.js";
 import { setUpAudio } from "./desktop_audio.js";
 import { setUpDrawer } from "./desktop_drawer.js";
 import { setUpKeyboard } from "./desktop_keyboard.js";
 import { setUpUpload } from "./desktop_upload.js";
 import { clock, extendRefusal, hhmm as zoned, say } from "./desktop_time.js";
+import { liveSocket, readWire, socketUrl, ticketOpener } from "./live_socket.js";
 
 const config = JSON.parse(document.getElementById("page-config").textContent);
+const wire = readWire();
 const words = config.words;
 const $ = (id) => document.getElementById(id);
 const screen = $("screen");
 const status = $("desktop-status");
-const scheme = location.protocol === "https:" ? "wss://" : "ws://";
 const openable = new Set(config.openable);
 let session = config.session;
 
@@ -26,22 +29,24 @@ const hhmm = (iso) => zoned(iso, config.time_zone);
 
 // --- noVNC, with reconnection while the session can still be opened -----------------------
 let rfb = null;
-let retryDelay = 1000;
-let refused = false; // the relay refused the handshake: trying again will not help
-// The relay's close codes after which trying again cannot help (portal/live/desktop_relay.py):
-// signed out, no longer allowed to open it, a message over the relay's size limit.
-const FINAL_CLOSES = { 4401: "signed_out", 4403: "forbidden", 4413: "too_large" };
-let closeCode = null;
+// Why the screen stopped for good, as the page's words name it; the portal's own sentence
+// (a refused ticket's detail) goes first.
+const FINAL_WORDS = {
+  signed_out: "signed_out",
+  forbidden: "forbidden",
+  not_found: "forbidden",
+  too_large: "too_large",
+  ticket_invalid: "ticket_refused",
+  ticket_foreign: "ticket_refused",
+  gave_up: "gave_up",
+};
+// Why a try failed, where the page can say more than "connection lost".
+const RETRY_WORDS = { busy: "retry_busy", unreachable: "retry_unreachable" };
 
-function connect() {
-  // No credentials: the portal's relay logs in to the desktop itself and offers this page
-  // security type None, so the desktop's password never reaches the browser. The page opens
-  // the socket itself (noVNC takes it as a channel) to read the relay's close code.
-  const channel = new WebSocket(scheme + location.host + config.proxy_url);
-  closeCode = null;
-  channel.addEventListener("close", (event) => {
-    closeCode = event.code;
-  });
+// No credentials: the gateway logs in to the desktop itself and offers this page security
+// type None, so the desktop's password never reaches the browser. noVNC takes the already
+// open socket (the ticket sent) as its channel.
+function attach(channel) {
   rfb = new RFB(screen, channel);
   // The desktop follows the window: noVNC asks the desktop (Xvnc's SetDesktopSize) for the
   // size of #screen, now and after every resize, instead of a fixed 1280x800 letterboxed
@@ -49,27 +54,28 @@ function connect() {
   rfb.resizeSession = true;
   rfb.scaleViewport = true;
   rfb.addEventListener("connect", () => {
-    retryDelay = 1000;
+    screenSocket.settled();
     status.textContent = words.connected;
   });
-  // The page never closes the connection itself, so every disconnect is unexpected (noVNC
-  // calls a close by the server "clean"): try again while the session can still be opened.
-  rfb.addEventListener("disconnect", () => {
-    if (refused) return;
-    if (closeCode in FINAL_CLOSES) {
-      refused = true;
-      status.textContent = words[FINAL_CLOSES[closeCode]];
-      return;
-    }
-    status.textContent = words.disconnected;
-    retry();
-  });
   rfb.addEventListener("securityfailure", () => {
-    refused = true;
+    screenSocket.stop();
     status.textContent = words.refused;
   });
   rfb.addEventListener("clipboard", (e) => fromDesktop(e.detail.text));
   window.deskpoolRfb = rfb;
+}
+
+// The page never closes the screen itself, so every close is unexpected: try again (a new
+// ticket) while the session can still be opened, and say why it stopped otherwise.
+function screenClosed(why) {
+  if (why.retryIn !== null) {
+    const seconds = Math.max(1, Math.round(why.retryIn / 1000));
+    status.textContent = say(words[RETRY_WORDS[why.reason]] || words.retrying, { seconds });
+  } else if (["ended", "not_running", "session_ended"].includes(why.reason)) {
+    status.textContent = endedWord();
+  } else {
+    status.textContent = why.detail || words[FINAL_WORDS[why.reason]] || words.disconnected;
+  }
 }
 
 async function stillOpenable() {
@@ -84,20 +90,14 @@ async function stillOpenable() {
   }
 }
 
-function retry() {
-  const seconds = Math.round(retryDelay / 1000);
-  status.textContent = say(words.retrying, { seconds });
-  setTimeout(async () => {
-    if (await stillOpenable()) {
-      connect();
-    } else {
-      status.textContent = endedWord();
-    }
-  }, retryDelay);
-  retryDelay = Math.min(retryDelay * 2, 30000);
-}
-
-connect();
+const ticket = { api: config.ticket_api, csrf: config.csrf_token };
+const screenSocket = liveSocket({
+  wire,
+  open: ticketOpener({ ...ticket, purpose: "screen" }),
+  opened: attach,
+  closed: screenClosed,
+  canRetry: stillOpenable,
+});
 
 // --- full screen ---------------------------------------------------------------------------
 $("fullscreen").addEventListener("click", () => {
@@ -250,31 +250,31 @@ setUpUpload({
   failed: words.upload_failed,
 });
 
-if (config.audio_url) {
+if (config.has_sound) {
   setUpAudio({
     button: $("sound-toggle"),
     meter: $("sound-level"),
     note: $("sound-note"),
-    url: scheme + location.host + config.audio_url,
+    ticket,
+    wire,
     words,
     canRetry: () => openable.has(session.state),
   });
 }
 
-// Live updates for this session: its state, grace deadline and time limit.
-let liveDelay = 500;
-function listen() {
-  const ws = new WebSocket(scheme + location.host + config.updates_url);
-  ws.onopen = () => {
-    liveDelay = 500;
-  };
-  ws.onmessage = (event) => {
-    const msg = JSON.parse(event.data);
-    if (msg.type === "session.update" && msg.session.id === session.id) follow(msg.session);
-  };
-  ws.onclose = () => {
-    setTimeout(listen, liveDelay);
-    liveDelay = Math.min(liveDelay * 2, 10000);
-  };
-}
-listen();
+// Live updates for this session: its state, grace deadline and time limit. They stop on
+// sign-out (the portal closes with the wire's signed_out); the screen says why.
+const updates = liveSocket({
+  wire,
+  open: async () => new WebSocket(socketUrl(config.updates_url)),
+  opened(socket) {
+    socket.addEventListener("open", () => updates.settled());
+    socket.addEventListener("message", (event) => {
+      const msg = JSON.parse(event.data);
+      if (msg.type === "session.update" && msg.session.id === session.id) follow(msg.session);
+    });
+  },
+  firstDelayMs: 500,
+  maxDelayMs: 10000,
+  maxTries: Infinity,
+});

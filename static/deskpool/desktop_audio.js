@@ -1,32 +1,41 @@
-// The drawer's Sound: the desktop's sound through the portal's audio relay
-// (portal/live/desktop_audio_relay.py). Browsers play sound only after a press on the page,
-// so nothing is fetched or played until the person presses the button; pressing it again
-// stops and closes the stream.
+// The drawer's Sound: the desktop's sound through the gateway on its node, opened with a
+// single-use ticket from the portal (live_socket.js; a new ticket for every try). Browsers
+// play sound only after a press on the page, so nothing is fetched or played until the person
+// presses the button; pressing it again stops and closes the stream.
 //
-// The relay sends the format first ({"rate", "channels", "format": "s16le"}), then raw
+// The gateway sends the format first ({"rate", "channels", "format": "s16le"}), then raw
 // little-endian 16-bit PCM. Each message becomes an AudioBuffer queued right after the one
 // before, a little ahead of now; a queue that ran dry (the desktop was silent: it sends
 // nothing then) or ran too far ahead starts again just ahead of now. The level meter shows
 // the loudest sample heard lately, so a person can tell "no sound is coming" from "my
 // device is muted".
+import { liveSocket, ticketOpener } from "./live_socket.js";
+
 const AHEAD_S = 0.08; // a new run of sound starts this far ahead of now
 const MAX_AHEAD_S = 0.6; // more queued than this: drop the queue's lead, keep it live
 const METER_FALL = 0.85; // the meter's fall per message without louder sound
 const RETRY_MAX_MS = 10000;
-// The relay's close codes after which trying again cannot help: signed out, no longer
-// allowed, this desktop has no sound.
-const FINAL_CLOSES = { 4401: "signed_out", 4403: "forbidden", 4404: "sound_none" };
+// Why the sound stopped for good, as the page's words name it (the rest say sound_ended).
+const FINAL_WORDS = {
+  signed_out: "signed_out",
+  forbidden: "forbidden",
+  not_found: "sound_none",
+  sound_none: "sound_none",
+  gave_up: "sound_gave_up",
+  ticket_invalid: "ticket_refused",
+  ticket_foreign: "ticket_refused",
+  too_large: "too_large",
+};
 
-export function setUpAudio({ button, meter, note, url, words, canRetry }) {
+// ticket: what ticketOpener() needs ({ api, csrf }); wire: the page's #live-wire.
+export function setUpAudio({ button, meter, note, ticket, wire, words, canRetry }) {
   let context = null;
-  let socket = null;
+  let live = null; // the reconnecting socket while the sound is on
   let on = false;
   let format = null;
   let rest = new Uint8Array(0); // a message's bytes past its last whole frame
   let next = 0; // when the next buffer starts, in the context's time
   let level = 0;
-  let retryDelay = 1000;
-  let retryTimer = null;
   const queued = new Set(); // buffers scheduled and not yet played: stopped with the sound
 
   function show(text) {
@@ -76,45 +85,47 @@ export function setUpAudio({ button, meter, note, url, words, canRetry }) {
     next += buffer.duration;
   }
 
-  function connect() {
-    retryTimer = null;
+  function listen(socket) {
     format = null;
     rest = new Uint8Array(0);
-    socket = new WebSocket(url);
-    socket.binaryType = "arraybuffer";
-    const mine = socket;
-    show(words.sound_connecting);
     socket.addEventListener("message", (event) => {
       if (typeof event.data === "string") {
         format = JSON.parse(event.data);
-        retryDelay = 1000;
+        live?.settled();
         show(words.sound_playing);
       } else if (format) {
         play(event.data);
       }
     });
-    socket.addEventListener("close", (event) => {
-      if (socket !== mine) return; // closed by the page itself
-      socket = null;
-      meter.value = level = 0;
-      if (!on) return;
-      if (event.code in FINAL_CLOSES || !canRetry()) {
-        setOn(false);
-        show(words[FINAL_CLOSES[event.code]] || words.sound_ended);
-        return;
-      }
+  }
+
+  function closed(why) {
+    meter.value = level = 0;
+    if (why.retryIn !== null) {
       show(words.sound_retrying);
-      retryTimer = setTimeout(connect, retryDelay);
-      retryDelay = Math.min(retryDelay * 2, RETRY_MAX_MS);
+      return;
+    }
+    live = null;
+    setOn(false);
+    show(why.detail || words[FINAL_WORDS[why.reason]] || words.sound_ended);
+  }
+
+  function connect() {
+    show(words.sound_connecting);
+    live = liveSocket({
+      wire,
+      open: ticketOpener({ ...ticket, purpose: "sound" }),
+      opened: listen,
+      closed,
+      canRetry,
+      maxDelayMs: RETRY_MAX_MS,
     });
   }
 
   function stop() {
     setOn(false);
-    clearTimeout(retryTimer);
-    const closing = socket;
-    socket = null;
-    closing?.close();
+    live?.stop();
+    live = null;
     // What was queued must not play when the sound is turned on again.
     for (const source of queued) source.stop();
     queued.clear();

@@ -12,6 +12,7 @@ from contextlib import suppress
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+from nodeagent.gateway.codes import GATEWAY_PATHS
 from scheduling.services.nodes import do_create_join_token
 
 from ..integration.stack import ROOT, wait_for, write_fleet
@@ -165,6 +166,31 @@ def open_desktop(page, session_id: int, attempts: int = 5) -> None:
         page.remove_listener("requestfailed", on_failed)
 
 
+def watch_sockets(page) -> list[str]:
+    """The URLs of the WebSockets the page opens from now on."""
+    urls: list[str] = []
+    page.on("websocket", lambda socket: urls.append(socket.url))
+    return urls
+
+
+def through_the_gateway(urls: list[str], session_id: int, purpose: str) -> None:
+    """The page opened ``purpose`` on the node's gateway with a ticket (issue 34), never on
+    the portal's relay, and the gateway reported the open to the portal."""
+    from scheduling.models import GatewayTicket
+
+    assert [url for url in urls if url.endswith(GATEWAY_PATHS[purpose])], urls
+    assert not [url for url in urls if "/ws/desktop/" in url], urls
+    wait_for(
+        lambda: (
+            GatewayTicket.objects.filter(session_id=session_id, purpose=purpose)
+            .exclude(opened_at=None)
+            .exists()
+        ),
+        15,
+        f"the gateway's report that the {purpose} ticket was opened",
+    )
+
+
 @pytest.mark.browser
 @pytest.mark.integration
 @pytest.mark.docker
@@ -210,13 +236,15 @@ def test_a_person_starts_uses_and_stops_a_desktop_in_the_browser(
         containers = session_containers(docker_engine, session_id)
         assert [c.status for c in containers] == ["running"]
 
-        # The desktop: noVNC through the portal's proxy paints a real XFCE screen.
+        # The desktop: noVNC through the node's gateway paints a real XFCE screen.
+        sockets = watch_sockets(page)
         open_desktop(page, session_id)
         try:
             wait_js(page, f"({CANVAS_COLOURS})() >= 8", timeout=30_000, polling=500)
         finally:
             page.screenshot(path=str(OUTPUT / "e2e-desktop.png"))
         assert page.inner_text("#desktop-status") == "connected"
+        through_the_gateway(sockets, session_id, "screen")
 
         # The desktop follows the window (issue 27): its framebuffer (the canvas's own size)
         # becomes #screen's, and follows it again when the window shrinks to a phone's width.

@@ -1,49 +1,60 @@
-"""The desktop page says why the relay closed, in the reader's language, and stops retrying
-when trying again cannot help (issue 25: 4413 over the size limit, 4401 signed out, 4403 no
-longer allowed).
+"""The desktop page says why its screen closed, in the reader's language, and stops trying
+when trying again cannot help (issue 25; issue 34: through the node's gateway, with a ticket).
 
 The page is the portal's own (rendered by Django for a running session of the owner), its
-scripts and noVNC are the files in ``static/``; a small real server (the websockets library)
-serves them and stands in for the relay, closing the desktop's socket with the relay's code.
-(Playwright's ``route_web_socket`` stand-in is not a channel noVNC accepts.) No portal
-processes are started.
+scripts and noVNC are the files in ``static/``; a small real server (the websockets library,
+tests/e2e/gateway_standin.py) serves them and stands in for the gateway, reading the page's
+ticket and closing with the wire's code (nodeagent/gateway/codes.py); Playwright answers the
+ticket endpoint. No portal processes are started.
 """
 
 from __future__ import annotations
 
-import asyncio
-import mimetypes
-import threading
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.test import Client
-from websockets.asyncio.server import ServerConnection, serve
-from websockets.datastructures import Headers
-from websockets.http11 import Request, Response
+from websockets.asyncio.server import ServerConnection
 
+from nodeagent.gateway.codes import (
+    CLOSE_FORBIDDEN,
+    CLOSE_SIGNED_OUT,
+    CLOSE_TICKET_FOREIGN,
+    CLOSE_TOO_BIG,
+    CLOSE_UNREACHABLE,
+    live_wire,
+)
 from scheduling.choices import Purpose, SessionState
 from scheduling.models import Node, Session
 from scheduling.services.sessions import check_submit, do_submit
 from tests.conftest import gpu_inventory
-from tests.integration.stack import ROOT
+from tests.e2e.gateway_standin import (
+    Standin,
+    closing_with,
+    gateway_standing_in,
+    keeping_first,
+)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.browser]
 
 CHROMIUM = Path("/usr/bin/chromium")
 WORDS = {
-    ("en", 4413): "more was sent at once than the portal relays",
-    ("zh-hans", 4413): "一次发送的数据超过了门户的转发上限",
-    ("en", 4401): "you are signed out",
-    ("zh-hans", 4403): "您已无权打开此桌面",
+    ("en", CLOSE_TOO_BIG): "more was sent at once than the desktop's connection carries",
+    ("zh-hans", CLOSE_TOO_BIG): "一次发送的数据超过了桌面连接的上限",
+    ("en", CLOSE_SIGNED_OUT): "you are signed out",
+    ("zh-hans", CLOSE_FORBIDDEN): "您已无权打开此桌面",
+    ("en", CLOSE_TICKET_FOREIGN): "the desktop's node did not accept this page's pass",
+    ("zh-hans", CLOSE_TICKET_FOREIGN): "桌面所在节点未接受此页面的通行凭证",
 }
 
 
 def desktop_page(owner, profile, register_node, language: str) -> tuple[int, str]:
     node, _ = register_node("close-node", [gpu_inventory("GPU-close", 0, shares=2)])
-    Node.objects.filter(pk=node.pk).update(runtime="docker")  # a real desktop, not simulated
+    Node.objects.filter(pk=node.pk).update(runtime="docker", gateway_port=9)  # a real desktop
     session = do_submit(owner, check_submit(owner, profile.pk, Purpose.HOBBY, None))
     Session.objects.filter(pk=session.pk).update(
         state=SessionState.RUNNING, node=node, desktop_host="127.0.0.1", desktop_port=9
@@ -55,84 +66,133 @@ def desktop_page(owner, profile, register_node, language: str) -> tuple[int, str
     return session.pk, page.content.decode()
 
 
-def static_file(path: str) -> tuple[bytes, str] | None:
-    file = (ROOT / path.lstrip("/")).resolve()
-    if not file.is_file() or ROOT / "static" not in file.parents:
-        return None
-    kind = "text/javascript" if file.suffix == ".js" else mimetypes.guess_type(file.name)[0]
-    return file.read_bytes(), kind or "application/octet-stream"
+async def live_updates(connection: ServerConnection) -> None:
+    async for _ in connection:  # the page's /ws/updates/: open, quiet
+        pass
+
+
+def answer_tickets(page, standin: Standin, session_id: int, refusal=None) -> list[dict]:
+    """The ticket endpoint: a new ticket to the stand-in's screen, or ``refusal``."""
+    asked: list[dict] = []
+
+    def answer(route) -> None:
+        asked.append(route.request.post_data_json)
+        if refusal:
+            status, body = refusal
+            route.fulfill(status=status, content_type="application/json", body=json.dumps(body))
+            return
+        body = {
+            "ticket": f"ticket-{len(asked)}",
+            "url": standin.gateway_url("screen"),
+            "expires_at": "2030-01-01T00:00:00Z",
+        }
+        route.fulfill(status=201, content_type="application/json", body=json.dumps(body))
+
+    page.route(f"{standin.origin}/api/v1/sessions/{session_id}/ticket/", answer)
+    return asked
 
 
 @contextmanager
-def relay_standing_in(page_path: str, html: str, code: int) -> Iterator[tuple[str, list]]:
-    """A server on 127.0.0.1: the page at ``page_path``, ``/static/…``, and every WebSocket
-    closed at once with ``code``. Yields its origin and the paths of the sockets opened."""
-    sockets: list[str] = []
-
-    async def relay(connection: ServerConnection) -> None:
-        sockets.append(connection.request.path if connection.request else "")
-        await connection.close(code=code, reason="closed by the test")
-
-    def pages(connection: ServerConnection, request: Request) -> Response | None:
-        if request.path.startswith("/ws/"):
-            return None  # the WebSocket handshake goes on
-        path = request.path.split("?", 1)[0]
-        found = (html.encode(), "text/html; charset=utf-8") if path == page_path else None
-        found = found or (static_file(path) if path.startswith("/static/") else None)
-        if found is None:
-            return connection.respond(404, "not here\n")
-        body, kind = found
-        headers = Headers([("Content-Type", kind), ("Content-Length", str(len(body)))])
-        return Response(200, "OK", headers, body)
-
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    async def start():  # the server is made inside its loop
-        return await serve(relay, "127.0.0.1", 0, process_request=pages)
-
-    server = asyncio.run_coroutine_threadsafe(start(), loop).result(timeout=10)
-    try:
-        port = next(iter(server.sockets)).getsockname()[1]
-        yield f"http://127.0.0.1:{port}", sockets
-    finally:
-        server.close()
-        asyncio.run_coroutine_threadsafe(server.wait_closed(), loop).result(timeout=10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-
-
-@pytest.mark.parametrize(("language", "code"), sorted(WORDS))
-def test_the_desktop_page_says_why_the_relay_closed_and_does_not_retry(
-    owner, profile, register_node, language, code
-):
+def chromium_page() -> Iterator[Any]:
+    """A page in Debian's chromium. Started after the test's ORM work: while Playwright's
+    event loop runs in this thread, Django would give the ORM another connection, outside
+    the test's transaction."""
     if not CHROMIUM.exists():
         pytest.skip(f"the browser tests drive Debian's chromium: {CHROMIUM} is missing")
     sync_api = pytest.importorskip("playwright.sync_api")
-    session_id, html = desktop_page(owner, profile, register_node, language)
-    page_path = f"/desktop/{session_id}/"
-    with (
-        relay_standing_in(page_path, html, code) as (origin, sockets),
-        sync_api.sync_playwright() as playwright,
-    ):
-        chromium = playwright.chromium.launch(
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
             executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"]
         )
         try:
-            page = chromium.new_context().new_page()
+            page = browser.new_context().new_page()
             page.set_default_timeout(15_000)
-            page.goto(origin + page_path)
-            expected = WORDS[(language, code)]
-            page.wait_for_function(
-                "words => document.getElementById('desktop-status').textContent.includes(words)",
-                arg=expected,
-            )
-            # A retry would first say when it tries again; the page keeps its final words.
-            status = page.text_content("#desktop-status") or ""
-            page.wait_for_timeout(1500)  # longer than the first retry's 1 s wait
-            assert page.text_content("#desktop-status") == status
+            yield page
         finally:
-            chromium.close()
-    desktop_sockets = [path for path in sockets if path.startswith("/ws/desktop/")]
-    assert len(desktop_sockets) == 1, "the page tried again after a close that cannot be helped"
+            browser.close()
+
+
+def test_the_page_renders_the_wire_and_the_ticket_endpoint_and_no_relay(
+    owner, profile, register_node
+):
+    session_id, html = desktop_page(owner, profile, register_node, "en")
+    wire = json.loads(
+        html.split('<script id="live-wire" type="application/json">')[1].split("<")[0]
+    )
+    assert wire == live_wire()
+    config = json.loads(
+        html.split('<script id="page-config" type="application/json">')[1].split("</script>")[0]
+    )
+    assert config["ticket_api"] == f"/api/v1/sessions/{session_id}/ticket/"
+    assert "/ws/desktop/" not in html  # the portal's relay is not the way any more
+
+
+@pytest.mark.parametrize(("language", "code"), sorted(WORDS))
+def test_the_desktop_page_says_why_the_gateway_closed_and_does_not_retry(
+    owner, profile, register_node, language, code
+):
+    session_id, html = desktop_page(owner, profile, register_node, language)
+    page_path = f"/desktop/{session_id}/"
+    behaviours: dict = {"/ws/updates/": live_updates}
+    with gateway_standing_in({page_path: html}, behaviours) as standin, chromium_page() as page:
+        behaviours["screen"] = keeping_first(standin, closing_with(code))
+        asked = answer_tickets(page, standin, session_id)
+        page.goto(standin.origin + page_path)
+        expected = WORDS[(language, code)]
+        page.wait_for_function(
+            "words => document.getElementById('desktop-status').textContent.includes(words)",
+            arg=expected,
+        )
+        # A retry would first say when it tries again; the page keeps its final words.
+        status = page.text_content("#desktop-status") or ""
+        page.wait_for_timeout(1500)  # longer than the first retry's wait
+        assert page.text_content("#desktop-status") == status
+    assert standin.first_messages == ["ticket-1"]  # the ticket, as the first message
+    assert asked == [{"purpose": "screen"}]
+    assert [path for path in standin.sockets if path.startswith("/gw/")] == ["/gw/screen"]
+
+
+def test_a_refused_ticket_shows_the_portals_sentence_and_opens_nothing(
+    owner, profile, register_node
+):
+    session_id, html = desktop_page(owner, profile, register_node, "en")
+    page_path = f"/desktop/{session_id}/"
+    updates = {"/ws/updates/": live_updates}
+    with gateway_standing_in({page_path: html}, updates) as standin, chromium_page() as page:
+        refusal = (403, {"detail": "Only the desktop's owner and admins may open it."})
+        asked = answer_tickets(page, standin, session_id, refusal)
+        page.goto(standin.origin + page_path)
+        page.wait_for_function(
+            "() => document.getElementById('desktop-status').textContent"
+            '.includes("Only the desktop\'s owner")'
+        )
+        page.wait_for_timeout(1500)
+        assert len(asked) == 1
+    assert [path for path in standin.sockets if path.startswith("/gw/")] == []
+
+
+def test_an_unreachable_desktop_is_tried_again_with_a_new_ticket_and_says_so(
+    owner, profile, register_node
+):
+    session_id, html = desktop_page(owner, profile, register_node, "en")
+    page_path = f"/desktop/{session_id}/"
+    behaviours: dict = {"/ws/updates/": live_updates}
+    with gateway_standing_in({page_path: html}, behaviours) as standin, chromium_page() as page:
+        behaviours["screen"] = keeping_first(standin, closing_with(CLOSE_UNREACHABLE))
+        # The session is still openable: the page's check before each try says so.
+        page.route(
+            f"{standin.origin}/api/v1/sessions/{session_id}/",
+            lambda route: route.fulfill(
+                content_type="application/json",
+                body=json.dumps({"id": session_id, "state": "RUNNING", "idle": {}}),
+            ),
+        )
+        asked = answer_tickets(page, standin, session_id)
+        page.goto(standin.origin + page_path)
+        page.wait_for_function(
+            "() => document.getElementById('desktop-status').textContent"
+            ".includes('the desktop does not answer: trying again in')"
+        )
+        page.wait_for_timeout(2500)  # the first wait is at most 1 s
+        assert len(asked) >= 2
+    assert standin.first_messages[:2] == ["ticket-1", "ticket-2"]

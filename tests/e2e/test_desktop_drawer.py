@@ -30,7 +30,15 @@ from tests.conftest import TEST_IMAGE
 from ..integration.stack import wait_for, write_fleet
 from .axe import check_axe, describe
 from .conftest import log_in, wait_js
-from .test_browser import CANVAS_COLOURS, FOLLOWS_SCREEN, OUTPUT, open_desktop, session_containers
+from .test_browser import (
+    CANVAS_COLOURS,
+    FOLLOWS_SCREEN,
+    OUTPUT,
+    open_desktop,
+    session_containers,
+    through_the_gateway,
+    watch_sockets,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.docker]
 
@@ -81,11 +89,13 @@ def desktop_file(docker_engine, session_id: int, name: str) -> bytes:
 
 def open_the_desktop(page, session_id: int) -> dict:
     """The desktop page, connected, its framebuffer the size of #screen with the xterm
-    painted; the canvas's box."""
+    painted, through the node's gateway; the canvas's box."""
     page.goto(f"/sessions/{session_id}/")
+    sockets = watch_sockets(page)
     open_desktop(page, session_id)
     wait_js(page, FOLLOWS_SCREEN, timeout=15_000, polling=250)
     wait_js(page, f"({CANVAS_COLOURS})() >= 2", timeout=30_000, polling=250)
+    through_the_gateway(sockets, session_id, "screen")
     box = page.locator("#screen canvas").bounding_box()
     assert box is not None
     return box

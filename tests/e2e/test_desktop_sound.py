@@ -1,12 +1,13 @@
 """The desktop's sound in a real browser (issue 27): the drawer's Sound button, pressed,
-opens the portal's audio relay and plays what the desktop plays; the level meter moves with a
+opens the desktop's sound on its node's gateway with a ticket (issue 34) and plays what the
+desktop plays; the level meter moves with a
 tone played inside the desktop and rests while it is silent; pressed again, it stops. At
 1280 px in English and at 390 px in Chinese.
 
 Everything is real: daphne portal, Celery worker, Docker agent, deskpool/desktop (PulseAudio
 and deskpool-audio), Chromium. Headless Chromium has no sound card, so what the test reads is
 the player's meter, which shows the loudest decoded sample: the bytes went desktop ->
-relay -> page and were decoded as the PCM the desktop played.
+gateway -> page and were decoded as the PCM the desktop played.
 """
 
 from __future__ import annotations
@@ -24,7 +25,14 @@ from tests.conftest import give_thesis_grant
 from ..integration.stack import wait_for, write_fleet
 from .axe import check_axe, describe
 from .conftest import log_in, wait_js
-from .test_browser import DESKTOP_IMAGE, desktop_profile, open_desktop, session_containers  # noqa: F401
+from .test_browser import (  # noqa: F401 - desktop_profile: a fixture
+    DESKTOP_IMAGE,
+    desktop_profile,
+    open_desktop,
+    session_containers,
+    through_the_gateway,
+    watch_sockets,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.docker]
 
@@ -48,6 +56,7 @@ def sounding_desktop(stack, owner, desktop_profile, docker_engine, require_image
 def listen_and_stop(page, docker_engine, session_id: int, words: dict[str, str]) -> None:
     """Press Sound, hear a tone through the meter, press again: silent and closed."""
     assert Session.objects.get(pk=session_id).desktop_audio_port is not None
+    sockets = watch_sockets(page)
     page.click("#drawer-toggle")
     button = page.locator("#sound-toggle")
     assert button.inner_text() == words["play"]
@@ -68,6 +77,7 @@ def listen_and_stop(page, docker_engine, session_id: int, words: dict[str, str])
     level = wait_js(page, f"{LEVEL} > 0.1 && {LEVEL}", timeout=15_000)
     # The loudest decoded sample is the tone's (TONE_AMPLITUDE of 32768), not noise or a guess.
     assert abs(level - TONE_AMPLITUDE / 32768) < 0.01, level
+    through_the_gateway(sockets, session_id, "sound")
     heard = AuditEvent.objects.get(kind=AuditKind.DESKTOP_SOUND_OPENED, session_id=session_id)
     assert (heard.actor, heard.data["as"]) == ("user:ada", "owner"), heard.data
 

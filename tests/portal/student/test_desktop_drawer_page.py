@@ -119,14 +119,15 @@ def test_the_drawer_offers_sound_only_where_the_desktop_serves_it(owner, profile
     session = run_desktop(owner, profile)  # reported with a sound port; here, one without
     Session.objects.filter(pk=session.pk).update(desktop_audio_port=None)
     html = desktop_page(signed_in(owner), session)
-    assert page_config(html)["audio_url"] is None
+    assert page_config(html)["has_sound"] is False
     assert 'id="sound-toggle"' not in html
     assert "This desktop has no sound: its image serves none." in drawer_of(html)
 
     Session.objects.filter(pk=session.pk).update(desktop_audio_port=32002)
     html = desktop_page(signed_in(owner), session)
     config = page_config(html)
-    assert config["audio_url"] == f"/ws/desktop/{session.pk}/audio/"
+    assert config["has_sound"] is True  # a sound ticket from the same endpoint as the screen's
+    assert config["ticket_api"] == f"/api/v1/sessions/{session.pk}/ticket/"
     drawer = drawer_of(html)
     assert re.search(
         r'<button type="button" id="sound-toggle" class="small" aria-pressed="false">'

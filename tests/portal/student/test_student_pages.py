@@ -202,7 +202,10 @@ def test_the_desktop_page_gives_its_script_the_addresses_and_the_time_limit(owne
         user=owner, profile=profile, purpose="hobby", state="RUNNING", started_at=started
     )
     page = signed_in(owner).get(f"/desktop/{session.pk}/").content.decode()
-    assert f'"proxy_url": "/ws/desktop/{session.pk}/"' in page
+    # The screen through the node's gateway: a ticket from the API, the wire's codes and paths.
+    assert f'"ticket_api": "/api/v1/sessions/{session.pk}/ticket/"' in page
+    assert '<script id="live-wire" type="application/json">{"close_codes": {' in page
+    assert "/ws/desktop/" not in page
     assert f'"session_api": "/api/v1/sessions/{session.pk}/"' in page
     assert '"ends_at": "' in page and 'id="clipboard-text"' in page
     api = signed_in(owner).get(f"/api/v1/sessions/{session.pk}/").json()
