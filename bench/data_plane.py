@@ -42,6 +42,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import docker
 import websockets
 from websockets.typing import Origin
 
@@ -49,7 +50,7 @@ from bench.cpu import cpu_s
 from bench.relay_memory import free_port, fresh_database, start_daphne, stop, wait_up
 from bench.storm import drop_database
 from nodeagent.gateway.messages import GatewaySession, GatewayState
-from nodeagent.gateway.tickets import Ticket, new_ticket_id, sign_ticket
+from nodeagent.gateway.tickets import Ticket, key_bytes, new_ticket_id, sign_ticket
 from nodeagent.protocol_gateway import GatewayKey
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,8 +77,6 @@ class Run:
 
 
 def start_desktop(rate: int, chunk: int) -> tuple[object, int]:
-    import docker
-
     client = docker.from_env()
     container = client.containers.run(
         IMAGE,
@@ -133,8 +132,6 @@ class Gateway:
             self.events += 1
 
     def ticket(self, session_id: int) -> str:
-        from nodeagent.gateway.tickets import key_bytes
-
         now = int(time.time())
         claims = Ticket(
             v=1, kid=1, nid=1, sid=session_id, uid=1, sin="bench", pur="screen", path="",
