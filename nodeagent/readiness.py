@@ -6,8 +6,8 @@ Xvnc and the password file wiring all work, without logging in. The desktop imag
 start Xvnc with ``-UseBlacklist=0``: websockify makes every client 127.0.0.1 and these
 deliberately unfinished handshakes must not get that address blacklisted.
 
-:func:`vnc_auth_response` is the one VNC authentication (DES) answer: the portal's relay
-(:mod:`portal.live.desktop_relay`) logs in with it, and the image check uses it.
+:func:`vnc_auth_response` is the one VNC authentication (DES) answer: the node's gateway
+logs in with it (:mod:`nodeagent.rfb_login`), and the image check uses it.
 """
 
 from __future__ import annotations

@@ -415,11 +415,6 @@ except ValueError as error:
         f"DESKPOOL_NODE_ADDRESS_NETWORKS: {error}; give networks such as 10.20.0.0/16,"
         "fd00:20::/64 separated by commas"
     ) from None
-# The desktop relay (portal/live/desktop_relay.py): the largest WebSocket message either side may
-# send (daphne's own limit for the browser's side is 1 MiB; websockify sends at most 64 KiB).
-RELAY_MAX_MESSAGE_BYTES = env.int("DESKPOOL_RELAY_MAX_MESSAGE_BYTES", default=1024 * 1024)
-if RELAY_MAX_MESSAGE_BYTES < 65536:
-    raise ImproperlyConfigured("DESKPOOL_RELAY_MAX_MESSAGE_BYTES must be 65536 or more")
 # The desktop gateway (issue 34; portal/server/gateway_config.py, docs/deploy.md): the URL a
 # page opens a node's gateway at ({address} and {port}: the node's), and the page origins the
 # gateways let in (default: CSRF_TRUSTED_ORIGINS and the ALLOWED_HOSTS names, as served).

@@ -1,6 +1,6 @@
-"""Channels consumers: live updates for a person's pages, the desktop proxy and the desktop's
-sound (their own modules, :mod:`portal.live.desktop_relay` and
-:mod:`portal.live.desktop_audio_relay`)."""
+"""Channels consumers: live updates for a person's pages. A desktop's screen and sound do not
+pass through the portal: the node's gateway carries them (docs/architecture.md, "Two
+planes")."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ from django.utils import timezone, translation
 
 from people.preferences import handshake_language, saved_preferences
 from portal.kit.session_fragment import BOTH, PAGE_FORMS, render_forms
-from portal.live.desktop_audio_relay import DesktopAudioConsumer
-from portal.live.desktop_relay import DesktopProxyConsumer
 from portal.live.listen_only import ListenOnly
 from portal.live.socket_guard import CLOSE_SIGNED_OUT, LISTENER_CHECK_S, guard, sign_in_of
 from scheduling.events import ADMIN_GROUP, user_group
@@ -25,7 +23,7 @@ from scheduling.presenters import render
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DesktopAudioConsumer", "DesktopProxyConsumer", "UpdatesConsumer"]
+__all__ = ["UpdatesConsumer"]
 
 
 def page_forms(query_string: bytes) -> tuple[str, ...] | None:

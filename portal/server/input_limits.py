@@ -12,8 +12,8 @@
 - :func:`not_found` (``handler404``): a path under ``/api/`` that matches no route (an id
   that is not a number) is a JSON 404 like the API's other errors.
 - WebSocket frames: the live-update sockets only send and drop what a client sends
-  (``portal.live.listen_only``); the desktop relay bounds its messages
-  (``portal.live.desktop_relay``).
+  (``portal.live.listen_only``); a desktop's bytes go through the node's gateway, which
+  bounds its messages (``nodeagent.gateway.carrying``).
 
 Ids and numbers are bounded where they are read: ``portal.kit.form_fields`` for forms (ASCII
 digits, within the database's integer range), the serializers and ``portal.api.errors``

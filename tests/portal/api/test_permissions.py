@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from asgiref.sync import async_to_sync
-from channels.testing import WebsocketCommunicator
 from django.test import Client
 from guardian.shortcuts import assign_perm
 
@@ -61,41 +59,25 @@ def test_owner_sees_the_desktop_page(owner, running_session):
     assert f'href="/sessions/{running_session.pk}/"'.encode() in page.content
 
 
-def _connect_desktop(user, session_id: int) -> tuple[bool, int | None]:
-    from portal.live.consumers import DesktopProxyConsumer
-
-    signed_in = Client()
-    signed_in.force_login(user)
-    session = signed_in.session
-
-    async def attempt():
-        communicator = WebsocketCommunicator(
-            DesktopProxyConsumer.as_asgi(), f"/ws/desktop/{session_id}/"
-        )
-        communicator.scope["user"] = user
-        communicator.scope["session"] = session  # the relay lives as long as this sign-in
-        communicator.scope["url_route"] = {"kwargs": {"session_id": session_id}}
-        connected, code = await communicator.connect()
-        await communicator.disconnect()
-        return connected, code
-
-    return async_to_sync(attempt)()
+def _ask_ticket(user, session_id: int) -> int:
+    """The status of the page's ticket request for the desktop's screen."""
+    return (
+        client_for(user)
+        .post(f"/api/v1/sessions/{session_id}/ticket/", {"purpose": "screen"}, format="json")
+        .status_code
+    )
 
 
 @pytest.mark.django_db(transaction=True)
-def test_desktop_websocket_refuses_another_student(stranger, running_session):
-    connected, code = _connect_desktop(stranger, running_session.pk)
-    assert not connected
-    assert code == 4403
+def test_a_desktop_ticket_is_refused_to_another_student(stranger, running_session):
+    assert _ask_ticket(stranger, running_session.pk) == 404
 
 
 @pytest.mark.django_db(transaction=True)
-def test_desktop_websocket_lets_the_owner_through_to_the_desktop(owner, running_session):
-    # Port 9 has nothing listening: the owner passes the permission check and the proxy
-    # then reports the desktop unreachable (4502), not forbidden (4403).
-    connected, code = _connect_desktop(owner, running_session.pk)
-    assert not connected
-    assert code == 4502
+def test_the_owner_passes_the_check_for_a_desktop_ticket(owner, running_session):
+    # The node has no gateway: the owner passes the permission check and is then told the
+    # desktop cannot be opened (409), not that it is forbidden (403) or unknown (404).
+    assert _ask_ticket(owner, running_session.pk) == 409
 
 
 def test_a_guardian_grant_lets_an_instructor_read_but_not_open_or_stop(make_user, running_session):

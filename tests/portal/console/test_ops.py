@@ -302,7 +302,7 @@ def test_the_audit_csv_quotes_a_cell_that_starts_like_a_formula(admin):
 def test_the_live_fragment_is_the_pages_alerts_section(admin, owner, firing):
     page = admin.get("/console/alerts/").content.decode()
     assert '"fragment_url": "/console/alerts/fragment/"' in page
-    assert '"updates_url": "/ws/updates/"' in page and "console_ops.js" in page
+    assert '"updates_path": "/ws/updates/"' in page and "console_ops.js" in page
     fragment = admin.get("/console/alerts/fragment/").content.decode()
     assert fragment.startswith('<div id="alerts-fragment">')
 
@@ -319,3 +319,25 @@ def test_the_pages_speak_chinese_to_a_chinese_admin(admin, admin_user, firing):
     for url in PAGES[:3]:
         html = admin.get(url).content.decode()
         assert '<html lang="zh-hans">' in html, url
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("language", "words"),
+    [
+        ("en", ["Desktop opened", "Node address changed"]),
+        ("zh-hans", ["桌面已打开", "节点地址已变更"]),
+    ],
+)
+def test_the_console_audit_log_names_desktop_opens_and_address_changes_in_words(
+    admin_user, language, words
+):
+    Member.objects.create(user=admin_user, language=language, time_zone="UTC")
+    record(AuditKind.DESKTOP_OPENED, "user:root", data={"viewer": "root", "as": "admin"})
+    record(
+        AuditKind.NODE_ADDRESS_CHANGED, "node:gpu-a", data={"old": "10.0.0.5", "new": "10.0.0.6"}
+    )
+    browser = Client()
+    browser.force_login(admin_user)
+    page = browser.get("/console/audit/").content.decode()
+    assert all(word in page for word in words)
