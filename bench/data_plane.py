@@ -47,7 +47,7 @@ import websockets
 from websockets.typing import Origin
 
 from bench.cpu import cpu_s
-from bench.relay_memory import free_port, fresh_database, start_daphne, stop, wait_up
+from bench.portal_process import free_port, fresh_database, start_daphne, stop, wait_up
 from bench.storm import drop_database
 from nodeagent.gateway.messages import GatewaySession, GatewayState
 from nodeagent.gateway.tickets import Ticket, key_bytes, new_ticket_id, sign_ticket
@@ -148,11 +148,13 @@ class Gateway:
             self.process.kill()
 
 
-def session_in(tree: Path, env: dict[str, str], desktop_port: int) -> tuple[int, str]:
+def session_in(
+    tree: Path, env: dict[str, str], desktop_port: int, module: str = "bench.portal_process"
+) -> tuple[int, str]:
     """Migrate the database of ``env`` with the portal of ``tree``, then a signed-in user with
-    a RUNNING session on the bench's desktop (bench.relay_memory.make_session): its id and
-    the login session's cookie."""
-    code = f"from bench.relay_memory import make_session; print(*make_session({desktop_port}))"
+    a RUNNING session on the bench's desktop (``module``'s make_session: the relay's tree has
+    it in bench.relay_memory): its id and the login session's cookie."""
+    code = f"from {module} import make_session; print(*make_session({desktop_port}))"
     made = subprocess.run(
         [sys.executable, "-c", code], cwd=tree, env=env, check=True, capture_output=True,
         text=True,
@@ -175,7 +177,7 @@ def relay_portal(
     for shared in ("DESKPOOL_VAR_DIR", "PYTHONUNBUFFERED", "DJANGO_SETTINGS_MODULE"):
         relay_env[shared] = env[shared]
     relay_env["PYTHONPATH"] = str(tree)
-    session_id, cookie = session_in(tree, relay_env, desktop_port)
+    session_id, cookie = session_in(tree, relay_env, desktop_port, "bench.relay_memory")
     port = free_port()
     log = workdir / "relay-portal.log"
     argv = [sys.executable, "-m", "portal.server.daphne_worker", "-b", "127.0.0.1", "-p",

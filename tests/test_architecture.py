@@ -19,7 +19,7 @@ LATE_IMPORT_ALLOWED = {
     "scheduling/apps.py": {"scheduling.services"},
     # The benchmark creates its own database and points DATABASE_URL at it before Django is set
     # up (bench.class_start sets Django up when imported): Django's imports come after that.
-    "bench/relay_memory.py": {
+    "bench/portal_process.py": {
         "bench.class_start",
         "django.contrib.auth",
         "django.core.management",
