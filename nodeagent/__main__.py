@@ -19,6 +19,7 @@ from nodeagent.probe import make_probe
 from nodeagent.probe.nvml import NvmlUnavailable
 from nodeagent.probe.simulated import FleetError
 from nodeagent.runtime import RuntimeUnavailable, make_runtime
+from nodeagent.runtime.base import DesktopRuntime
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -48,7 +49,13 @@ def config_from(args: argparse.Namespace) -> AgentConfig:
     return config
 
 
-def gateway_for(config: AgentConfig, client: PortalClient, *, once: bool) -> GatewayLink | None:
+def gateway_for(
+    config: AgentConfig,
+    client: PortalClient,
+    *,
+    once: bool,
+    runtime: DesktopRuntime | None = None,
+) -> GatewayLink | None:
     """The node's one desktop gateway, on its management address; none for ``--once`` (it
     serves no one) or with ``DESKPOOL_GATEWAY=off``."""
     if once or not config.gateway_enabled:
@@ -59,7 +66,8 @@ def gateway_for(config: AgentConfig, client: PortalClient, *, once: bool) -> Gat
             config.publish_address, config.gateway_port, config.gateway_trusted_proxies
         ),
     )
-    return GatewayLink(supervisor, client)
+    home_folder = runtime.home_folder if runtime is not None else None
+    return GatewayLink(supervisor, client, home_folder=home_folder)
 
 
 def configure_logging(node_name: str, verbose: bool) -> None:
@@ -90,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             log.error("no NVIDIA driver here: pass --fleet FILE to run a simulated node")
         return 2
     client = PortalClient(config.portal_url)
-    gateway = gateway_for(config, client, once=args.once)
+    gateway = gateway_for(config, client, once=args.once, runtime=runtime)
     agent = Agent(config, client=client, probe=probe, runtime=runtime, gateway=gateway)
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Protocol
 
 from nodeagent.gateway.messages import GatewaySession, GatewayState
@@ -31,6 +32,12 @@ GATHER_S = 0.1
 # Waits between tries while the portal does not take a batch.
 RETRY_FIRST_S = 1.0
 RETRY_MAX_S = 10.0
+
+
+class HomeFolderOf(Protocol):
+    """The runtime's ``home_folder``."""
+
+    def __call__(self, home_volume: str, *, create: bool) -> Path | None: ...
 
 
 class EventSource(Protocol):
@@ -55,10 +62,14 @@ class Gateway(EventSource, Protocol):
 
 
 def gateway_state(
-    node_id: int, desired: DesiredState, running: Mapping[int, ManagedContainer]
+    node_id: int,
+    desired: DesiredState,
+    running: Mapping[int, ManagedContainer],
+    home_dir: Callable[[str], str] = lambda _volume: "",
 ) -> GatewayState:
     """What the gateway may open now: the desired sessions whose desktop runs here and
-    answers on a published port (a simulated one has none, and is left out)."""
+    answers on a published port (a simulated one has none, and is left out), each with
+    where its home's files are here (``home_dir`` of its home volume; "" for none)."""
     access = desired.gateway
     sessions = []
     for session in desired.sessions:
@@ -73,6 +84,7 @@ def gateway_state(
                 audio_port=container.audio_port,
                 password=session.vnc_password,
                 home_volume=session.home_volume,
+                home_dir=home_dir(session.home_volume) if session.home_volume else "",
                 revoked=session.revoked_tickets,
             )
         )
@@ -162,13 +174,22 @@ class EventForwarder(threading.Thread):
 
 class GatewayLink:
     """The agent's gateway: started before the first registration, fed after each desired
-    state is applied, its events forwarded, closed when the agent stops."""
+    state is applied, its events forwarded, closed when the agent stops. ``home_folder``:
+    where a home volume's files are on this host (the runtime's ``home_folder``), for the
+    gateway's uploads and downloads."""
 
     def __init__(
-        self, gateway: Gateway, client: PortalClient, *, forwarder: EventForwarder | None = None
+        self,
+        gateway: Gateway,
+        client: PortalClient,
+        *,
+        forwarder: EventForwarder | None = None,
+        home_folder: HomeFolderOf | None = None,
     ) -> None:
         self.gateway = gateway
         self.forwarder = forwarder or EventForwarder(gateway, client)
+        self.home_folder = home_folder
+        self._home_dirs: dict[str, str] = {}  # a volume's folder does not move: asked once
         self._lock = threading.Lock()
         self._node_id = 0
         self._desired: DesiredState | None = None
@@ -203,7 +224,22 @@ class GatewayLink:
                 self._node_id = node_id
             if self._desired is None:
                 return
-            self.gateway.update(gateway_state(self._node_id, self._desired, running()))
+            state = gateway_state(self._node_id, self._desired, running(), self._home_dir)
+            self.gateway.update(state)
+
+    def _home_dir(self, volume: str) -> str:
+        if self.home_folder is None:
+            return ""
+        if volume not in self._home_dirs:
+            try:
+                folder = self.home_folder(volume, create=False)
+            except Exception as error:  # the engine: no files this time, the screen still opens
+                logger.warning("where is home volume %s? %s", volume, error)
+                return ""
+            if folder is None:
+                return ""
+            self._home_dirs[volume] = str(folder)
+        return self._home_dirs[volume]
 
     def close(self) -> None:
         """End the gateway, then send its last events (one try)."""

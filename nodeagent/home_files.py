@@ -19,6 +19,7 @@ links; folders, links and hard links' extra names are not counted more than thei
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import shutil
@@ -27,7 +28,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 from nodeagent.protocol_files import HOME_LIST_MAX, HomeEntry, HomeEntryKind, home_path
 
@@ -44,6 +45,10 @@ _CHUNK = 1024 * 1024
 
 class HomeFileError(Exception):
     """An operation refused or failed; the message is a sentence for the person."""
+
+
+class HomeFull(HomeFileError):
+    """An upload the home's quota has no room for."""
 
 
 class Listing(NamedTuple):
@@ -176,30 +181,42 @@ class HomeFolder:
         ]
         return Listing(entries, len(found) > HOME_LIST_MAX, skipped)
 
-    def read(self, path: str, max_bytes: int = 0) -> bytes:
-        """A regular file's bytes; at most ``max_bytes`` of them (0: no limit)."""
+    def open_file(self, path: str) -> tuple[BinaryIO, int]:
+        """A regular file open for reading (the caller closes it), and its size then."""
         with self._parent(path) as (parent, name):
             before = _lstat(parent, name, path)
             _require_file(before.st_mode, path, "downloaded")
-            _require_size(before.st_size, max_bytes, path)
             try:
                 fd = os.open(name, _FILE_FLAGS, dir_fd=parent)
             except OSError as error:
                 raise HomeFileError(f"Cannot open {shown(path)}: {error.strerror}.") from None
-            with os.fdopen(fd, "rb") as file:
-                now = os.fstat(file.fileno())
-                if (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino):
-                    raise HomeFileError(f"{shown(path)} changed while it was read; try again.")
-                _require_file(now.st_mode, path, "downloaded")
-                data = file.read(max_bytes + 1) if max_bytes else file.read()
+        file = os.fdopen(fd, "rb")
+        try:
+            now = os.fstat(file.fileno())
+            if (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino):
+                raise HomeFileError(f"{shown(path)} changed while it was opened; try again.")
+            _require_file(now.st_mode, path, "downloaded")
+            os.set_blocking(file.fileno(), True)
+        except BaseException:
+            file.close()
+            raise
+        return file, now.st_size
+
+    def read(self, path: str, max_bytes: int = 0) -> bytes:
+        """A regular file's bytes; at most ``max_bytes`` of them (0: no limit)."""
+        file, size = self.open_file(path)
+        with file:
+            _require_size(size, max_bytes, path)
+            data = file.read(max_bytes + 1) if max_bytes else file.read()
         _require_size(len(data), max_bytes, path)
         return data
 
-    def write(self, path: str, chunks: Iterable[bytes], size: int, quota_bytes: int = 0) -> None:
-        """Write exactly ``size`` bytes from ``chunks`` to the file ``path`` (its folder must
-        exist; a file there is replaced, a folder or link is not): into a new file beside
-        it, owned by the desktop user, then renamed over it. Refused when the home would
-        hold more than ``quota_bytes`` afterwards (0: no quota)."""
+    def begin_upload(self, path: str, size: int, quota_bytes: int = 0) -> Upload:
+        """A new file beside ``path`` (its folder must exist; a file there is replaced, a
+        folder or link is not) for exactly ``size`` bytes, owned by the desktop user:
+        :meth:`Upload.finish` renames it over ``path``, :meth:`Upload.abort` removes it.
+        :class:`HomeFull` when the home would hold more than ``quota_bytes`` afterwards (0:
+        no quota); nothing is written then."""
         with self._parent(path) as (parent, name):
             replaced = 0
             try:
@@ -212,7 +229,7 @@ class HomeFolder:
             if quota_bytes:
                 used = self.used_bytes()
                 if used - replaced + size > quota_bytes:
-                    raise HomeFileError(
+                    raise HomeFull(
                         f"Your home folder is full: {megabytes(used)} MB of "
                         f"{megabytes(quota_bytes)} MB used; this file needs {megabytes(size)} "
                         "MB. Delete files, then upload again."
@@ -224,18 +241,20 @@ class HomeFolder:
                 raise HomeFileError(
                     f"Cannot write in the folder of {shown(path)}: {error.strerror}."
                 ) from None
-            try:
-                _fill(fd, chunks, size, path)
-                os.rename(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
-            except BaseException as error:
-                _remove_quietly(temporary, parent)
-                if isinstance(error, OSError) and error.errno is not None:  # the disk's
-                    raise HomeFileError(f"Cannot write {shown(path)}: {error.strerror}.") from None
-                raise
-            finally:
-                os.close(fd)
-            with suppress(OSError):
-                os.fsync(parent)  # the rename, on disk
+            if os.geteuid() == 0:  # a non-root agent (simulated, development) keeps its uid
+                os.fchown(fd, DESKTOP_UID, DESKTOP_GID)
+            return Upload(os.dup(parent), fd, temporary, name, path, size)
+
+    def write(self, path: str, chunks: Iterable[bytes], size: int, quota_bytes: int = 0) -> None:
+        """Write exactly ``size`` bytes from ``chunks`` to the file ``path``, as
+        :meth:`begin_upload` says; nothing is left of a write that fails."""
+        upload = self.begin_upload(path, size, quota_bytes)
+        try:
+            for chunk in chunks:
+                upload.write(chunk)
+            upload.finish()
+        finally:
+            upload.abort()
 
     def delete(self, path: str) -> None:
         """Delete a file or link (the link only), or a folder and all it holds."""
@@ -311,25 +330,67 @@ def _require_size(size: int, max_bytes: int, path: str) -> None:
         )
 
 
-def _fill(fd: int, chunks: Iterable[bytes], size: int, path: str) -> None:
-    """Write the chunks to the new file ``fd``: exactly ``size`` bytes, then fsync."""
-    if os.geteuid() == 0:  # a non-root agent (simulated, development) keeps its own uid
-        os.fchown(fd, DESKTOP_UID, DESKTOP_GID)
-    written = 0
-    for chunk in chunks:
-        written += len(chunk)
-        if written > size:
+class Upload:
+    """A file on its way into a home (:meth:`HomeFolder.begin_upload`): written into a
+    temporary file beside its target, renamed over it by :meth:`finish`; :meth:`abort` (a
+    no-op once finished) removes it, so a broken upload leaves nothing."""
+
+    def __init__(self, parent: int, fd: int, temporary: str, name: str, path: str, size: int):
+        self._parent = parent
+        self._fd = fd
+        self._temporary = temporary
+        self._name = name
+        self.path = path
+        self.size = size
+        self.written = 0
+        self.no_space = False  # the disk (or its quota) refused a write
+        self._open = True
+
+    def write(self, data: bytes) -> None:
+        """Append ``data``; HomeFileError past ``size`` or when the disk says no."""
+        if self.written + len(data) > self.size:
             raise HomeFileError(
-                f"The upload of {shown(path)} sent more than its {size} bytes; try again."
+                f"The upload of {shown(self.path)} sent more than its {self.size} bytes; try again."
             )
-        view = memoryview(chunk)
-        while view:
-            view = view[os.write(fd, view[:_CHUNK]) :]
-    if written != size:
-        raise HomeFileError(
-            f"The upload of {shown(path)} was cut short ({written} of {size} bytes); try again."
-        )
-    os.fsync(fd)
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._fd, view[:_CHUNK]) :]
+        except OSError as error:
+            self.no_space = error.errno in (errno.ENOSPC, errno.EDQUOT)
+            raise HomeFileError(f"Cannot write {shown(self.path)}: {error.strerror}.") from None
+        self.written += len(data)
+
+    def finish(self) -> None:
+        """All ``size`` bytes came: on disk, then renamed over the target."""
+        if self.written != self.size:
+            raise HomeFileError(
+                f"The upload of {shown(self.path)} was cut short ({self.written} of "
+                f"{self.size} bytes); try again."
+            )
+        try:
+            os.fsync(self._fd)
+            os.rename(self._temporary, self._name, src_dir_fd=self._parent, dst_dir_fd=self._parent)
+        except OSError as error:
+            self.no_space = error.errno in (errno.ENOSPC, errno.EDQUOT)
+            raise HomeFileError(f"Cannot write {shown(self.path)}: {error.strerror}.") from None
+        self._temporary = ""
+        with suppress(OSError):
+            os.fsync(self._parent)  # the rename, on disk
+        self._close()
+
+    def abort(self) -> None:
+        """Remove the temporary file, unless :meth:`finish` renamed it."""
+        if self._temporary:
+            _remove_quietly(self._temporary, self._parent)
+            self._temporary = ""
+        self._close()
+
+    def _close(self) -> None:
+        if self._open:
+            self._open = False
+            os.close(self._fd)
+            os.close(self._parent)
 
 
 def _remove_quietly(name: str, parent: int) -> None:

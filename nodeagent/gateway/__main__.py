@@ -18,8 +18,10 @@ from websockets.asyncio.server import serve
 
 from nodeagent.gateway.carrying import CLOSE_TIMEOUT_S, MESSAGE_MAX_BYTES, QUEUE_MESSAGES
 from nodeagent.gateway.events import EventWriter
+from nodeagent.gateway.files import FilesHandler
+from nodeagent.gateway.links import Network
 from nodeagent.gateway.registry import Registry
-from nodeagent.gateway.server import Gateway, GatewayConnection, Network
+from nodeagent.gateway.server import Gateway, connection_class
 from nodeagent.gateway.state_feed import follow_states, open_stdin
 
 log = logging.getLogger("nodeagent.gateway")
@@ -56,6 +58,7 @@ async def run(args: argparse.Namespace) -> None:
     events = EventWriter(sys.stdout.fileno())
     registry = Registry()
     gateway = Gateway(registry, events, args.trusted_proxy)
+    files = FilesHandler(registry, events, gateway.memo, args.trusted_proxy)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -65,7 +68,7 @@ async def run(args: argparse.Namespace) -> None:
         args.bind,
         args.port,
         process_request=gateway.process_request,
-        create_connection=GatewayConnection,
+        create_connection=connection_class(files),
         compression=None,
         max_size=MESSAGE_MAX_BYTES,
         max_queue=QUEUE_MESSAGES,
@@ -80,6 +83,7 @@ async def run(args: argparse.Namespace) -> None:
         await asyncio.wait((states, stopping), return_when=asyncio.FIRST_COMPLETED)
         for task in (states, stopping):
             task.cancel()
+        await files.close()
     log.info("stopped")
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -19,6 +20,8 @@ from nodeagent.rfb_input import InputCounter
 from nodeagent.wire_types import cut_reason
 
 log = logging.getLogger(__name__)
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 CLOSE_NORMAL = 1000
 CLOSE_GOING_AWAY = 1001  # the gateway stops: the page may retry (through a new ticket)
@@ -119,12 +122,30 @@ class Link:
         return datetime.fromtimestamp(self.input_at, tz=UTC)
 
     def _report(self, kind: GatewayEventKind, **fields: object) -> None:
-        event = GatewayEvent(
-            kind=kind,
-            ticket=self.ticket.jti,
-            session_id=self.ticket.sid,
-            purpose=self.ticket.pur,  # type: ignore[arg-type]  # checked: one of PURPOSES
-            at=datetime.now(tz=UTC),
-            **fields,  # type: ignore[arg-type]
-        )
-        self.events.emit(event)
+        self.events.emit(gateway_event(self.ticket, kind, **fields))
+
+
+def gateway_event(ticket: Ticket, kind: GatewayEventKind, **fields: object) -> GatewayEvent:
+    """An event about what ``ticket`` opened, now."""
+    return GatewayEvent(
+        kind=kind,
+        ticket=ticket.jti,
+        session_id=ticket.sid,
+        purpose=ticket.pur,  # type: ignore[arg-type]  # checked: one of PURPOSES
+        at=datetime.now(tz=UTC),
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def browser_address(peer: str, real_ip: str | None, trusted: Sequence[Network]) -> str:
+    """The browser's address: the peer's, or behind a trusted proxy its X-Real-IP."""
+    try:
+        from_proxy = any(ipaddress.ip_address(peer) in net for net in trusted)
+    except ValueError:
+        return peer[:100]
+    if from_proxy and real_ip:
+        try:
+            return str(ipaddress.ip_address(real_ip.strip()))
+        except ValueError:
+            log.warning("a trusted proxy sent X-Real-IP %r", real_ip[:100])
+    return peer

@@ -44,6 +44,9 @@ class GatewaySession(BaseModel):
     audio_port: Port | None = None  # deskpool-audio; None: the image serves no sound
     password: str = Field(min_length=1, max_length=8, repr=False)
     home_volume: str = Field(default="", max_length=200)
+    # Where the home's files are on this host (the agent's path: a Docker volume's folder or
+    # one under DESKPOOL_HOME_ROOT); "" when there is none here. Uploads and downloads.
+    home_dir: str = Field(default="", max_length=4096)
     revoked: list[RevokedTicket] = Field(default_factory=list)
 
 

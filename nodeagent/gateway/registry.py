@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
 from websockets.asyncio.server import ServerConnection
 
@@ -15,7 +16,19 @@ from nodeagent.gateway.tickets import Ticket, key_bytes
 log = logging.getLogger(__name__)
 
 # Open links per session and purpose, at most (a viewer in a few tabs, not a crowd).
-LINKS_PER_SESSION = {"screen": 8, "sound": 4}
+LINKS_PER_SESSION = {"screen": 8, "sound": 4, "upload": 4, "download": 8}
+
+
+class Held(Protocol):
+    """What the registry holds and revokes: a :class:`~.links.Link`, or a file transfer
+    (:class:`~.files.Transfer`)."""
+
+    ticket: Ticket
+
+    @property
+    def purpose(self) -> str: ...
+
+    def end(self, code: int, why: str) -> None: ...
 
 
 class Registry:
@@ -25,7 +38,7 @@ class Registry:
         self.state = GatewayState(node_id=0)  # until the agent speaks: nothing opens
         self.keys: dict[int, bytes] = {}
         self.sessions: dict[int, GatewaySession] = {}
-        self.links: dict[int, set[Link]] = {}
+        self.links: dict[int, set[Held]] = {}
 
     def apply(self, state: GatewayState) -> None:
         """Take a new state and, in this same call, end every link it no longer allows."""
@@ -60,17 +73,26 @@ class Registry:
     ) -> Link:
         """A link for a checked ticket; LinkEnded if the state refuses it or its desktop has
         as many links of the kind as it may."""
+        link = Link(ticket, self.room_for(ticket), address, browser, events)
+        self.hold(link)
+        return link
+
+    def room_for(self, ticket: Ticket) -> GatewaySession:
+        """The ticket's desktop, as the state has it now; LinkEnded if the state refuses the
+        ticket or its desktop has as many links of the kind as it may."""
         if (refusal := self.refusal(ticket)) is not None:
             raise refusal
-        links = self.links.setdefault(ticket.sid, set())
+        links = self.links.get(ticket.sid, set())
         cap = LINKS_PER_SESSION.get(ticket.pur, 0)
         if sum(1 for link in links if link.purpose == ticket.pur) >= cap:
             raise LinkEnded(CLOSE_BUSY, f"this desktop has {cap} {ticket.pur} connections open")
-        link = Link(ticket, self.sessions[ticket.sid], address, browser, events)
-        links.add(link)
-        return link
+        return self.sessions[ticket.sid]
 
-    def remove(self, link: Link) -> None:
+    def hold(self, link: Held) -> None:
+        """Hold ``link`` (after :meth:`room_for`, in the same step) until :meth:`remove`."""
+        self.links.setdefault(link.ticket.sid, set()).add(link)
+
+    def remove(self, link: Held) -> None:
         links = self.links.get(link.ticket.sid)
         if links is not None:
             links.discard(link)

@@ -1,5 +1,8 @@
 """The gateway's listener: paths, the Origin check, ticket intake, and each link's life.
 
+The files paths (``/files/upload``, ``/files/download``) are streaming HTTP, served on the
+same port by :mod:`.files` (:class:`GatewayConnection` routes by the request line).
+
 Before the upgrade: an unknown path is answered 404, an Origin that is not exactly one of
 the state's origins (or none) 403. After it, the browser's first message must be a text
 frame holding its ticket, within :data:`TICKET_WAIT_S`; a ticket refused
@@ -14,7 +17,6 @@ closed first, then the desktop, and a ``closed`` event follows its ``opened``.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from http import HTTPStatus
@@ -33,11 +35,14 @@ from nodeagent.gateway.codes import (
     GATEWAY_SOUND_PATH,
 )
 from nodeagent.gateway.events import EventWriter
+from nodeagent.gateway.files import FilesHandler, is_files_request
 from nodeagent.gateway.links import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL,
     Link,
     LinkEnded,
+    Network,
+    browser_address,
     close_reason,
 )
 from nodeagent.gateway.registry import Registry
@@ -48,8 +53,9 @@ from nodeagent.gateway.tickets import ReplayMemo, Ticket, TicketRefused, check_t
 log = logging.getLogger(__name__)
 
 TICKET_WAIT_S = 5.0  # the browser's ticket comes within this after the upgrade
+REQUEST_LINE_MAX = 8192  # bytes read to find the request line; then websockets answers
+REQUEST_LINE_WAIT_S = 10.0  # for it
 WAITING_MAX = 1024  # sockets upgraded and still without a ticket, at most
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Carrier = Callable[[Link], Awaitable[None]]
 ROUTES: dict[str, tuple[str, Carrier]] = {
     GATEWAY_SCREEN_PATH: ("screen", carry_screen),
@@ -65,12 +71,63 @@ class TooBigIs4413(ServerProtocol):
 
 
 class GatewayConnection(ServerConnection):
-    """A browser's connection (see :class:`TooBigIs4413`)."""
+    """A browser's connection (see :class:`TooBigIs4413`).
+
+    With a :class:`~.files.FilesHandler` (:func:`connection_class`), it first reads the
+    request line itself: a files path's connection goes to the handler (streaming HTTP,
+    which websockets cannot do), any other to websockets as it came, so that the screen,
+    the sound and the files share the gateway's one port (and nginx's one route)."""
+
+    files: FilesHandler | None = None
 
     def __init__(self, protocol: ServerProtocol, *args: object, **kwargs: object) -> None:
         # serve() builds the protocol itself; this is where its class may be chosen.
         protocol.__class__ = TooBigIs4413
         super().__init__(protocol, *args, **kwargs)  # type: ignore[arg-type]
+        self.first: bytearray | None = None  # the bytes before the request line is known
+        self.early: asyncio.Transport | None = None
+        self.waiting: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.files is None:
+            super().connection_made(transport)
+            return
+        assert isinstance(transport, asyncio.Transport)
+        self.first, self.early = bytearray(), transport
+        self.waiting = self.loop.call_later(REQUEST_LINE_WAIT_S, transport.abort)
+
+    def data_received(self, data: bytes) -> None:
+        if self.first is None:
+            super().data_received(data)
+            return
+        self.first += data
+        end = self.first.find(b"\r\n")
+        if end < 0 and len(self.first) < REQUEST_LINE_MAX:
+            return
+        received, self.first = bytes(self.first), None
+        assert self.waiting is not None and self.early is not None
+        self.waiting.cancel()
+        if self.files is not None and end >= 0 and is_files_request(received[:end]):
+            self.files.take(self.early, received)
+            return
+        super().connection_made(self.early)
+        super().data_received(received)
+
+    def eof_received(self) -> None:
+        if self.first is None:  # else: closed before its request line; the transport closes
+            super().eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.first is not None:
+            if self.waiting is not None:
+                self.waiting.cancel()
+            return  # websockets never saw it
+        super().connection_lost(exc)
+
+
+def connection_class(files: FilesHandler) -> type[GatewayConnection]:
+    """A :class:`GatewayConnection` that hands the files paths to ``files``."""
+    return type("FilesAndSockets", (GatewayConnection,), {"files": files})
 
 
 def path_of(request: Request) -> str:
@@ -143,17 +200,8 @@ class Gateway:
     def address_of(self, browser: ServerConnection) -> str:
         """The browser's address: the peer's, or behind a trusted proxy its X-Real-IP."""
         peer = str(browser.remote_address[0]) if browser.remote_address else ""
-        try:
-            from_proxy = any(ipaddress.ip_address(peer) in net for net in self.trusted_proxies)
-        except ValueError:
-            return peer[:100]
         real = browser.request.headers.get("X-Real-IP") if browser.request else None
-        if from_proxy and real:
-            try:
-                return str(ipaddress.ip_address(real.strip()))
-            except ValueError:
-                log.warning("a trusted proxy sent X-Real-IP %r", real[:100])
-        return peer
+        return browser_address(peer, real, self.trusted_proxies)
 
     async def carry(self, link: Link, carry: Carrier) -> None:
         """Carry the link until it ends; then close the browser, its desktop, and report."""

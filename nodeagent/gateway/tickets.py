@@ -66,6 +66,7 @@ class Ticket:
     iat: int  # issued at (Unix seconds)
     exp: int  # not to be opened after (Unix seconds)
     jti: str  # its id, 128 random bits
+    quota: int = 0  # for upload: the home's quota in bytes (0: none)
 
 
 def new_ticket_id() -> str:
@@ -105,9 +106,20 @@ def _claims(text: str) -> Ticket:
         ticket = Ticket(**raw)
     except (ValueError, TypeError, binascii.Error) as error:
         raise TicketRefused(CLOSE_TICKET_INVALID, "not a ticket") from error
-    ints = (ticket.v, ticket.kid, ticket.nid, ticket.sid, ticket.uid, ticket.iat, ticket.exp)
-    if not all(type(n) is int for n in ints) or not all(
-        isinstance(s, str) for s in (ticket.sin, ticket.pur, ticket.path, ticket.jti)
+    ints = (
+        ticket.v,
+        ticket.kid,
+        ticket.nid,
+        ticket.sid,
+        ticket.uid,
+        ticket.iat,
+        ticket.exp,
+        ticket.quota,
+    )
+    if (
+        not all(type(n) is int for n in ints)
+        or ticket.quota < 0
+        or not all(isinstance(s, str) for s in (ticket.sin, ticket.pur, ticket.path, ticket.jti))
     ):
         raise TicketRefused(CLOSE_TICKET_INVALID, "not a ticket")
     if ticket.v != TICKET_VERSION or ticket.pur not in PURPOSES:
