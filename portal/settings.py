@@ -108,6 +108,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "portal.kit.navigation.navigation",
+                "portal.kit.live_wire.live_wire",
             ],
         },
     },

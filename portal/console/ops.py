@@ -40,7 +40,6 @@ from scheduling.services.alert_changes import (
     do_save_rule,
 )
 
-UPDATES_PATH = "/ws/updates/"  # portal.live.routing
 RECENT_RESOLVED = 20
 CHART_WIDTH = 400  # the SVG's user units; it scales to the page
 CHART_TEXT = 16  # a row's label, above its bar
@@ -72,9 +71,12 @@ def alerts(request: HttpRequest) -> HttpResponse:
         **_alerts_context(),
         "rules": AlertRule.objects.all(),
         "page_config": {
-            "updates_url": UPDATES_PATH,
             "fragment_url": reverse("console-alerts-fragment"),
-            "words": {"live": _("Live"), "reconnecting": _("Reconnecting…")},
+            "words": {
+                "live": _("Live"),
+                "reconnecting": _("Reconnecting…"),
+                "stopped": _("Not live: sign in again, then reload the page."),
+            },
         },
     }
     return render(request, "console/alerts.html", context)

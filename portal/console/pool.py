@@ -37,7 +37,6 @@ from scheduling.services.gateway_keys import do_rotate_gateway_key
 from scheduling.services.health import do_clear_cordon, do_cordon
 from scheduling.services.nodes import do_create_join_token, do_revoke_join_token, join_token_state
 
-UPDATES_PATH = "/ws/updates/"  # portal.live.routing
 TOKENS_SHOWN = 50
 
 
@@ -128,7 +127,6 @@ def _page(request: HttpRequest, **forms: Any) -> HttpResponse:
         "action_form": forms.pop("action_form", None) or NodeActionForm(),
         "page_config": {
             "fragment_url": reverse("console-pool-fragment"),
-            "updates_url": UPDATES_PATH,
         },
     }
     status = 400 if context["action_form"].errors or context["token_form"].errors else 200

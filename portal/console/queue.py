@@ -36,8 +36,8 @@ def _queue_context(failed: dict[str, Any] | None = None) -> dict[str, Any]:
         "tiers": queue_by_tier(),
         "failed": failed or {},
         "live": {
-            "socket": "/ws/updates/",
             "fragment": reverse("console-queue-fragment"),
+            "words": {"stopped": _("Not live: sign in again, then reload the page.")},
         },
     }
 

@@ -54,6 +54,4 @@ def navigation(request: HttpRequest) -> dict[str, object]:
         "teaches": SimpleLazyObject(teaches),
         "quota_requests_waiting": quota_requests_waiting,
         "console_pages": CONSOLE_PAGES if is_admin(user) else [],
-        # What static/deskpool/console_live.js listens to (portal/live/routing.py).
-        "console_live": {"updates_url": "/ws/updates/"},
     }

@@ -9,9 +9,10 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.template.loader import render_to_string
 from django.utils import timezone, translation
 
+from nodeagent.gateway.codes import CLOSE_FORBIDDEN
 from people.preferences import handshake_language, saved_preferences
 from portal.live.listen_only import ListenOnly
-from portal.live.socket_guard import CLOSE_FORBIDDEN, LISTENER_CHECK_S, guard, sign_in_of
+from portal.live.socket_guard import LISTENER_CHECK_S, guard, sign_in_of
 from scheduling.events import course_group
 from scheduling.services.classroom import class_sessions
 from scheduling.services.teaching import CourseRole, role_by_code

@@ -12,10 +12,11 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.utils import timezone, translation
 
+from nodeagent.gateway.codes import CLOSE_BAD_REQUEST, CLOSE_SIGNED_OUT
 from people.preferences import handshake_language, saved_preferences
 from portal.kit.session_fragment import BOTH, PAGE_FORMS, render_forms
 from portal.live.listen_only import ListenOnly
-from portal.live.socket_guard import CLOSE_SIGNED_OUT, LISTENER_CHECK_S, guard, sign_in_of
+from portal.live.socket_guard import LISTENER_CHECK_S, guard, sign_in_of
 from scheduling.events import ADMIN_GROUP, user_group
 from scheduling.models.alerts import AlertLevel, AlertState, Metric
 from scheduling.models.policy import QuotaRequestState
@@ -52,7 +53,7 @@ class UpdatesConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
             return
         forms = page_forms(self.scope.get("query_string", b""))
         if forms is None:
-            await self.close(code=4400)  # ?fragment= names no form a page shows
+            await self.close(code=CLOSE_BAD_REQUEST)  # ?fragment= names no form a page shows
             return
         self.forms = forms
         # The person's saved language and zone win over the handshake's, as on the pages.

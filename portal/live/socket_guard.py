@@ -7,7 +7,7 @@ consumer and asks every few seconds: does the login session still exist, still b
 this user (Django's own check, password changes included), is the user still active
 (:func:`still_signed_in`), and, through the consumer's ``allowed``, may the person still
 have what the socket sends. When not, it closes the socket with :data:`CLOSE_SIGNED_OUT`
-(4401) or :data:`CLOSE_FORBIDDEN` (4403) (docs/security.md "WebSockets").
+or :data:`CLOSE_FORBIDDEN` (:mod:`nodeagent.gateway.codes`) (docs/security.md "WebSockets").
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
+from nodeagent.gateway.codes import CLOSE_FORBIDDEN, CLOSE_SIGNED_OUT
 from people.login_sessions import signed_in_user
 
 log = logging.getLogger(__name__)
 
-CLOSE_FORBIDDEN, CLOSE_SIGNED_OUT = 4403, 4401
 SIGN_IN_CHECK_S = 2.0  # how often an open desktop relay checks its sign-in
 LISTENER_CHECK_S = 5.0  # how often a live-update socket (one per open page) checks
 

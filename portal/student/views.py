@@ -20,7 +20,6 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from nodeagent.gateway.codes import UPDATES_PATH, live_wire
 from portal.kit.confirm import ANSWERS, confirm_first
 from portal.kit.person import signed_in, with_person
 from portal.kit.session_fragment import DETAIL, ITEM, fragment_context, render_forms
@@ -63,7 +62,8 @@ def _page_config(request: HttpRequest, form: str, **extra: Any) -> dict[str, Any
     ``form``: the session card's form the page shows (``session_fragment.PAGE_FORMS``), the
     only one its live updates carry."""
     return {
-        "updates_url": f"{UPDATES_PATH}?fragment={form}",
+        # The live updates carry this form (live_socket.js updatesPath, #live-wire's path).
+        "fragment": form,
         "csrf_token": get_token(request),
         "words": {
             "live": _("live"),
@@ -101,7 +101,6 @@ def _home_context(request: HttpRequest, form: SessionRequestForm) -> dict[str, A
         ],
         "recent": mine.filter(state__in=TERMINAL_STATES).order_by("-created_at")[:5],
         "config": _page_config(request, ITEM),
-        "live_wire": live_wire(),
     }
 
 
@@ -143,7 +142,6 @@ def session_detail(request: HttpRequest, person: User, session_id: int) -> HttpR
             "card": fragment_context(data, DETAIL),
             "home": home_place(session),
             "config": _page_config(request, DETAIL),
-            "live_wire": live_wire(),
         },
     )
 
@@ -265,8 +263,6 @@ def desktop(request: HttpRequest, person: User, session_id: int) -> HttpResponse
             "simulated": simulated,
             "has_sound": has_sound,
             "config": config,
-            # The close codes and socket paths, one definition for the server and the page.
-            "live_wire": live_wire(),
             "stop_answer": ANSWERS["stop"],
             "upload_limit": megabytes(transfer_max_bytes()),
         },

@@ -102,10 +102,12 @@ def _detail(
     if role.view_live_class:
         context["class_sessions"] = class_sessions(course)
         context["live"] = {
-            "socket": f"/ws/courses/{course.code}/",
+            "course": course.code,  # the class's socket: #live-wire's course_path
             "words": {
                 "live": _("live"),
                 "reconnecting": _("reconnecting…"),
+                # The socket stopped for good: signed out, or no longer allowed.
+                "stopped": _("not live: sign in again, then reload the page"),
                 "empty": _("No desktops are open for this course."),
             },
         }

@@ -30,8 +30,6 @@ from scheduling.services.quota_requests import (
 )
 from scheduling.services.quota_view import quota_left
 
-UPDATES_PATH = "/ws/updates/"  # portal.live.routing
-
 
 def _raise_for(error: ServiceError) -> None:
     """Refusals about who asks become 404 / 403; the rest are the caller's to show."""
@@ -135,10 +133,10 @@ def _quota_page(
         "course_filter": course_filter,
         "to_answer": to_answer,
         "config": {
-            "updates_url": UPDATES_PATH,
             "words": {
                 "live": _("Live: answers appear here as they come."),
                 "reconnecting": _("Reconnecting…"),
+                "stopped": _("Not live: sign in again, then reload the page."),
             },
         },
     }

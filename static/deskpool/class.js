@@ -1,5 +1,9 @@
 // The live class: rows of the course's open desktops, replaced as the server sends them.
 // Each row arrives as HTML rendered by the same fragment as the page (courses/_class_row.html).
+// The socket is the pages' one reconnecting socket (live_socket.js), its path and close codes
+// the server's (#live-wire).
+import { coursePath, liveUpdates, readWire } from "./live_socket.js";
+
 (function () {
   "use strict";
   const data = document.getElementById("class-live-data");
@@ -38,21 +42,16 @@
     if (empty) empty.hidden = rows.children.length > 0;
   }
 
-  let delay = 500;
-  function connect() {
-    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    const ws = new WebSocket(scheme + location.host + live.socket);
-    ws.onopen = () => { delay = 500; if (status) status.textContent = live.words.live; };
-    ws.onmessage = (event) => {
-      const msg = JSON.parse(event.data);
+  liveUpdates({
+    path: coursePath(readWire(), live.course),
+    live() {
+      if (status) status.textContent = live.words.live;
+    },
+    message(msg) {
       if (msg.type === "class.row") swap(msg.session, msg.html);
-    };
-    ws.onclose = (event) => {
-      if (event.code === 4403) return;  // not allowed: do not knock again
-      if (status) status.textContent = live.words.reconnecting;
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 10000);
-    };
-  }
-  connect();
+    },
+    closed(why) {
+      if (status) status.textContent = why.final ? live.words.stopped : live.words.reconnecting;
+    },
+  });
 })();

@@ -1,12 +1,14 @@
 // Console pages without a section of their own to refresh: when the pool changes (a
-// session, an audit event, an alert, over /ws/updates/), the sections marked
+// session, an audit event, an alert, over the live updates), the sections marked
 // data-console-live are fetched again: the same page, rendered by the same template, so
 // there is one rendering. A burst reloads once; nothing is swapped while a form has focus.
+// The socket is the pages' one reconnecting socket (live_socket.js), its path and close codes
+// the server's (#live-wire).
+import { liveUpdates, readWire, updatesPath } from "./live_socket.js";
+
 (function () {
   "use strict";
-  const configNode = document.getElementById("console-live-config");
-  if (!configNode || !document.querySelector("[data-console-live]")) return;
-  const config = JSON.parse(configNode.textContent);
+  if (!document.querySelector("[data-console-live]")) return;
   const EVENTS = new Set(["admin.session", "admin.audit", "alert.update", "pool.alert"]);
   let pending = false;
   let timer = null;
@@ -39,19 +41,10 @@
     timer = setTimeout(() => { timer = null; refresh(); }, 2000);
   }
 
-  let delay = 500;
-  function connect() {
-    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    const ws = new WebSocket(scheme + location.host + config.updates_url);
-    ws.onopen = () => { delay = 500; };
-    ws.onmessage = (event) => {
-      if (EVENTS.has(JSON.parse(event.data).type)) soon();
-    };
-    ws.onclose = (event) => {
-      if (event.code === 4401 || event.code === 4403) return;
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 10000);
-    };
-  }
-  connect();
+  liveUpdates({
+    path: updatesPath(readWire()),
+    message(msg) {
+      if (EVENTS.has(msg.type)) soon();
+    },
+  });
 })();

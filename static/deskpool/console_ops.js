@@ -1,7 +1,10 @@
-// Live alerts on the console's alerts page: each "alert.update" over /ws/updates/ makes the
+// Live alerts on the console's alerts page: each "alert.update" over the live updates makes the
 // page fetch its alerts section again from the fragment URL (the same template the page was
 // rendered with) and swap it in, keeping focus where it can. URLs and words come from the
-// page (json_script "page-config"); nothing is hard-coded here.
+// page (json_script "page-config"), the socket's path and close codes from the server's wire
+// (#live-wire, read by live_socket.js, the pages' one reconnecting socket).
+import { liveUpdates, readWire, updatesPath } from "./live_socket.js";
+
 (function () {
   "use strict";
   const configNode = document.getElementById("page-config");
@@ -33,27 +36,20 @@
     return pending;
   }
 
-  let delay = 500;
   let opened = false;
-  function connect() {
-    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    const ws = new WebSocket(scheme + location.host + config.updates_url);
-    ws.onopen = () => {
-      delay = 500;
+  liveUpdates({
+    path: updatesPath(readWire()),
+    live() {
       if (live) live.textContent = config.words.live;
       // After a reconnect, catch up on what was missed while away.
       if (opened) refresh();
       opened = true;
-    };
-    ws.onmessage = (event) => {
-      const msg = JSON.parse(event.data);
+    },
+    message(msg) {
       if (msg.type === "alert.update") refresh();
-    };
-    ws.onclose = () => {
-      if (live) live.textContent = config.words.reconnecting;
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 10000);
-    };
-  }
-  connect();
+    },
+    closed(why) {
+      if (live) live.textContent = why.final ? config.words.stopped : config.words.reconnecting;
+    },
+  });
 })();

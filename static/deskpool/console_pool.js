@@ -1,6 +1,9 @@
 // The console's pool page: the pool section is reloaded from its fragment URL when a
-// session.update or an alert arrives on /ws/updates/, and every 10 s; the join-token page's
-// copy buttons. URLs come from the page (json_script "pool-config"); nothing is hard-coded.
+// session.update or an alert arrives on the live updates, and every 10 s; the join-token page's
+// copy buttons. URLs come from the page (json_script "pool-config"), the socket's path and
+// close codes from the server's wire (#live-wire, live_socket.js); nothing is hard-coded.
+import { liveUpdates, readWire, updatesPath } from "./live_socket.js";
+
 (function () {
   "use strict";
 
@@ -46,21 +49,10 @@
   }
   setInterval(refresh, REFRESH_MS);
 
-  let delay = 500;
-  function connect() {
-    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    const ws = new WebSocket(scheme + location.host + config.updates_url);
-    ws.onopen = () => {
-      delay = 500;
-    };
-    ws.onmessage = (event) => {
-      const msg = JSON.parse(event.data);
+  liveUpdates({
+    path: updatesPath(readWire()),
+    message(msg) {
       if (EVENTS.has(msg.type)) soon();
-    };
-    ws.onclose = () => {
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 10000);
-    };
-  }
-  connect();
+    },
+  });
 })();

@@ -1,6 +1,9 @@
-// The console's queue: when a session changes (admin.session over /ws/updates/, a burst
+// The console's queue: when a session changes (admin.session over the live updates, a burst
 // reloads once), and every 10 s, fetch the queue section again from its fragment URL
-// (rendered by the same template as the page) and swap it in.
+// (rendered by the same template as the page) and swap it in. The socket is the pages' one
+// reconnecting socket (live_socket.js), its path and close codes the server's (#live-wire).
+import { liveUpdates, readWire, updatesPath } from "./live_socket.js";
+
 (function () {
   "use strict";
   const data = document.getElementById("queue-live-data");
@@ -34,21 +37,18 @@
     timer = setTimeout(() => { timer = null; refresh(); }, 300);
   }
 
-  let delay = 500;
-  function connect() {
-    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    const ws = new WebSocket(scheme + location.host + live.socket);
-    ws.onopen = () => { delay = 500; if (status) status.textContent = ""; refresh(); };
-    ws.onmessage = (event) => {
-      const msg = JSON.parse(event.data);
+  liveUpdates({
+    path: updatesPath(readWire()),
+    live() {
+      if (status) status.textContent = "";
+      refresh();
+    },
+    message(msg) {
       if (msg.type === "admin.session" || msg.type === "session.update") soon();
-    };
-    ws.onclose = (event) => {
-      if (event.code === 4403) return;  // not allowed: do not knock again
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 10000);
-    };
-  }
-  connect();
+    },
+    closed(why) {
+      if (status && why.final) status.textContent = live.words.stopped;
+    },
+  });
   setInterval(() => { if (!document.hidden) refresh(); }, 10000);
 })();

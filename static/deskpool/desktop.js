@@ -12,7 +12,7 @@ import { setUpDrawer } from "./desktop_drawer.js";
 import { setUpKeyboard } from "./desktop_keyboard.js";
 import { setUpUpload } from "./desktop_upload.js";
 import { clock, extendRefusal, hhmm as zoned, say } from "./desktop_time.js";
-import { liveSocket, readWire, socketUrl, ticketOpener } from "./live_socket.js";
+import { liveSocket, pathOpener, readWire, ticketOpener, updatesPath } from "./live_socket.js";
 
 const config = JSON.parse(document.getElementById("page-config").textContent);
 const wire = readWire();
@@ -266,7 +266,7 @@ if (config.has_sound) {
 // sign-out (the portal closes with the wire's signed_out); the screen says why.
 const updates = liveSocket({
   wire,
-  open: async () => new WebSocket(socketUrl(config.updates_url)),
+  open: pathOpener(updatesPath(wire, config.fragment)),
   opened(socket) {
     socket.addEventListener("open", () => updates.settled());
     socket.addEventListener("message", (event) => {

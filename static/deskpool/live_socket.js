@@ -21,6 +21,18 @@ export function readWire(id = "live-wire") {
 
 const scheme = () => (location.protocol === "https:" ? "wss://" : "ws://");
 
+// The portal's live updates (wire.updates_path), for the session card's form a page shows
+// (?fragment=, portal/kit/session_fragment.py), or for every form when none is named.
+export function updatesPath(wire, fragment = null) {
+  const path = wire.updates_path;
+  return fragment ? path + "?fragment=" + encodeURIComponent(fragment) : path;
+}
+
+// A course's live class (wire.course_path).
+export function coursePath(wire, code) {
+  return wire.course_path.replace("{code}", encodeURIComponent(code));
+}
+
 // A path on this origin (the portal's sockets, or a gateway behind the portal's nginx) as a
 // socket URL; a full ws:// or wss:// URL stays as it is.
 export function socketUrl(url) {
@@ -36,6 +48,12 @@ export class Refusal extends Error {
     this.detail = detail;
     this.code = code;
   }
+}
+
+// An open() for one of the portal's own sockets at a path of the wire (the live updates, a
+// course's class): no ticket, the login session's cookie says who asks.
+export function pathOpener(path) {
+  return async () => new WebSocket(socketUrl(path));
 }
 
 // The ticket endpoint's answers that end the socket for good (the rest are tried again).
@@ -197,4 +215,33 @@ export function liveSocket({
       return current;
     },
   };
+}
+
+// The portal's live updates, or a course's class, for a page: each message (JSON) to
+// message(msg), live() once the socket is open (the page says it is live, catches up on what
+// it missed), closed(why) when it drops (why.final: signed out or forbidden, no more tries;
+// else it is tried again, the wait doubling from 0.5 s up to 10 s, jittered).
+export function liveUpdates({
+  path,
+  message,
+  live = () => {},
+  closed = () => {},
+  wire = readWire(),
+}) {
+  const updates = liveSocket({
+    wire,
+    open: pathOpener(path),
+    opened(socket) {
+      socket.addEventListener("open", () => {
+        updates.settled();
+        live();
+      });
+      socket.addEventListener("message", (event) => message(JSON.parse(event.data)));
+    },
+    closed,
+    firstDelayMs: 500,
+    maxDelayMs: 10000,
+    maxTries: Infinity,
+  });
+  return updates;
 }

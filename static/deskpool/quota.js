@@ -1,6 +1,9 @@
-// Live answers on the quota requests page: a "quota.update" over /ws/updates/ fills in the
+// Live answers on the quota requests page: a "quota.update" over the live updates fills in the
 // state and answer of the student's request row. URLs and words come from the page
-// (json_script "page-config"); nothing is hard-coded here.
+// (json_script "page-config"), the socket's path and close codes from the server's wire
+// (#live-wire, read by live_socket.js, the pages' one reconnecting socket).
+import { liveUpdates, readWire, updatesPath } from "./live_socket.js";
+
 (function () {
   "use strict";
   const configNode = document.getElementById("page-config");
@@ -21,23 +24,16 @@
     row.dataset.state = request.state;
   }
 
-  let delay = 500;
-  function connect() {
-    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    const ws = new WebSocket(scheme + location.host + config.updates_url);
-    ws.onopen = () => {
-      delay = 500;
+  liveUpdates({
+    path: updatesPath(readWire()),
+    live() {
       if (live) live.textContent = config.words.live;
-    };
-    ws.onmessage = (event) => {
-      const msg = JSON.parse(event.data);
+    },
+    message(msg) {
       if (msg.type === "quota.update") apply(msg.request);
-    };
-    ws.onclose = () => {
-      if (live) live.textContent = config.words.reconnecting;
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 10000);
-    };
-  }
-  connect();
+    },
+    closed(why) {
+      if (live) live.textContent = why.final ? config.words.stopped : config.words.reconnecting;
+    },
+  });
 })();

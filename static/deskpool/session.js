@@ -3,7 +3,7 @@
 // rendered in this reader's language and time zone, and this script only swaps it in.
 // The socket is the pages' one reconnecting socket (live_socket.js), its path and close codes
 // the server's (#live-wire).
-import { liveSocket, readWire, socketUrl } from "./live_socket.js";
+import { liveUpdates, readWire, updatesPath } from "./live_socket.js";
 
 (function () {
   "use strict";
@@ -110,29 +110,21 @@ import { liveSocket, readWire, socketUrl } from "./live_socket.js";
   // each wait is jittered (between half of it and all of it), so that the pages a killed
   // worker dropped do not all come back at the same instant. An opened socket starts over.
   // Signed out (the wire's final closes), the page stops trying and says so.
-  const updates = liveSocket({
-    wire: readWire(),
-    open: async () => new WebSocket(socketUrl(config.updates_url)),
-    opened(ws) {
-      ws.addEventListener("open", () => {
-        updates.settled();
-        if (live) live.textContent = config.words.live;
-        catchUp();
-      });
-      ws.addEventListener("message", (event) => {
-        const msg = JSON.parse(event.data);
-        if (msg.type === "session.update" && (msg.html || msg.html_item)) {
-          received += 1;
-          apply({ id: msg.session.id, html: msg.html, html_item: msg.html_item });
-        }
-      });
+  liveUpdates({
+    path: updatesPath(readWire(), config.fragment),
+    live() {
+      if (live) live.textContent = config.words.live;
+      catchUp();
+    },
+    message(msg) {
+      if (msg.type === "session.update" && (msg.html || msg.html_item)) {
+        received += 1;
+        apply({ id: msg.session.id, html: msg.html, html_item: msg.html_item });
+      }
     },
     closed(why) {
       if (!live) return;
       live.textContent = why.final ? config.words.stopped : config.words.reconnecting;
     },
-    firstDelayMs: 500,
-    maxDelayMs: 10000,
-    maxTries: Infinity,
   });
 })();

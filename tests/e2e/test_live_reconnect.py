@@ -21,7 +21,7 @@ from tests.integration.stack import ROOT
 CHROMIUM = Path("/usr/bin/chromium")
 ORIGIN = "http://deskpool.test"
 CONFIG = {
-    "updates_url": "/ws/updates/?fragment=item",
+    "fragment": "item",
     "csrf_token": "token",
     "words": {"live": "live", "reconnecting": "reconnecting…", "stopped": "not live"},
 }

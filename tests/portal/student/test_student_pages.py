@@ -291,4 +291,4 @@ def test_a_pages_live_updates_carry_only_the_form_it_shows(owner, profile):
         "item&fragment=detail": False,
     }
     home = signed_in(owner).get("/").content.decode()
-    assert '"updates_url": "/ws/updates/?fragment=item"' in home
+    assert '"fragment": "item"' in home and '"updates_path": "/ws/updates/"' in home
