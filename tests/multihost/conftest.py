@@ -1,6 +1,7 @@
 """The multi-host stack: a database of its own, the control plane, nginx and namespaces.
 
-One stack for the whole module (it takes ~15 s to start). Skips, saying why, when this is not
+One stack for the whole package (it takes ~15 s to start): the storm's module and the
+gateway's share it. Skips, saying why, when this is not
 root, when network namespaces cannot be made, when nginx is not installed, or without the
 real PostgreSQL and Redis (DATABASE_URL, REDIS_URL).
 """
@@ -23,7 +24,7 @@ GPUS_PER_NODE = 5  # 35 MIG slices a node, 70 in all: the storm's 60 and test (a
 NODES = ["node1", "node2"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def multihost_ready():
     """Skip unless this machine can run the multi-host test."""
     from django.conf import settings
@@ -40,9 +41,9 @@ def multihost_ready():
         pytest.skip("the multi-host test needs PostgreSQL and Redis: set DATABASE_URL, REDIS_URL")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def multihost_db(multihost_ready, django_db_blocker):
-    """A database of the module's own (``<name>_multihost``), migrated, dropped at the end."""
+    """A database of the package's own (``<name>_multihost``), migrated, dropped at the end."""
     from django.db import connection
 
     with django_db_blocker.unblock():
@@ -64,7 +65,7 @@ def multihost_db(multihost_ready, django_db_blocker):
             test_settings["NAME"] = earlier
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def orm_module(multihost_db, django_db_blocker):
     with django_db_blocker.unblock():
         yield
@@ -72,12 +73,12 @@ def orm_module(multihost_db, django_db_blocker):
 
 @pytest.fixture
 def orm(orm_module, django_db_blocker):
-    """The test may use the ORM (on the module's own database)."""
+    """The test may use the ORM (on the package's own database)."""
     with django_db_blocker.unblock():
         yield
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def multihost(multihost_db, orm_module, request):
     """The running stack, with one registered agent in each node namespace."""
     from django.conf import settings

@@ -7,11 +7,17 @@ veth pairs. Each other host is a network namespace joined to the root one by a v
 (a /30 each, the host side its gateway):
 
     dp-mh-campus  10.231.0.2   students (the test's own threads enter it, see ``enter``)
-    dp-mh-node1   10.231.0.6   a GPU node: a node agent (simulated runtime and GPUs)
+    dp-mh-node1   10.231.0.6   a GPU node: a node agent (simulated runtime and GPUs) and its
+                               desktop gateway on 10.231.0.6:7443, a stand-in desktop
     dp-mh-node2   10.231.0.10  another
 
 From a namespace, 127.0.0.1 is the namespace's own loopback and the host's 127.0.0.1 is not
-routable, so the agents and the students reach the portal only through nginx.
+routable, so the agents and the students reach the portal only through nginx. The nodes'
+/30s are the management network: nginx reaches their gateways there (``/gw/``), and the
+campus's link is not forwarded to it (the campus reaches no node directly, as deployed).
+
+The agents are the real agent and gateway with a SIMULATED runtime whose desktops say they
+answer on the namespace's stand-in desktop (``stand_in_node.py``, ``stand_in_desktop.py``).
 
 Everything is removed by :meth:`MultiHost.close` (processes, nginx, namespaces, veths)
 whatever state the start reached; :func:`remove_leftovers` clears what a killed run left.
@@ -38,6 +44,7 @@ NGINX = "/usr/sbin/nginx"
 SITE = ROOT / "deploy" / "nginx" / "deskpool.conf"
 PREFIX = "dp-mh-"
 HOST_ADDRESS = "10.231.0.1"  # where nginx listens (the campus namespace's gateway)
+GATEWAY_PORT = 7443  # the agents' DESKPOOL_GATEWAY_PORT (the deployed site's port)
 CLONE_NEWNET = 0x40000000
 
 
@@ -70,6 +77,7 @@ class Host:
 
 
 HOSTS = [Host("campus", 0), Host("node1", 1), Host("node2", 2)]
+NODE_HOSTS = HOSTS[1:]  # the management network: the nodes' /30s
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -125,6 +133,7 @@ def render_site(
     cert: Path,
     key: Path,
     static_root: Path,
+    logs: Path,
 ) -> str:
     """``deploy/nginx/deskpool.conf`` with the test's addresses, ports and paths.
 
@@ -153,6 +162,19 @@ def render_site(
     site = once(site, "/etc/ssl/deskpool/fullchain.pem;", f"{cert};")
     site = once(site, "/etc/ssl/deskpool/privkey.pem;", f"{key};")
     site = once(site, "alias /var/lib/deskpool/static/;", f"alias {static_root}/;")
+    # The data plane: only the nodes' addresses and their gateways' port are routed.
+    nodes = "|".join(host.address.rsplit(".", 1)[1] for host in NODE_HOSTS)
+    site = once(
+        site,
+        r"(?<gw_address>10\.20\.[0-9]{1,3}\.[0-9]{1,3})",
+        rf"(?<gw_address>10\.231\.0\.(?:{nodes}))",
+    )
+    site = once(site, "(?<gw_port>7443)", f"(?<gw_port>{GATEWAY_PORT})")
+    site = once(
+        site,
+        "access_log /var/log/nginx/access.log deskpool_gateway;",
+        f"access_log {logs}/nginx-gateway.log deskpool_gateway;",
+    )
     # A test port is not 443: the redirect keeps it (the deployed one needs no port).
     site = once(
         site,
@@ -223,6 +245,9 @@ class MultiHost:
             "SSL_CERT_FILE": str(self.cert),  # the agents trust the test's certificate
             # As deployed, a key of its own: production refuses to start without one.
             "SECRET_KEY_FILE": str(self._secret_key_file(workdir)),
+            # The data plane as deployed: pages open the gateways through nginx's /gw/.
+            "DESKPOOL_GATEWAY_URL": f"wss://{HOST_ADDRESS}:{self.https_port}/gw/{{address}}/{{port}}",
+            "DESKPOOL_GATEWAY_ORIGINS": self.url,
         }
 
     @staticmethod
@@ -253,6 +278,10 @@ class MultiHost:
             _ip(*inside, "link", "set", host.ns_if, "up")
             _ip(*inside, "link", "set", "lo", "up")
             _ip(*inside, "route", "add", "default", "via", host.gateway)
+        # The campus's link reaches this host's addresses (nginx) but is routed nowhere, so
+        # not to a node, whatever this host's ip_forward says.
+        campus = Path(f"/proc/sys/net/ipv4/conf/{HOSTS[0].host_if}/forwarding")
+        campus.write_text("0\n")
 
     # --- processes --------------------------------------------------------------------
     def _spawn(self, name: str, argv: list[str], netns: str | None = None, **env: str):
@@ -340,6 +369,7 @@ class MultiHost:
                 cert=self.cert,
                 key=self.key,
                 static_root=self.static_root,
+                logs=self.logs,
             )
         )
         main = self.workdir / "nginx.conf"
@@ -371,12 +401,23 @@ class MultiHost:
         wait_for(lambda: self.get("/login/") == 200, 30, "the portal through nginx")
 
     def start_agent(self, host: str, join_token: str, fleet: Path) -> None:
-        """The node agent of namespace ``host``, talking to the portal through nginx."""
+        """The node agent of namespace ``host``, talking to the portal through nginx, with
+        its gateway on the node's address and the stand-in desktop its sessions report."""
+        node = self.hosts[host]
+        self._spawn(
+            f"desktop-{host}",
+            [sys.executable, "-m", "tests.multihost.stand_in_desktop", node.address],
+            netns=node.netns,
+        )
         self._spawn(
             f"agent-{host}",
-            [sys.executable, "-m", "nodeagent", "-v"],
-            netns=self.hosts[host].netns,
+            [sys.executable, "-m", "tests.multihost.stand_in_node", "-v"],
+            netns=node.netns,
             DESKPOOL_PORTAL_URL=self.url,
+            DESKPOOL_PUBLISH_ADDRESS=node.address,
+            DESKPOOL_GATEWAY_PORT=str(GATEWAY_PORT),
+            # nginx reaches the node from this host's side of the node's link.
+            DESKPOOL_GATEWAY_TRUSTED_PROXIES=f"{node.gateway}/32",
             DESKPOOL_NODE_NAME=host,
             DESKPOOL_STATE_DIR=str(self.workdir / f"agent-{host}"),
             DESKPOOL_FLEET_FILE=str(fleet),
