@@ -162,14 +162,16 @@ def check_ticket(
     it (once): a second check of the same ticket is refused as replayed."""
     now = time.time() if now is None else now
     ticket = _claims(text)
+    # Another node's ticket is signed with that node's key, which this one does not hold: say
+    # it is misdirected before the signature (refusing on unchecked claims opens nothing).
+    if ticket.nid != node_id:
+        raise TicketRefused(CLOSE_TICKET_FOREIGN, "a ticket for another node")
     key = keys.get(ticket.kid)
     if key is None:
         raise TicketRefused(CLOSE_TICKET_FOREIGN, "signed with a key this node does not hold")
     claims_text, signature = text.split(".")
     if not hmac.compare_digest(signature, _signature(key, claims_text)):
         raise TicketRefused(CLOSE_TICKET_INVALID, "the signature does not match")
-    if ticket.nid != node_id:
-        raise TicketRefused(CLOSE_TICKET_FOREIGN, "a ticket for another node")
     if ticket.pur != purpose:
         raise TicketRefused(CLOSE_TICKET_FOREIGN, f"a ticket for {ticket.pur}, not {purpose}")
     if ticket.exp < now or ticket.iat > now + CLOCK_SKEW_S:

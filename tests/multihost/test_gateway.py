@@ -309,11 +309,6 @@ def test_replayed_and_forged_tickets_are_refused_and_no_other_gw_path_reaches_a_
 
 @pytest.mark.multihost
 @pytest.mark.integration
-@pytest.mark.xfail(
-    strict=True,
-    reason="nodeagent/gateway/tickets.py check_ticket checks the signature under this node's "
-    "key before the ticket's node, so another node's genuine ticket is refused as forged (4400)",
-)
 def test_a_ticket_for_the_other_node_is_refused_as_foreign(multihost, desktops):
     other = desktops["other"]
 
