@@ -37,6 +37,8 @@ TicketId = Annotated[str, Field(pattern=TICKET_ID_PATTERN)]
 GATEWAY_KEY_PATTERN = r"^[A-Za-z0-9_-]{43}$"
 # At most this many events in one batch.
 GATEWAY_EVENTS_MAX = 500
+# The reason of a ``closed`` event whose upload or download went through whole.
+TRANSFER_DONE = "done"
 # At most this many origins (the portal's page origins).
 GATEWAY_ORIGINS_MAX = 8
 

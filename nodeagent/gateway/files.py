@@ -51,6 +51,7 @@ from nodeagent.gateway.links import LinkEnded, Network, browser_address, gateway
 from nodeagent.gateway.registry import Registry
 from nodeagent.gateway.tickets import ReplayMemo, Ticket, TicketRefused, check_ticket
 from nodeagent.home_files import HomeFileError, HomeFolder, HomeFull, Upload
+from nodeagent.protocol_gateway import TRANSFER_DONE
 from nodeagent.wire_types import cut_reason
 
 log = logging.getLogger(__name__)
@@ -255,6 +256,7 @@ class FilesHandler:
                 writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             await receive(reader, upload, transfer)
             await in_thread(upload.finish)
+            transfer.why = TRANSFER_DONE
             await answer(writer, 201, {"path": transfer.ticket.path, "size": length}, cors)
         except HomeFull as full:
             transfer.why = str(full)
@@ -292,6 +294,7 @@ class FilesHandler:
                 transfer.report_opened()
                 writer.write(download_head(transfer.ticket.path, size))
                 await send(writer, file, size, transfer)
+                transfer.why = TRANSFER_DONE
         except asyncio.CancelledError:
             transfer.why = transfer.why or "the gateway stops"
             raise
@@ -308,7 +311,7 @@ class FilesHandler:
             transfer.purpose,
             transfer.bytes_in,
             transfer.bytes_out,
-            transfer.why or "done",
+            transfer.why or "cut short",
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
+from nodeagent.protocol_files import HOME_PATH_MAX
 from people.models import COURSE_CODE_MAX
 from scheduling.choices import ON_NODE_STATES, IdleState, Purpose, SessionState
 from scheduling.events import session_payload
@@ -61,13 +62,24 @@ class SessionCreateSerializer(serializers.Serializer):
 class TicketRequestSerializer(serializers.Serializer):
     # Not DRF's '"<input>" is not a valid choice.': the input is not repeated back.
     purpose = serializers.ChoiceField(
-        choices=[("screen", "screen"), ("sound", "sound")],
-        help_text="What the ticket opens: the desktop's screen or its sound.",
+        choices=[(p, p) for p in ("screen", "sound", "upload", "download")],
+        help_text="What the ticket opens: the desktop's screen or its sound, or one file of "
+        "its owner's home up or down (``path``).",
         error_messages={
-            "required": _("Say what to open: screen or sound."),
-            "invalid_choice": _("Purpose must be one of: screen, sound."),
-            "null": _("Say what to open: screen or sound."),
+            "required": _("Say what to open: screen, sound, upload or download."),
+            "invalid_choice": _("Purpose must be one of: screen, sound, upload, download."),
+            "null": _("Say what to open: screen, sound, upload or download."),
         },
+    )
+    path = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=HOME_PATH_MAX,
+        default="",
+        help_text="upload, download: the file in the home (folders and name joined by '/').",
+    )
+    size = serializers.IntegerField(
+        required=False, min_value=0, default=0, help_text="upload: the file's size in bytes."
     )
 
 
@@ -76,7 +88,11 @@ class TicketSerializer(serializers.Serializer):
     ``expires_at``, once."""
 
     ticket = serializers.CharField(help_text="The signed ticket (send it, never store it).")
-    url = serializers.CharField(help_text="The node's gateway: ws:// or wss://, with the path.")
+    url = serializers.CharField(
+        help_text="The node's gateway, with the path: ws:// or wss:// for the screen and the "
+        "sound (send the ticket first), http:// or https:// for a file (download: "
+        "?ticket=<ticket>; upload: PUT with the ticket in X-Deskpool-Ticket)."
+    )
     expires_at = serializers.DateTimeField(help_text="Not to be opened after this.")
 
 

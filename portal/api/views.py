@@ -30,6 +30,7 @@ from scheduling.models import Allocation, DesktopProfile, Gpu, Node, PoolPolicy,
 from scheduling.services.extend import do_extend
 from scheduling.services.feasibility import unavailable_words
 from scheduling.services.gateway_tickets import TOKEN_MARKER, check_gateway_open, do_issue_ticket
+from scheduling.services.home_transfers import check_transfer_on, do_issue_transfer_ticket
 from scheduling.services.idle import do_resume
 from scheduling.services.pool import pool_utilisation
 from scheduling.services.sessions import check_submit, do_stop, do_submit
@@ -123,6 +124,18 @@ class SessionViewSet(
         form = TicketRequestSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         purpose = form.validated_data["purpose"]
+        if purpose in ("upload", "download"):
+            transfer = check_transfer_on(
+                self.person,
+                int(pk or 0),
+                purpose,
+                form.validated_data["path"],
+                size=form.validated_data["size"],
+            )
+            issued = do_issue_transfer_ticket(
+                self.person, transfer, login_session_of(request), client_address_of(request)
+            )
+            return Response(TicketSerializer(issued).data, status=status.HTTP_201_CREATED)
         session = check_gateway_open(self.person, int(pk or 0), purpose)
         issued = do_issue_ticket(
             self.person, session, purpose, login_session_of(request), client_address_of(request)

@@ -14,11 +14,17 @@ from __future__ import annotations
 
 import posixpath
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from django.contrib import messages
 from django.contrib.auth.models import User
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    JsonResponse,
+)
+from django.http.response import HttpResponseRedirectBase
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -29,9 +35,11 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from nodeagent.protocol_files import HOME_LIST_MAX
+from portal.kit.client_address import client_address_of
 from portal.kit.confirm import confirm_first
 from portal.kit.person import with_person
 from scheduling.models import HomeTask, HomeTaskKind, HomeTaskState
+from scheduling.services.gateway_tickets import gateway_url
 from scheduling.services.home_files import (
     FilesPlace,
     FilesRefused,
@@ -42,8 +50,16 @@ from scheduling.services.home_files import (
     start_task,
     task_for,
 )
+from scheduling.services.home_transfers import check_home_transfer, do_issue_transfer_ticket
 
-POLL_MS = 500  # how often the page asks how a task stands
+POLL_MS = 500
+
+
+class HttpResponseSeeOther(HttpResponseRedirectBase):
+    """303: to the gateway (another origin, http or https)."""
+
+    status_code = 303
+    allowed_schemes = ["http", "https"]  # how often the page asks how a task stands
 
 
 def folder_url(path: str, task: HomeTask | None = None) -> str:
@@ -152,7 +168,6 @@ def place_context(place: FilesPlace) -> dict[str, Any]:
         "meter_max": max(1, place.quota_bytes // 1024),
         "meter_value": min(used or 0, place.quota_bytes) // 1024,
         "full": bool(place.quota_bytes and used is not None and used >= place.quota_bytes),
-        "limit": megabytes(place.max_transfer_bytes),
     }
 
 
@@ -196,7 +211,22 @@ def files_page(
             "reload": folder_url(path, after) if after is not None else None,
         },
     }
-    return render(request, "portal/files/page.html", context, status=status)
+    response = render(request, "portal/files/page.html", context, status=status)
+    sources = transfer_sources(person)
+    if sources:  # the upload goes to the gateway: allowed where it is not the portal's origin
+        response._csp_update = {"connect-src": sources}  # type: ignore[attr-defined]
+        response._csp_update_ro = {"connect-src": sources}  # type: ignore[attr-defined]
+    return response
+
+
+def transfer_sources(person: User) -> list[str]:
+    """The origin of the gateway an upload goes to now, for the page's connect-src."""
+    try:
+        transfer = check_home_transfer(person, "download", "x")
+    except FilesRefused:
+        return []
+    url = urlsplit(gateway_url(transfer.session, "upload"))
+    return [f"{url.scheme}://{url.netloc}"]
 
 
 @never_cache
@@ -287,28 +317,52 @@ def _refused(request: HttpRequest, person: User, folder: str, message: str) -> H
 @with_person
 @require_POST
 def upload(request: HttpRequest, person: User) -> HttpResponse:
-    """POST /files/upload/ (multipart: ``file``, ``path`` the folder). The desktop drawer's
-    script asks for JSON: 202 with the task (it polls ``task``), or 400 with ``error``."""
+    """POST /files/upload/ (``path`` the folder, ``name`` and ``size`` of the file): for the
+    page's script (JSON), 201 with a single-use ``ticket`` and the gateway's ``url``, where
+    the script PUTs the file itself (``X-Deskpool-Ticket``), or 400 with ``error``. The bytes
+    never come here; without JavaScript the page says uploads need it."""
     folder = request.POST.get("path", "")
+    if not wants_json(request):
+        return _refused(request, person, folder, _("Uploading needs JavaScript in your browser."))
     try:
-        task = start_task(person, "upload", folder, upload=request.FILES.get("file"))
+        size = int(request.POST.get("size", "0"))
+        transfer = check_home_transfer(
+            person, "upload", folder, name=request.POST.get("name", ""), size=max(size, 0)
+        )
+    except ValueError:
+        return _refused(request, person, folder, _("Choose a file to upload."))
     except FilesRefused as refused:
         return _refused(request, person, folder, refused.message)
-    if wants_json(request):
-        return JsonResponse(task_json(task), status=202)
-    return redirect(folder_url(folder_of(task), task))
+    issued = do_issue_transfer_ticket(
+        person, transfer, request.session.session_key or "", client_address_of(request)
+    )
+    name = posixpath.basename(transfer.path)
+    return JsonResponse(
+        {
+            "ticket": issued.ticket,
+            "url": issued.url,
+            "sending": _("Sending %(name)s…") % {"name": name},
+            "done": _("Uploaded %(name)s.") % {"name": name},
+            "reload": folder_url(posixpath.dirname(transfer.path)),
+        },
+        status=201,
+    )
 
 
 @with_person
 @require_POST
 def download(request: HttpRequest, person: User) -> HttpResponse:
-    """POST /files/download/ (``path`` the file)."""
+    """POST /files/download/ (``path`` the file): 303 to the gateway's URL with a single-use
+    ticket, which answers the file as an attachment (no JavaScript needed)."""
     path = request.POST.get("path", "")
     try:
-        task = start_task(person, "download", path)
+        transfer = check_home_transfer(person, "download", path)
     except FilesRefused as refused:
         return _refused(request, person, posixpath.dirname(path), refused.message)
-    return redirect(folder_url(folder_of(task), task))
+    issued = do_issue_transfer_ticket(
+        person, transfer, request.session.session_key or "", client_address_of(request)
+    )
+    return HttpResponseSeeOther(f"{issued.url}?{urlencode({'ticket': issued.ticket})}")
 
 
 @with_person

@@ -14,10 +14,15 @@ from collections.abc import Sequence
 
 from django.db import transaction
 
-from nodeagent.protocol_gateway import GatewayEvent
+from nodeagent.protocol_gateway import TRANSFER_DONE, GatewayEvent
 
+from ..choices import AuditKind
 from ..models import GatewayTicket, Node
 from . import session_activity
+from .audit import record
+
+# A home file's transfer that went through whole is audited as the Files page's tasks were.
+_TRANSFERS = {"upload": AuditKind.HOME_UPLOADED, "download": AuditKind.HOME_DOWNLOADED}
 
 
 def do_gateway_events(node: Node, events: Sequence[GatewayEvent]) -> int:
@@ -38,12 +43,12 @@ def do_gateway_events(node: Node, events: Sequence[GatewayEvent]) -> int:
                 or ticket.purpose != event.purpose
             ):
                 continue
-            _apply(ticket, event)
+            _apply(ticket, event, node)
             recorded += 1
     return recorded
 
 
-def _apply(ticket: GatewayTicket, event: GatewayEvent) -> None:
+def _apply(ticket: GatewayTicket, event: GatewayEvent, node: Node) -> None:
     if event.kind == "opened":
         first = GatewayTicket.objects.filter(pk=ticket.pk, opened_at=None).update(
             opened_at=event.at, address=event.address
@@ -61,6 +66,19 @@ def _apply(ticket: GatewayTicket, event: GatewayEvent) -> None:
     _count_input(ticket, event)
     if ticket.purpose == "screen" and ticket.opened_at is not None:
         session_activity.viewer_closed(ticket.session_id, event.at)
+    if ticket.purpose in _TRANSFERS and event.reason == TRANSFER_DONE:
+        record(
+            _TRANSFERS[ticket.purpose],
+            f"user:{ticket.user.get_username()}",
+            session=ticket.session_id,
+            node=node,
+            data={
+                "path": ticket.path,
+                "size": event.bytes_in if ticket.purpose == "upload" else event.bytes_out,
+                "node": node.hostname,
+                "ticket": ticket.jti,
+            },
+        )
 
 
 def _audit_open(ticket: GatewayTicket, address: str | None) -> None:

@@ -37,8 +37,8 @@ from .eligibility import Forbidden
 from .gateway_keys import ticket_key
 from .node_address import desktop_endpoint
 
-# What a page may ask a ticket for today (the home files' upload and download come later).
-ISSUED_PURPOSES = ("screen", "sound")
+# What a page may ask a ticket for: the screen, the sound, one home file up or down.
+ISSUED_PURPOSES = ("screen", "sound", "upload", "download")
 TOKEN_MARKER = "token:"  # login_session of a ticket issued to an API token: token:<id>
 
 
@@ -63,7 +63,9 @@ def check_gateway_open(user: User | AnonymousUser, session_id: int, purpose: str
     node's gateway; else ServiceError saying why (NotFound, Forbidden, Conflict, NoSound)."""
     if purpose not in ISSUED_PURPOSES:
         raise ServiceError(
-            _("Ask for a ticket to the screen or the sound."), field="purpose", code="invalid"
+            _("Ask for a ticket to the screen, the sound, an upload or a download."),
+            field="purpose",
+            code="invalid",
         )
     session = Session.objects.openable_by(user).select_related("node").filter(pk=session_id).first()
     if session is None:
@@ -88,7 +90,8 @@ def check_gateway_open(user: User | AnonymousUser, session_id: int, purpose: str
 
 def gateway_url(session: Session, purpose: str) -> str:
     """Where a page opens ``purpose`` of the session: DESKPOOL_GATEWAY_URL filled with the
-    node's checked address and its gateway's port, then the purpose's path."""
+    node's checked address and its gateway's port, then the purpose's path (for a file,
+    http:// or https:// rather than ws:// or wss://)."""
     node = session.node
     assert node is not None and node.gateway_port is not None  # check_gateway_open saw to it
     endpoint = desktop_endpoint(node.address, node.gateway_port)
@@ -98,7 +101,12 @@ def gateway_url(session: Session, purpose: str) -> str:
         )
     ip, port = endpoint
     host = f"[{ip}]" if ":" in ip else ip
-    return settings.GATEWAY_URL.format(address=host, port=port) + GATEWAY_PATHS[purpose]
+    url = settings.GATEWAY_URL.format(address=host, port=port) + GATEWAY_PATHS[purpose]
+    if purpose in ("upload", "download"):  # plain HTTP on the same port and route
+        for socket, web in (("wss://", "https://"), ("ws://", "http://")):
+            if url.startswith(socket):
+                return web + url[len(socket) :]
+    return url
 
 
 def do_issue_ticket(
@@ -108,10 +116,13 @@ def do_issue_ticket(
     login_session: str,
     address: str | None,
     path: str = "",
+    quota: int = 0,
 ) -> IssuedTicket:
     """Sign a ticket for ``user`` to open ``purpose`` of ``session`` (as
     :func:`check_gateway_open` returned it) and keep its row. ``login_session``: the Django
-    session key it is issued under, or ``token:<id>`` for an API token."""
+    session key it is issued under, or ``token:<id>`` for an API token. Upload and download:
+    ``path`` the file in the home (checked by :mod:`.home_transfers`); upload: ``quota`` the
+    home's quota in bytes, which the gateway holds the upload to (0: none)."""
     node = session.node
     assert node is not None
     url = gateway_url(session, purpose)
@@ -128,6 +139,7 @@ def do_issue_ticket(
         iat=issued,
         exp=issued + TICKET_LIFETIME_S,
         jti=new_ticket_id(),
+        quota=quota,
     )
     text = sign_ticket(ticket, key_bytes(ticket_key(node.pk, ticket.kid)))
     expires_at = datetime.fromtimestamp(ticket.exp, tz=UTC)

@@ -1,32 +1,75 @@
-// The drawer's upload (issue 27): a file from this device into the person's home folder,
-// through the Files page's upload (portal/student/files.py, asked for JSON): the node that
-// keeps the home writes it, and the running desktop sees it at once. The drawer then asks
-// how the task stands until the node has answered, and says so in its status line.
-const pause = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+// A file from this device into the person's home folder (issue 34), for the desktop drawer
+// and the Files page (files_upload.js): the portal (POST /files/upload/, the form's action,
+// with the folder, the name and the size only) answers a single-use ticket and the node's
+// gateway URL; the file then goes straight to the gateway (PUT, the ticket in
+// X-Deskpool-Ticket), never through the portal, with its progress in the status line.
+const TICKET_HEADER = "X-Deskpool-Ticket";
 
-export function setUpUpload({ form, note, csrf, failed, pollMs = 500 }) {
+function put(url, ticket, file, onProgress) {
+  // XMLHttpRequest, not fetch: it reports an upload's progress.
+  return new Promise((resolve) => {
+    const request = new XMLHttpRequest();
+    request.open("PUT", url);
+    request.setRequestHeader(TICKET_HEADER, ticket);
+    request.upload.onprogress = (event) => {
+      if (event.lengthComputable) onProgress(Math.floor((100 * event.loaded) / event.total));
+    };
+    request.onload = () => {
+      let reason = "";
+      try {
+        reason = JSON.parse(request.responseText).reason || "";
+      } catch {
+        reason = "";
+      }
+      resolve({ ok: request.status === 201, reason });
+    };
+    request.onerror = () => resolve({ ok: false, reason: "" });
+    request.send(file);
+  });
+}
+
+export async function uploadFile({ action, csrf, file, folder = "", onProgress = () => {} }) {
+  // {ok, message, reload}: what to say when it ended, and the folder's page.
+  const asked = await fetch(action, {
+    method: "POST",
+    credentials: "same-origin",
+    headers: { "X-CSRFToken": csrf, Accept: "application/json" },
+    body: new URLSearchParams({ path: folder, name: file.name, size: String(file.size) }),
+  });
+  const grant = await asked.json();
+  if (!asked.ok) return { ok: false, message: grant.error || "" };
+  onProgress(0, grant.sending);
+  const sent = await put(grant.url, grant.ticket, file, (percent) =>
+    onProgress(percent, grant.sending),
+  );
+  return { ok: sent.ok, message: sent.ok ? grant.done : sent.reason, reload: grant.reload };
+}
+
+export function setUpUpload({ form, note, csrf, failed, after = null }) {
   if (!form) return;
   const send = form.querySelector("button[type=submit]");
-  const ask = async (url, options = {}) => {
-    const answer = await fetch(url, {
-      credentials: "same-origin",
-      ...options,
-      headers: { "X-CSRFToken": csrf, Accept: "application/json" },
-    });
-    return [answer.ok, await answer.json()];
-  };
+  const input = form.querySelector("input[type=file]");
+  const folder = form.querySelector("input[name=path]");
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
+    const file = input.files[0];
+    if (!file) return;
     send.disabled = true;
     try {
-      let [ok, task] = await ask(form.action, { method: "POST", body: new FormData(form) });
-      note.textContent = ok ? task.message : task.error;
-      while (ok && task.state === "PENDING") {
-        await pause(pollMs);
-        [ok, task] = await ask(task.task);
-        note.textContent = task.message || task.error || "";
+      const outcome = await uploadFile({
+        action: form.action,
+        csrf,
+        file,
+        folder: folder ? folder.value : "",
+        onProgress: (percent, sending) => {
+          note.textContent = `${sending} ${percent}%`;
+        },
+      });
+      note.textContent = outcome.message || failed;
+      if (outcome.ok) {
+        form.reset();
+        if (after) after(outcome);
       }
-      if (ok && task.state === "DONE") form.reset();
     } catch {
       note.textContent = failed;
     } finally {

@@ -145,3 +145,25 @@ def test_the_schema_documents_the_ticket_action(owner):
     schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
     operation = schema["paths"]["/api/v1/sessions/{id}/ticket/"]["post"]
     assert {"201", "400", "403", "404", "409"} <= set(operation["responses"])
+
+
+def test_a_file_ticket_names_one_path_and_the_owners_quota(desktop, owner, settings):
+    settings.HOME_QUOTA_MB = 5
+    client = page_of(owner)
+    answer = ask(client, desktop.pk, {"purpose": "upload", "path": "docs/报告.txt", "size": 10})
+    assert answer.status_code == 201, answer.content
+    assert answer.json()["url"] == f"http://127.0.0.1:{GATEWAY_PORT}/files/upload"
+    access = desired_state(Node.objects.get(pk=desktop.node_id)).gateway
+    assert access is not None
+    claims = check_ticket(
+        answer.json()["ticket"],
+        keys={k.kid: key_bytes(k.key) for k in access.keys},
+        node_id=desktop.node_id,
+        purpose="upload",
+        memo=ReplayMemo(),
+    )
+    assert (claims.path, claims.quota) == ("docs/报告.txt", 5 * 1024 * 1024)
+    bad = ask(client, desktop.pk, {"purpose": "download", "path": "../etc/passwd"})
+    assert bad.status_code == 400 and "cannot be used" in bad.content.decode()
+    too_big = ask(client, desktop.pk, {"purpose": "upload", "path": "a.bin", "size": 6 * 2**20})
+    assert too_big.status_code == 400 and "no room" in too_big.content.decode()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
-from urllib.parse import quote
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -17,7 +16,7 @@ from django.test import Client
 from django.utils import timezone
 
 from people.preferences import save_preferences
-from scheduling.models import HomeTask, HomeTaskContent, HomeUsage, Node
+from scheduling.models import HomeTask, HomeUsage, Node
 from scheduling.services.home_files_agent import do_home_report
 
 pytestmark = [pytest.mark.django_db]
@@ -69,37 +68,6 @@ def test_without_a_home_the_page_says_why_and_what_to_do(owner):
 def test_signed_out_people_go_to_the_login_page():
     response = Client().get("/files/")
     assert response.status_code == 302 and response.url.startswith("/login/")
-
-
-def test_the_page_starts_a_listing_and_shows_the_quota_and_the_upload_limit(owner, home_node):
-    HomeUsage.objects.create(
-        user=owner, used_bytes=int(2.1 * 1024**3), node_hostname="node-1", measured_at=MODIFIED
-    )
-    save_preferences(owner, time_zone=ZONE)
-    html = signed_in(owner).get("/files/?path=notes").content.decode()
-    task = HomeTask.objects.get(user=owner)
-    assert (task.kind, task.path, task.node_id, task.state) == (
-        "list",
-        "notes",
-        home_node.pk,
-        "PENDING",
-    )
-    assert "Your home folder is shared by all nodes; node-1 looks after it" in html
-    assert '<label for="files-meter">2.1 GB of 10.0 GB used</label>' in html
-    assert re.search(r'<meter id="files-meter" min="0" max="10485760" value="2202009">', html)
-    assert "measured 2026-12-05 06:47" in html
-    assert '<span id="files-upload-limit" class="hint">Up to 64.0 MB</span>' in html
-    assert '<input type="hidden" name="path" value="notes">' in html
-    assert "Asking node-1 for your files…" in html
-    # Without JavaScript: the task's own page, which refreshes itself while it waits.
-    assert f'<noscript><meta http-equiv="refresh" content="2;url=/files/tasks/{task.pk}/">' in html
-    waiting = signed_in(owner).get(f"/files/tasks/{task.pk}/").content.decode()
-    assert '<meta http-equiv="refresh" content="2">' in waiting
-    assert "Asking node-1 for your files…" in waiting
-    assert config_of(html)["listing"] == f"/files/tasks/{task.pk}/"
-    # Breadcrumbs: the home, then the folder (the current one marked).
-    assert '<a href="/files/">Home folder</a>' in html
-    assert '<a href="/files/?path=notes" aria-current="page">notes</a>' in html
 
 
 def test_no_quota_line_before_the_home_was_ever_measured(owner, home_node):
@@ -175,52 +143,6 @@ def test_another_persons_task_is_404(owner, stranger, home_node):
     assert other.get("/files/?task=abc").status_code == 404
 
 
-def test_upload_starts_an_upload_task_and_the_page_waits_for_it(owner, home_node):
-    client = signed_in(owner)
-    data = SimpleUploadedFile("report.pdf", b"%PDF-1.4 hello")
-    response = client.post("/files/upload/", {"path": "notes", "file": data})
-    task = HomeTask.objects.get(user=owner, kind="upload")
-    assert (task.path, task.size) == ("notes/report.pdf", 14)
-    assert bytes(HomeTaskContent.objects.get(task=task).data) == b"%PDF-1.4 hello"
-    assert response.status_code == 302
-    assert response.url == f"/files/?path=notes&task={task.pk}"
-    html = client.get(response.url).content.decode()
-    assert "Sending report.pdf to node-1…" in html
-    config = config_of(html)
-    assert config["after"] == f"/files/tasks/{task.pk}/" and config["listing"] is None
-    assert config["reload"] == response.url
-    assert not HomeTask.objects.filter(kind="list").exists()  # listed once it has ended
-    do_home_report(home_node, task.pk, {"ok": True, "used_bytes": 14})
-    html = client.get(response.url).content.decode()
-    assert "Uploaded report.pdf." in html
-    assert HomeTask.objects.filter(user=owner, kind="list", path="notes").count() == 1
-
-
-def test_refusals_render_the_page_with_their_sentence_and_400(owner, home_node):
-    client = signed_in(owner)
-    response = client.post("/files/upload/", {"path": "notes"})
-    assert response.status_code == 400
-    assert "Choose a file to upload." in response.content.decode()
-    response = client.get("/files/?path=../etc")
-    assert response.status_code == 400
-    assert "That path cannot be used" in response.content.decode()
-    response = client.post("/files/download/", {"path": ""})
-    assert response.status_code == 400
-    assert "Choose a file or folder in your home." in response.content.decode()
-    response = client.post("/files/delete/", {"path": "a/../b", "confirmed": "1"})
-    assert response.status_code == 400
-    assert not HomeTask.objects.exclude(kind="list").exists()
-
-
-def test_a_full_home_refuses_the_upload_with_the_usage(owner, home_node, settings):
-    settings.HOME_QUOTA_MB = 1
-    HomeUsage.objects.create(user=owner, used_bytes=1024 * 1024, node_hostname="node-1")
-    data = SimpleUploadedFile("big.bin", b"x" * 10)
-    response = signed_in(owner).post("/files/upload/", {"file": data})
-    assert response.status_code == 400
-    assert "Your home folder is full: 1.0 MB of 1.0 MB used." in response.content.decode()
-
-
 def test_without_a_node_an_upload_is_refused_with_the_notice(owner):
     data = SimpleUploadedFile("a.txt", b"a")
     response = signed_in(owner).post("/files/upload/", {"file": data})
@@ -234,46 +156,6 @@ def test_posts_need_the_csrf_token(owner, home_node):
     assert client.post("/files/download/", {"path": "a.txt"}).status_code == 403
     assert client.post("/files/delete/", {"path": "a.txt", "confirmed": "1"}).status_code == 403
     assert not HomeTask.objects.exists()
-
-
-def test_download_then_its_content_as_an_attachment(owner, home_node):
-    client = signed_in(owner)
-    response = client.post("/files/download/", {"path": "notes/报告 1.txt"})
-    task = HomeTask.objects.get(user=owner, kind="download")
-    assert task.path == "notes/报告 1.txt"
-    assert response.url == f"/files/?path=notes&task={task.pk}"
-    html = client.get(response.url).content.decode()
-    assert "Fetching 报告 1.txt from node-1…" in html
-    assert config_of(html)["listing"]  # a download changes nothing: the folder is listed too
-    HomeTaskContent.objects.create(task=task, data=b"<script>alert(1)</script>")
-    do_home_report(home_node, task.pk, {"ok": True})
-    answer = task_json(client, task)
-    assert answer["content_url"] == f"/files/tasks/{task.pk}/content/"
-    got = client.get(answer["content_url"])
-    assert got.status_code == 200
-    assert got.content == b"<script>alert(1)</script>"
-    assert got["Content-Type"] == "application/octet-stream"
-    assert got["X-Content-Type-Options"] == "nosniff"
-    assert got["Content-Disposition"] == "attachment; filename*=utf-8''" + quote("报告 1.txt")
-
-
-def test_an_ascii_name_gets_a_plain_filename(owner, home_node):
-    client = signed_in(owner)
-    client.post("/files/download/", {"path": "a b.txt"})
-    task = HomeTask.objects.get(user=owner, kind="download")
-    HomeTaskContent.objects.create(task=task, data=b"hi")
-    do_home_report(home_node, task.pk, {"ok": True})
-    got = client.get(f"/files/tasks/{task.pk}/content/")
-    assert got["Content-Disposition"] == 'attachment; filename="a b.txt"'
-
-
-def test_content_of_an_unfinished_download_says_so(owner, home_node):
-    client = signed_in(owner)
-    client.post("/files/download/", {"path": "a.txt"})
-    task = HomeTask.objects.get(user=owner, kind="download")
-    response = client.get(f"/files/tasks/{task.pk}/content/", follow=True)
-    assert "That download did not finish. Download the file again." in response.content.decode()
-    assert response.redirect_chain[0][0] == "/files/"
 
 
 def test_delete_asks_first_then_starts_a_delete_task(owner, home_node):
@@ -329,29 +211,3 @@ def test_the_desktop_drawer_links_to_the_files_page_and_uploads(owner, profile, 
         html,
     )
     assert "(up to 64.0 MB): the desktop sees it at once." in html
-
-
-def test_the_drawers_upload_asks_for_json_and_follows_its_task(owner, home_node):
-    client = signed_in(owner)
-    data = SimpleUploadedFile("notes.txt", b"hello")
-    response = client.post(
-        "/files/upload/", {"path": "", "file": data}, HTTP_ACCEPT="application/json"
-    )
-    task = HomeTask.objects.get(user=owner, kind="upload")
-    assert response.status_code == 202
-    assert response.json() == {
-        "id": task.pk,
-        "kind": "upload",
-        "state": "PENDING",
-        "message": "Sending notes.txt to node-1…",
-        "task": f"/files/tasks/{task.pk}/",
-        "content_url": "",
-    }
-    do_home_report(home_node, task.pk, {"ok": True, "used_bytes": 5})
-    answer = task_json(client, task)
-    assert (answer["state"], answer["message"]) == ("DONE", "Uploaded notes.txt.")
-    # A refusal is the sentence, as JSON, and starts nothing.
-    response = client.post("/files/upload/", {"path": "../x"}, HTTP_ACCEPT="application/json")
-    assert response.status_code == 400
-    assert response.json()["error"].startswith("That path cannot be used")
-    assert HomeTask.objects.filter(user=owner).count() == 1
