@@ -267,7 +267,8 @@ def desktop(request: HttpRequest, person: User, session_id: int) -> HttpResponse
             "upload_limit": megabytes(transfer_max_bytes()),
         },
     )
-    # The page opens the gateway's sockets: allowed where they are not on the portal's origin.
+    # The page opens the gateway's sockets and the drawer PUTs uploads to it: allowed where
+    # they are not on the portal's origin.
     sources = _gateway_sources(session)
     if sources:
         response._csp_update = {"connect-src": sources}  # type: ignore[attr-defined]
@@ -276,16 +277,17 @@ def desktop(request: HttpRequest, person: User, session_id: int) -> HttpResponse
 
 
 def _gateway_sources(session: Session) -> list[str]:
-    """The origin of the desktop's gateway, for the page's connect-src: ``make demo`` and the
-    tests reach a node's gateway directly (an origin of its own); behind nginx it is the
-    portal's own origin, already allowed."""
+    """The desktop's gateway's origins, for the page's connect-src: its sockets (ws:// or
+    wss://) and its file uploads (http:// or https://). ``make demo`` and the tests reach a
+    node's gateway directly (origins of its own); behind nginx they are the portal's own
+    origin, already allowed."""
     if session.node is None or session.node.gateway_port is None:
         return []
     try:
-        url = urlsplit(gateway_url(session, "screen"))
+        urls = [urlsplit(gateway_url(session, purpose)) for purpose in ("screen", "upload")]
     except ServiceError:
         return []  # an address the portal does not let browsers reach: no ticket either
-    return [f"{url.scheme}://{url.netloc}"]
+    return [f"{url.scheme}://{url.netloc}" for url in urls]
 
 
 def _desktop_words() -> dict[str, str]:

@@ -13,6 +13,7 @@ import pytest
 
 from people.preferences import save_preferences
 from scheduling.models import DesktopProfile, Session
+from tests.conftest import GATEWAY_PORT
 from tests.portal.student.test_limit_pages import desktop_page, page_config, signed_in
 from tests.scheduling.test_lifecycle import run_desktop
 
@@ -142,3 +143,17 @@ def test_the_drawer_offers_sound_only_where_the_desktop_serves_it(owner, profile
     html = desktop_page(signed_in(owner), session)
     assert re.search(r'id="sound-toggle"[^>]*>播放桌面声音</button>', html)
     assert page_config(html)["words"]["sound_none"] == "这个桌面没有声音。"
+
+
+def test_the_page_may_reach_its_gateway_for_the_screen_and_for_uploads(gateway_desktop, owner):
+    """Where the browser reaches the node's gateway directly (``make demo``, the tests), the
+    page's connect-src allows its sockets and the drawer's upload (an http PUT)."""
+    answer = signed_in(owner).get(f"/desktop/{gateway_desktop.pk}/")
+    assert answer.status_code == 200
+    connect = next(
+        part.split()[1:]
+        for part in answer["Content-Security-Policy"].split(";")
+        if part.split() and part.split()[0] == "connect-src"
+    )
+    assert f"ws://127.0.0.1:{GATEWAY_PORT}" in connect
+    assert f"http://127.0.0.1:{GATEWAY_PORT}" in connect
