@@ -24,6 +24,9 @@ the browsers got. It prints, per N, the portal's CPU s/s with the viewers on the
 against none, the gateway's CPU per viewer and per MB, and the relay's on the same client.
 Then the control plane's p50/p95 (``GET /api/v1/sessions/`` and the home page, one request
 after the other) without viewers and with the largest N streaming through the gateway.
+With ``--storm``, last, ``python -m bench.storm --outside`` (its own demo stack) alone and
+then with ``--storm-viewers`` (20) viewers streaming through the gateway meanwhile: the
+storm's summary lines each time.
 """
 
 from __future__ import annotations
@@ -214,13 +217,17 @@ async def rfb_log_in(browser: websockets.ClientConnection) -> None:
     await browser.send(b"\x01")
 
 
-async def read_for(browser: websockets.ClientConnection, until: float) -> int:
+async def read_for(browser: websockets.ClientConnection, until: list[float]) -> int:
+    """Read until the time in ``until[0]`` (which may be moved while reading); the bytes."""
     received = 0
     try:
-        while (left := until - time.monotonic()) > 0:
-            async with asyncio.timeout(left):
-                received += len(await browser.recv())
-    except (TimeoutError, websockets.ConnectionClosed):
+        while (left := until[0] - time.monotonic()) > 0:
+            try:
+                async with asyncio.timeout(min(left, 1.0)):
+                    received += len(await browser.recv())
+            except TimeoutError:
+                continue
+    except websockets.ConnectionClosed:
         pass
     return received
 
@@ -234,7 +241,7 @@ async def gateway_viewer(gateway: Gateway, session_id: int, ready: asyncio.Event
         await browser.send(gateway.ticket(session_id))
         await rfb_log_in(browser)
         await ready.wait()
-        return await read_for(browser, until[0])
+        return await read_for(browser, until)
 
 
 async def relay_viewer(url: str, session_id: int, cookie: str, ready: asyncio.Event,
@@ -245,7 +252,7 @@ async def relay_viewer(url: str, session_id: int, cookie: str, ready: asyncio.Ev
     ) as browser:  # fmt: skip
         await rfb_log_in(browser)
         await ready.wait()
-        return await read_for(browser, until[0])
+        return await read_for(browser, until)
 
 
 async def stream(viewers: list, seconds: float, pids: dict[str, int]) -> Run:  # type: ignore[type-arg]
@@ -291,6 +298,37 @@ def probe_line(what: str, found: dict[str, list[float]]) -> str:
         for path, v in found.items()
     ]
     return f"  control plane, {what}: " + "; ".join(parts)
+
+
+# -- the outside storm beside the viewers ----------------------------------------------------
+
+
+def run_storm(env: dict[str, str]) -> list[str]:
+    """``python -m bench.storm --outside`` (its own demo stack and database): its summary."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.storm", "--outside"], cwd=ROOT, env=env,
+        capture_output=True, text=True,
+    )  # fmt: skip
+    return [f"    {line}" for line in done.stdout.strip().splitlines()[-12:]]
+
+
+async def storm_beside(args: argparse.Namespace, gateway: Gateway) -> list[str]:
+    """The outside storm alone, then with ``--storm-viewers`` streaming through the gateway."""
+    lines = ["  the outside storm, alone:"]
+    lines += await asyncio.to_thread(run_storm, args.env_before)
+    ready, until = asyncio.Event(), [time.monotonic() + 3600]
+    viewers = [
+        asyncio.create_task(gateway_viewer(gateway, 1 + i // SCREENS_PER_SESSION, ready, until))
+        for i in range(args.storm_viewers)
+    ]
+    await asyncio.sleep(1.0 + 0.05 * args.storm_viewers)
+    ready.set()
+    lines.append(f"  the outside storm, {args.storm_viewers} viewers streaming on the gateway:")
+    lines += await asyncio.to_thread(run_storm, args.env_before)
+    until[0] = time.monotonic()
+    received = sum(await asyncio.gather(*viewers))
+    lines.append(f"    (the viewers got {received / MIB:.0f} MiB meanwhile)")
+    return lines
 
 
 # -- the run ---------------------------------------------------------------------------------
@@ -355,6 +393,8 @@ async def measure(args: argparse.Namespace, env: dict[str, str], workdir: Path) 
         busy = await asyncio.to_thread(probe, url, cookie, args.seconds)
         await asyncio.gather(*viewers)
         lines.append(probe_line(f"{most} viewers on the gateway", busy))
+        if args.storm:
+            lines += await storm_beside(args, gateway)
         drop_database(relay_env)
     finally:
         for process in (portal, relay):
@@ -376,6 +416,8 @@ def main() -> int:
     parser.add_argument("--rate-kib", type=int, default=512, help="per viewer, KiB/s")
     parser.add_argument("--chunk-kib", type=int, default=64, help="per message")
     parser.add_argument("--relay-commit", default=RELAY_COMMIT)
+    parser.add_argument("--storm", action="store_true", help="also bench.storm --outside")
+    parser.add_argument("--storm-viewers", type=int, default=20)
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="bench-data-plane-"))
     args.env_before = dict(os.environ)
