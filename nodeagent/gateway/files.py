@@ -19,8 +19,9 @@ bounded buffer (:data:`READ_LIMIT`) per transfer, the socket's drain awaited bef
 Both check the ticket as the sockets do (:func:`~.tickets.check_ticket`: signature, node,
 purpose, expiry, once; then the state: the desktop runs here, the ticket is not revoked) and
 open the home one name at a time without following links
-(:class:`nodeagent.home_files.HomeFolder`). A refusal is answered with ``{"code", "reason"}``
-(``code``: the close code of :mod:`.codes`); one connection carries one request. What was
+(:class:`nodeagent.home_files.HomeFolder`). A refused upload is answered with ``{"code",
+"reason"}`` (``code``: the close code of :mod:`.codes`), a refused download with a sentence
+in plain text (:mod:`.http_wire`); one connection carries one request. What was
 opened is reported as the sockets' links are (``opened``; ``closed`` with the bytes), and
 revocation ends a transfer as it ends a link.
 """
@@ -28,25 +29,33 @@ revocation ends a transfer as it ends a link.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import posixpath
 import time
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs
 
 from nodeagent.gateway.codes import (
     CLOSE_BUSY,
     CLOSE_SESSION_ENDED,
-    CLOSE_TICKET_INVALID,
     GATEWAY_DOWNLOAD_PATH,
     GATEWAY_UPLOAD_PATH,
 )
 from nodeagent.gateway.events import EventWriter
+from nodeagent.gateway.http_wire import (
+    REFUSAL_HEADER,
+    STALL_S,
+    Head,
+    HttpError,
+    answer,
+    content_length,
+    download_head,
+    download_refusal,
+    read_head,
+)
 from nodeagent.gateway.links import LinkEnded, Network, browser_address, gateway_event
 from nodeagent.gateway.registry import Registry
 from nodeagent.gateway.tickets import ReplayMemo, Ticket, TicketRefused, check_ticket
@@ -58,30 +67,11 @@ log = logging.getLogger(__name__)
 
 FILES_PATHS = {GATEWAY_UPLOAD_PATH: "upload", GATEWAY_DOWNLOAD_PATH: "download"}
 TICKET_HEADER = "x-deskpool-ticket"
-HEAD_MAX_BYTES = 16 * 1024  # a request's line and headers, at most
 HEAD_WAIT_S = 10.0  # for them
 CHUNK_BYTES = 1024 * 1024  # read from the file, or gathered for it, at a time
 READ_LIMIT = 256 * 1024  # the stream stops reading the socket past twice this
-STALL_S = 60.0  # a body, or a browser's reading, that makes no progress this long ends it
 LINGER_S = 1.0  # after a refusal, read and drop the body this long before closing
 T = TypeVar("T")
-
-
-class HttpError(Exception):
-    """Answer with ``status`` and ``{"code", "reason"}``; nothing was opened (or it is undone)."""
-
-    def __init__(self, status: int, reason: str, code: int = 0) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.code = code
-
-
-@dataclass
-class Head:
-    method: str
-    path: str
-    query: str
-    headers: dict[str, str]  # names in lower case
 
 
 @dataclass(eq=False)
@@ -169,18 +159,24 @@ class FilesHandler:
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One request, then the connection closes."""
         cors: dict[str, str] = {}
-        answered = False
+        answered = uploading = False
         try:
             async with asyncio.timeout(HEAD_WAIT_S):
                 head = await read_head(reader)
             if FILES_PATHS.get(head.path) == "upload":
+                uploading = True
                 cors = self.cors(head)
                 await self.upload(head, reader, writer, cors)
             else:
                 await self.download(head, writer)
             answered = True
         except HttpError as error:
-            await answer(writer, error.status, {"code": error.code, "reason": str(error)}, cors)
+            if uploading:  # the page's script reads the reason
+                body: object = {"code": error.code, "reason": str(error)}
+            else:  # a person reads it, in the tab the download was to land in
+                body = download_refusal(error)
+            extra = cors if uploading else {REFUSAL_HEADER: str(error.code)}
+            await answer(writer, error.status, body, extra)
             if cors:
                 await linger(reader)
             answered = True
@@ -278,7 +274,7 @@ class FilesHandler:
             raise HttpError(405, "Download with GET.")
         origin = head.headers.get("origin")  # a navigation sends none
         if origin is not None and origin not in self.registry.state.origins:
-            raise HttpError(403, "Forbidden origin")
+            raise HttpError(403, "It was asked for by a page this gateway does not serve")
         ticket = parse_qs(head.query).get("ticket", [""])[0]
         transfer = self.admit(head, ticket, "download", writer)
         try:
@@ -320,22 +316,6 @@ PREFLIGHT = {
     "Access-Control-Allow-Headers": "X-Deskpool-Ticket, Content-Type",
     "Access-Control-Max-Age": "600",
 }
-REASONS = {
-    200: "OK",
-    201: "Created",
-    204: "No Content",
-    400: "Bad Request",
-    403: "Forbidden",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    409: "Conflict",
-    410: "Gone",
-    411: "Length Required",
-    413: "Content Too Large",
-    429: "Too Many Requests",
-    431: "Request Header Fields Too Large",
-    507: "Insufficient Storage",
-}
 
 
 def status_of(code: int) -> int:
@@ -345,43 +325,6 @@ def status_of(code: int) -> int:
     if code == CLOSE_BUSY:
         return 429
     return 403
-
-
-async def read_head(reader: asyncio.StreamReader) -> Head:
-    """The request line and headers (at most :data:`HEAD_MAX_BYTES`); HttpError if malformed."""
-    try:
-        data = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.LimitOverrunError as error:
-        raise HttpError(431, "The request's headers are too long.") from error
-    if len(data) > HEAD_MAX_BYTES:
-        raise HttpError(431, "The request's headers are too long.")
-    lines = data.decode("latin-1").split("\r\n")[:-2]
-    try:
-        method, target, version = lines[0].split(" ")
-    except ValueError:
-        raise HttpError(400, "Not an HTTP request.") from None
-    if version not in ("HTTP/1.1", "HTTP/1.0"):
-        raise HttpError(400, "HTTP/1.1 only.")
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, colon, value = line.partition(":")
-        name = name.strip().lower()
-        if not colon or not name or name in headers and name in ("content-length", "origin"):
-            raise HttpError(400, "A malformed header.")
-        headers[name] = value.strip()
-    path, _, query = target.partition("?")
-    return Head(method, path, query, headers)
-
-
-def content_length(head: Head) -> int:
-    if "transfer-encoding" in head.headers:
-        raise HttpError(411, "Send the file with a Content-Length, not chunked.")
-    text = head.headers.get("content-length")
-    if text is None:
-        raise HttpError(411, "Send the file with a Content-Length.")
-    if not text.isdigit() or len(text) > 18:
-        raise HttpError(400, "A malformed Content-Length.", CLOSE_TICKET_INVALID)
-    return int(text)
 
 
 async def linger(reader: asyncio.StreamReader) -> None:
@@ -442,45 +385,3 @@ async def send(writer: asyncio.StreamWriter, file: Any, size: int, transfer: Tra
             await writer.drain()
     log.debug("sent %d bytes in %.1f s", size, time.monotonic() - started)
     writer.write_eof()
-
-
-def download_head(path: str, size: int) -> bytes:
-    """The download's status line and headers."""
-    name = posixpath.basename(path)
-    fallback = "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else "_" for c in name)
-    headers = {
-        "Content-Type": "application/octet-stream",
-        "Content-Length": str(size),
-        "Content-Disposition": (
-            f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(name, safe='')}"
-        ),
-        "X-Content-Type-Options": "nosniff",
-        "Content-Security-Policy": "default-src 'none'; sandbox",
-        "Cache-Control": "no-store",
-    }
-    return response_head(200, headers)
-
-
-def response_head(status: int, headers: dict[str, str]) -> bytes:
-    lines = [f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}"]
-    lines += [f"{name}: {value}" for name, value in (headers | {"Connection": "close"}).items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
-async def answer(
-    writer: asyncio.StreamWriter, status: int, body: object, headers: dict[str, str]
-) -> None:
-    """A whole (small) response: JSON ``body``, or none."""
-    data = b"" if body is None else json.dumps(body).encode()
-    fields = dict(headers)
-    if body is not None:
-        fields["Content-Type"] = "application/json"
-    fields["Content-Length"] = str(len(data))
-    fields["Cache-Control"] = "no-store"
-    try:
-        writer.write(response_head(status, fields) + data)
-        async with asyncio.timeout(STALL_S):
-            await writer.drain()
-        writer.write_eof()
-    except (ConnectionError, TimeoutError, RuntimeError):
-        pass

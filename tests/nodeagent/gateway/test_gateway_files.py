@@ -79,6 +79,9 @@ def put(gateway: GatewayProcess, ticket: str, data: bytes, **options: Any) -> An
 
 
 def refusal_code(answer: Any) -> int:
+    """An upload's refusal says it in JSON, a download's in a header (its body is a sentence)."""
+    if "x-deskpool-refusal" in answer.headers:
+        return int(answer.headers["x-deskpool-refusal"])
     return int(json.loads(answer.body)["code"])
 
 
@@ -121,6 +124,13 @@ def test_replayed_forged_and_foreign_tickets_open_nothing(
 
     replayed = download(gateway.port, ticket)
     assert replayed.status == 403 and refusal_code(replayed) == CLOSE_TICKET_REPLAYED
+    # The browser shows a refused download in its tab: a sentence, not JSON.
+    assert replayed.headers["content-type"] == "text/plain; charset=utf-8"
+    assert replayed.headers["x-content-type-options"] == "nosniff"
+    assert replayed.body.decode().startswith(
+        "The file could not be downloaded. The ticket was used before.\n\n"
+        "A download link works once and for a few minutes only: go back to the Files page"
+    )
     forged = download(gateway.port, ticket_for(os.urandom(32), SID, "download", path="mine.txt")[0])
     assert forged.status == 403 and refusal_code(forged) == CLOSE_TICKET_INVALID
     # An upload's ticket does not download, nor a download's upload.

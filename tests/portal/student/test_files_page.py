@@ -18,6 +18,7 @@ from django.utils import timezone
 from people.preferences import save_preferences
 from scheduling.models import HomeTask, HomeUsage, Node
 from scheduling.services.home_files_agent import do_home_report
+from tests.conftest import GATEWAY_PORT
 
 pytestmark = [pytest.mark.django_db]
 
@@ -211,3 +212,24 @@ def test_the_desktop_drawer_links_to_the_files_page_and_uploads(owner, profile, 
         html,
     )
     assert "(up to 64.0 MB): the desktop sees it at once." in html
+
+
+def test_a_refused_download_is_a_page_in_the_persons_language(owner, home_node):
+    """No running desktop to carry it: the folder's page says why (400), not JSON."""
+    response = signed_in(owner).post(
+        "/files/download/", {"path": "notes/a.txt"}, HTTP_ACCEPT_LANGUAGE="zh-Hans"
+    )
+    assert response.status_code == 400
+    assert response["Content-Type"].startswith("text/html")
+    html = response.content.decode()
+    assert '<html lang="zh-hans">' in html
+    assert "上传和下载经由你正在运行的桌面所在的节点进行。请先启动一个桌面，然后重试。" in html
+    assert "Uploads and downloads" not in html
+
+
+def test_a_download_goes_to_the_gateway_with_a_single_use_ticket(gateway_desktop, owner):
+    response = signed_in(owner).post("/files/download/", {"path": "notes/a.txt"})
+    assert response.status_code == 303
+    assert response["Location"].startswith(
+        f"http://127.0.0.1:{GATEWAY_PORT}/files/download?ticket="
+    )
