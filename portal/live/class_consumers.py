@@ -9,10 +9,10 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.template.loader import render_to_string
 from django.utils import timezone, translation
 
-from nodeagent.gateway.codes import CLOSE_FORBIDDEN
+from nodeagent.gateway.codes import CLOSE_FORBIDDEN, CLOSE_SIGNED_OUT
 from people.preferences import handshake_language, saved_preferences
 from portal.live.listen_only import ListenOnly
-from portal.live.socket_guard import LISTENER_CHECK_S, guard, sign_in_of
+from portal.live.socket_guard import LISTENER_CHECK_S, guard, refuse, sign_in_of
 from scheduling.events import course_group
 from scheduling.services.classroom import class_sessions
 from scheduling.services.teaching import CourseRole, role_by_code
@@ -51,8 +51,11 @@ class ClassConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
         role = None
         if user is not None and user.is_authenticated:
             role = await database_sync_to_async(role_by_code)(user, code)
-        if role is None or not role.view_live_class or sign_in is None:
-            await self.close(code=CLOSE_FORBIDDEN)
+        if sign_in is None:
+            await refuse(self, CLOSE_SIGNED_OUT)
+            return
+        if role is None or not role.view_live_class:
+            await refuse(self, CLOSE_FORBIDDEN)
             return
         self.role = role
         saved, self.zone = await database_sync_to_async(saved_preferences)(user)

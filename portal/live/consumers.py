@@ -16,7 +16,7 @@ from nodeagent.gateway.codes import CLOSE_BAD_REQUEST, CLOSE_SIGNED_OUT
 from people.preferences import handshake_language, saved_preferences
 from portal.kit.session_fragment import BOTH, PAGE_FORMS, render_forms
 from portal.live.listen_only import ListenOnly
-from portal.live.socket_guard import LISTENER_CHECK_S, guard, sign_in_of
+from portal.live.socket_guard import LISTENER_CHECK_S, guard, refuse, sign_in_of
 from scheduling.events import ADMIN_GROUP, user_group
 from scheduling.models.alerts import AlertLevel, AlertState, Metric
 from scheduling.models.policy import QuotaRequestState
@@ -49,7 +49,7 @@ class UpdatesConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
         user = self.scope.get("user")
         sign_in = sign_in_of(self.scope)
         if user is None or not user.is_authenticated or sign_in is None:
-            await self.close(code=CLOSE_SIGNED_OUT)
+            await refuse(self, CLOSE_SIGNED_OUT)
             return
         forms = page_forms(self.scope.get("query_string", b""))
         if forms is None:

@@ -24,7 +24,6 @@ from people.login_sessions import signed_in_user
 
 log = logging.getLogger(__name__)
 
-SIGN_IN_CHECK_S = 2.0  # how often an open desktop relay checks its sign-in
 LISTENER_CHECK_S = 5.0  # how often a live-update socket (one per open page) checks
 
 Allowed = Callable[[Any], bool]  # the freshly read user -> may they still listen?
@@ -57,6 +56,14 @@ def sign_in_of(scope: dict) -> SignIn | None:
     if user is None or not user.is_authenticated:
         return None
     return getattr(scope.get("session"), "session_key", None) or None, user.pk
+
+
+async def refuse(consumer: Any, code: int) -> None:
+    """End a socket the person may not have, with a close code the page can read: accepted,
+    then closed. Closed before the accept, daphne answers the handshake 403 and the browser
+    sees only 1006, so a signed-out page would go on retrying."""
+    await consumer.accept()
+    await consumer.close(code=code)
 
 
 async def guard(

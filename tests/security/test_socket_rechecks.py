@@ -4,8 +4,10 @@ A WebSocket is authenticated at its handshake only. In process, through the port
 application with a real login cookie: the updates socket closes with 4401 once its login
 session ends (logout) and with 4403 once an admin listening to the admins' events is no
 longer one; the live class socket closes with 4403 once a TA is removed from the course,
-and with 4401 once the account is disabled. The check is the desktop relay's
-(``portal.live.socket_guard``), every ``check_s`` (shortened here).
+and with 4401 once the account is disabled (``portal.live.socket_guard``, every ``check_s``,
+shortened here). A socket opened without a sign-in, or to a class the person may not watch,
+is accepted and closed at once with 4401 or 4403, so that the page can read the code and
+stop (a refusal at the handshake reaches the browser as 1006, which pages retry).
 """
 
 from __future__ import annotations
@@ -106,3 +108,22 @@ def test_a_disabled_teachers_live_class_socket_closes_with_4401(owner):
         User.objects.filter(pk=owner.pk).update(is_active=False)
 
     assert close_code_after("/ws/courses/cs101/", cookie, disable) == 4401
+
+
+@pytest.mark.parametrize(
+    ("path", "cookie_of", "code"),
+    [("/ws/updates/", None, 4401), ("/ws/courses/cs101/", None, 4401),
+     ("/ws/courses/cs101/", "owner", 4403)],
+)  # fmt: skip
+def test_a_socket_refused_at_its_opening_says_why_with_a_close_code(owner, path, cookie_of, code):
+    Course.objects.create(code="cs101", title="GPUs")
+    headers = [(b"origin", b"http://testserver"), (b"host", b"testserver")]
+    if cookie_of:
+        headers.append((b"cookie", signed_in_cookie(owner)))
+
+    async def run() -> tuple[bool, dict]:
+        socket = WebsocketCommunicator(application, path, headers=headers)
+        connected, _ = await socket.connect(timeout=WAIT_S)
+        return connected, await socket.receive_output(timeout=WAIT_S)
+
+    assert async_to_sync(run)() == (True, {"type": "websocket.close", "code": code})
