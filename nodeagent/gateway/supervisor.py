@@ -30,6 +30,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import IO
 
 from pydantic import ValidationError
@@ -284,6 +285,10 @@ class GatewaySupervisor:
 
     def _read_events(self, stream: IO[bytes]) -> None:
         malformed_before = self.malformed
+        # What this child opened and has not reported closed: if it dies without saying so
+        # (a crash, a kill), the agent says it for it, so that the portal does not count a
+        # viewer forever (idle detection) or miss the end of a transfer.
+        still_open: dict[str, GatewayEvent] = {}
         while (line := _read_line(stream)) is not None:
             if not line.strip():
                 continue
@@ -298,9 +303,22 @@ class GatewaySupervisor:
                         line,
                     )
                 continue
+            if event.kind == "opened":
+                still_open[event.ticket] = event
+            elif event.kind == "closed":
+                still_open.pop(event.ticket, None)
             self._queue(event)
         if (skipped := self.malformed - malformed_before) > 1:
             logger.warning("skipped %d lines from the gateway that were no event", skipped)
+        if still_open:
+            logger.warning("the gateway ended with %d open; closing them", len(still_open))
+        ended = datetime.now(UTC)
+        for opened in still_open.values():
+            self._queue(
+                opened.model_copy(
+                    update={"kind": "closed", "at": ended, "reason": "the gateway stopped"}
+                )
+            )
 
     def _queue(self, event: GatewayEvent) -> None:
         with self._events_ready:

@@ -189,6 +189,25 @@ def test_events_are_queued_in_order_and_a_malformed_line_is_skipped_once(
     assert supervisor.take(timeout_s=0) == []
 
 
+def test_what_a_crashed_child_left_open_is_reported_closed(
+    supervisors: list[GatewaySupervisor],
+) -> None:
+    supervisor = GatewaySupervisor(
+        "127.0.0.1", command=stand_in("--events", "2", "--crash"), restart_first_s=60
+    )
+    supervisors.append(supervisor)
+    supervisor.start()
+
+    eventually(lambda: supervisor.pending() == 4)
+    events = supervisor.take(limit=500, timeout_s=1)
+
+    assert [(e.kind, e.ticket) for e in events] == [
+        ("opened", f"{0:022d}"), ("opened", f"{1:022d}"),
+        ("closed", f"{0:022d}"), ("closed", f"{1:022d}"),
+    ]  # fmt: skip
+    assert all(e.reason == "the gateway stopped" for e in events[2:])
+
+
 def test_a_full_queue_drops_the_oldest_events(supervisors: list[GatewaySupervisor]) -> None:
     supervisor = GatewaySupervisor("127.0.0.1", command=stand_in("--events", "30"), events_max=10)
     supervisors.append(supervisor)
