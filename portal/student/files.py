@@ -213,14 +213,17 @@ def files_page(
     }
     response = render(request, "portal/files/page.html", context, status=status)
     sources = transfer_sources(person)
-    if sources:  # the upload goes to the gateway: allowed where it is not the portal's origin
-        response._csp_update = {"connect-src": sources}  # type: ignore[attr-defined]
-        response._csp_update_ro = {"connect-src": sources}  # type: ignore[attr-defined]
+    if sources:  # allowed where the gateway is not the portal's origin: the upload goes
+        # there, and the download form's 303 (form-action holds for a form's redirects too)
+        update = {"connect-src": sources, "form-action": sources}
+        response._csp_update = update  # type: ignore[attr-defined]
+        response._csp_update_ro = update  # type: ignore[attr-defined]
     return response
 
 
 def transfer_sources(person: User) -> list[str]:
-    """The origin of the gateway an upload goes to now, for the page's connect-src."""
+    """The origin of the gateway a transfer goes to now, for the page's connect-src and
+    form-action."""
     try:
         transfer = check_home_transfer(person, "download", "x")
     except FilesRefused:

@@ -233,3 +233,12 @@ def test_a_download_goes_to_the_gateway_with_a_single_use_ticket(gateway_desktop
     assert response["Location"].startswith(
         f"http://127.0.0.1:{GATEWAY_PORT}/files/download?ticket="
     )
+
+
+def test_the_page_may_send_uploads_and_download_forms_to_the_gateway(gateway_desktop, owner):
+    """The upload is a PUT to the gateway and the download form's 303 goes there (a form's
+    redirect is held to form-action too)."""
+    policy = signed_in(owner).get("/files/")["Content-Security-Policy"]
+    directives = {part.split()[0]: part.split()[1:] for part in policy.split(";") if part.split()}
+    gateway = f"http://127.0.0.1:{GATEWAY_PORT}"
+    assert gateway in directives["connect-src"] and gateway in directives["form-action"]

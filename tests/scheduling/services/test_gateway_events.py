@@ -1,6 +1,8 @@
 """What a node's gateway reports (issue 34): an open audited once as the relays audited it (a
 screen also counted as a viewer), input counted for idle detection, the close recorded; a
-batch sent again changes nothing; another node's tickets are not this node's to report."""
+batch sent again changes nothing; another node's tickets are not this node's to report; a home
+file's upload or download that went through whole is audited once (home.uploaded,
+home.downloaded), one cut short is not."""
 
 from __future__ import annotations
 
@@ -9,11 +11,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from nodeagent.protocol_gateway import GatewayEvent
+from nodeagent.protocol_gateway import TRANSFER_DONE, GatewayEvent
 from scheduling.choices import AuditKind
 from scheduling.models import AuditEvent, GatewayTicket, SessionActivity
 from scheduling.services.gateway_events import do_gateway_events
 from scheduling.services.gateway_tickets import check_gateway_open, do_issue_ticket
+from scheduling.services.home_transfers import check_transfer_on, do_issue_transfer_ticket
 
 from ...conftest import gpu_inventory, sign_in
 
@@ -104,3 +107,49 @@ def test_an_event_that_misnames_its_ticket_is_ignored(desktop, owner):
     unknown = event(ticket, "opened").model_copy(update={"ticket": "x" * 22})
     assert do_gateway_events(desktop.node, [wrong_purpose, wrong_session, unknown]) == 0
     assert not AuditEvent.objects.filter(kind=AuditKind.DESKTOP_OPENED).exists()
+
+
+def transfer_ticket(user, session, purpose: str, path: str) -> GatewayTicket:  # type: ignore[no-untyped-def]
+    transfer = check_transfer_on(user, session.pk, purpose, path, size=6)
+    do_issue_transfer_ticket(user, transfer, sign_in(user), None)
+    return GatewayTicket.objects.latest("pk")
+
+
+def test_a_transfer_that_went_through_is_audited_once_with_its_bytes(desktop, owner):
+    upload = transfer_ticket(owner, desktop, "upload", "notes/a.txt")
+    download = transfer_ticket(owner, desktop, "download", "notes/a.txt")
+    batch = [
+        event(upload, "opened", address="10.9.8.7"),
+        event(upload, "closed", bytes_in=6, reason=TRANSFER_DONE),
+        event(download, "opened"),
+        event(download, "closed", bytes_out=6, reason=TRANSFER_DONE),
+    ]
+    assert do_gateway_events(desktop.node, batch) == 4
+    assert do_gateway_events(desktop.node, batch) == 4  # the batch again: no second row
+
+    rows = AuditEvent.objects.filter(kind__in=[AuditKind.HOME_UPLOADED, AuditKind.HOME_DOWNLOADED])
+    assert sorted(
+        (r.kind, r.actor, r.session_id, r.data["path"], r.data["size"]) for r in rows
+    ) == [
+        (AuditKind.HOME_DOWNLOADED, "user:ada", desktop.pk, "notes/a.txt", 6),
+        (AuditKind.HOME_UPLOADED, "user:ada", desktop.pk, "notes/a.txt", 6),
+    ]
+    assert {r.data["ticket"] for r in rows} == {upload.jti, download.jti}
+    # A transfer is no viewer and no sound listener.
+    assert not AuditEvent.objects.filter(kind=AuditKind.DESKTOP_OPENED).exists()
+
+
+def test_a_transfer_cut_short_or_refused_is_not_audited_as_done(desktop, owner):
+    cut = transfer_ticket(owner, desktop, "upload", "big.bin")
+    full = transfer_ticket(owner, desktop, "upload", "huge.bin")
+    do_gateway_events(
+        desktop.node,
+        [
+            event(cut, "opened"),
+            event(cut, "closed", bytes_in=3, reason="cut short"),
+            event(full, "opened"),
+            event(full, "closed", reason="the home's quota has no room"),
+        ],
+    )
+    assert not AuditEvent.objects.filter(kind=AuditKind.HOME_UPLOADED).exists()
+    assert GatewayTicket.objects.get(pk=cut.pk).closed_at is not None
