@@ -59,11 +59,22 @@ class HostileDesktop:
 
 @pytest.fixture
 def hostile_desktop(docker_client, tiny_image) -> Iterator[HostileDesktop]:  # type: ignore[no-untyped-def]
+    yield from run_hostile(docker_client, tiny_image, {})
+
+
+@pytest.fixture
+def one_gib_desktop(docker_client, tiny_image) -> Iterator[HostileDesktop]:  # type: ignore[no-untyped-def]
+    """The hostile desktop sending 1 GiB messages (websockify sends at most 64 KiB)."""
+    yield from run_hostile(docker_client, tiny_image, {"DESKTOP_CHUNK": str(1024 * MIB)})
+
+
+def run_hostile(docker_client, image: str, environment: dict[str, str]) -> Iterator[HostileDesktop]:  # type: ignore[no-untyped-def]
     container = docker_client.containers.run(
-        tiny_image,
+        image,
         entrypoint=["python3", "-u", "/hostile.py"],
         command=[],
         detach=True,
+        environment=environment,
         name=f"deskpool-test-hostile-{uuid.uuid4().hex[:8]}",
         volumes={str(HOSTILE): {"bind": "/hostile.py", "mode": "ro"}},
         ports={"6080/tcp": ("127.0.0.1", None), "6081/tcp": ("127.0.0.1", None)},
@@ -227,3 +238,29 @@ def test_a_message_over_1_mib_from_the_browser_closes_with_4413(gateway, hostile
             return await closed_with(browser)
 
     assert asyncio.run(too_big()) == 4413
+
+
+def test_a_1_gib_message_from_the_desktop_closes_the_screen_with_4413_unread(
+    gateway, one_gib_desktop
+) -> None:
+    """websockets refuses a frame over 1 MiB from its header: the gateway reads none of the
+    gigabyte, closes the browser's side with 4413, and its memory stays flat."""
+    key = start(gateway, one_gib_desktop)
+    pid = gateway.process.pid
+
+    async def huge() -> tuple[int | None, float]:
+        before = largest = rss_mb(pid)
+        async with await open_socket(gateway.url + "/screen", max_size=None) as browser:
+            await browser.send(ticket_for(key, SESSION_ID)[0])
+            await log_in_screen(browser)
+            # The desktop makes its gigabyte before it sends the header: give it time.
+            closing = asyncio.create_task(closed_with(browser, within=60))
+            while not closing.done():
+                largest = max(largest, rss_mb(pid))
+                await asyncio.sleep(0.05)
+            return closing.result(), largest - before
+
+    code, growth_mb = asyncio.run(huge())
+    print(f"1 GiB message: closed {code}, the gateway grew {growth_mb:.1f} MB")
+    assert code == 4413
+    assert growth_mb < GATEWAY_GROWTH_MB
