@@ -33,7 +33,6 @@ from scheduling.services.catalogue import profile_offers
 from scheduling.services.eligibility import eligible_courses, eligible_purposes
 from scheduling.services.extend import do_extend, profile_room
 from scheduling.services.gateway_tickets import gateway_url
-from scheduling.services.home_files import megabytes, transfer_max_bytes
 from scheduling.services.home_place import home_place
 from scheduling.services.idle import LIMIT_WARNINGS, do_resume
 from scheduling.services.quota_view import quota_left
@@ -264,7 +263,6 @@ def desktop(request: HttpRequest, person: User, session_id: int) -> HttpResponse
             "has_sound": has_sound,
             "config": config,
             "stop_answer": ANSWERS["stop"],
-            "upload_limit": megabytes(transfer_max_bytes()),
         },
     )
     # The page opens the gateway's sockets and the drawer PUTs uploads to it: allowed where

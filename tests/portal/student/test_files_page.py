@@ -211,7 +211,9 @@ def test_the_desktop_drawer_links_to_the_files_page_and_uploads(owner, profile, 
         r'enctype="multipart/form-data" target="_blank">',
         html,
     )
-    assert "(up to 64.0 MB): the desktop sees it at once." in html
+    # No fixed cap: an upload is bounded by the home's quota only (the gateway holds it).
+    assert "up to the room your quota leaves: the desktop sees it at once." in html
+    assert "MB" not in html
 
 
 def test_a_refused_download_is_a_page_in_the_persons_language(owner, home_node):
