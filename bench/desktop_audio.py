@@ -1,7 +1,7 @@
 """``python -m bench.desktop_audio``: what a desktop's sound costs and how late it comes.
 
 Starts one deskpool/desktop (``--image``) through the agent's own runtime, logs in to its
-published sound port as the portal's relay does (:func:`nodeagent.desktop_audio.open_audio`)
+published sound port as the node's gateway does (:func:`nodeagent.desktop_audio.open_audio`)
 and measures, with a 440 Hz tone written into the container beforehand and played with
 ``pacat`` (any PulseAudio program plays the same way):
 
@@ -102,7 +102,7 @@ async def listen(
     during=None,
     secret: str = BENCH_SECRET,  # type: ignore[no-untyped-def]
 ) -> tuple[AudioFormat, bytes, float]:
-    """Log in to a desktop's sound port on this host as the portal's relay does, start
+    """Log in to a desktop's sound port on this host as the node's gateway does, start
     ``during()`` (in a thread), and collect what comes for ``seconds``. Returns the format,
     the bytes, and when the first of them came (time.time(), or 0 when none did)."""
     reader, writer, found = await open_audio("127.0.0.1", port, secret, 10)

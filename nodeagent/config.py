@@ -123,7 +123,8 @@ def parse_runtime(value: str) -> RuntimeChoice:
 
 def parse_publish_address(value: str) -> str:
     """Validate ``DESKPOOL_PUBLISH_ADDRESS``: the node's management address, which the agent
-    registers and the portal's relay connects to (a hostname or an IP address only)."""
+    registers, its desktops' ports and its gateway listen on, and the portal builds the
+    gateway's URL from (a hostname or an IP address only)."""
     try:
         return node_address(value.strip())
     except ValueError as error:

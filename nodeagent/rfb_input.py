@@ -1,12 +1,11 @@
 """Counting the keyboard and mouse events in a browser's RFB stream (issue 15, idle detection).
 
-The desktop gateway (:mod:`nodeagent.gateway.screen`) and the portal's relay feed
-:class:`InputCounter` every client -> server chunk after the security handshake, as it
-arrives (WebSocket messages split and merge RFB messages anywhere). The counter walks the
-message boundaries and counts KeyEvent (4), PointerEvent (5) and QEMU's extended KeyEvent
-(255/0). It keeps no content: at most a message's fixed-size header is buffered until the
-rest arrives, and a message's body (clipboard text included) is skipped by length, never
-copied.
+The desktop gateway (:mod:`nodeagent.gateway.screen`) feeds :class:`InputCounter` every
+client -> server chunk after the security handshake, as it arrives (WebSocket messages split
+and merge RFB messages anywhere). The counter walks the message boundaries and counts
+KeyEvent (4), PointerEvent (5) and QEMU's extended KeyEvent (255/0). It keeps no content:
+at most a message's fixed-size header is buffered until the rest arrives, and a message's
+body (clipboard text included) is skipped by length, never copied.
 
 Message lengths (RFC 6143, and the extensions noVNC sends):
 

@@ -6,8 +6,8 @@
 - :class:`BrowserHandshake`: the server's part towards a browser, offering security type
   None: the browser holds no secret, so it cannot try passwords.
 
-The desktop gateway (:mod:`nodeagent.gateway.screen`) and the portal's relay use both; the
-readiness check (:mod:`nodeagent.readiness`) reads the same banner and security types.
+The desktop gateway (:mod:`nodeagent.gateway.screen`) uses both; the readiness check
+(:mod:`nodeagent.readiness`) reads the same banner and security types.
 """
 
 from __future__ import annotations

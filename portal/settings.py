@@ -394,8 +394,9 @@ if AUDIT_RETENTION_DAYS < 183:
     raise ImproperlyConfigured("DESKPOOL_AUDIT_RETENTION_DAYS must be 183 (six months) or more")
 AUDIT_RETENTION_TASK_SECONDS = env.float("DESKPOOL_AUDIT_RETENTION_TASK_SECONDS", default=86400.0)
 TRUSTED_PROXIES = env.int("DESKPOOL_TRUSTED_PROXIES", default=0)
-# Node addresses (docs/deploy.md): the networks a node's registered address must be in, the
-# management network the desktop relay connects to. Default: loopback and the private ranges.
+# Node addresses (docs/deploy.md): the networks the portal accepts a node's registered address
+# in and builds its gateway's URL from (the management network). Default: loopback and the
+# private ranges.
 try:
     NODE_ADDRESS_NETWORKS = tuple(
         ipaddress.ip_network(network.strip(), strict=False)

@@ -119,12 +119,14 @@ class AuditKind(models.TextChoices):
     SIGNIN_LOCKED_OUT = "signin.locked_out"
     SESSIONS_ENDED = "signin.sessions_ended"
     SESSION_EXTENDED = "session.extended"  # its time limit moved by the profile's step
-    # a node registered again with another address (data: old, new): where the relay connects
+    # a node registered again with another address (data: old, new): where its gateway is
+    # reached (the URL a ticket comes with)
     NODE_ADDRESS_CHANGED = "node.address_changed", _("Node address changed")
-    # the desktop relay let someone in to a session's screen (data: viewer, owner, as: owner
-    # or admin), the owner's own opens included
+    # the node's gateway reported someone in to a session's screen on their ticket (data:
+    # viewer, owner, as: owner or admin), the owner's own opens included
     DESKTOP_OPENED = "desktop.opened", _("Desktop opened")
-    # the audio relay let someone hear a session's sound (data as for desktop.opened)
+    # the node's gateway reported someone hearing a session's sound (data as for
+    # desktop.opened)
     DESKTOP_SOUND_OPENED = "desktop.sound_opened", _("Desktop sound opened")
     # account hygiene (docs/audit.md): API tokens issued and revoked (data: token id and name,
     # never the token), a password changed by its owner or set by an admin or on the console

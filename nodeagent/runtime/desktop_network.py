@@ -12,8 +12,8 @@ which the agent creates (and labels as its own) before the first start:
   the node's addresses, the published desktop ports included): the agent puts one jump in
   the host's ``INPUT`` chain for every desktop bridge (interfaces ``dpd*``, one wildcard
   rule for all of them) to the chain ``DESKPOOL-DESKTOPS``, which keeps replies to
-  connections the host opened (the agent's readiness check and the portal's relay reach
-  websockify through the published port) and rejects everything else.
+  connections the host opened (the agent's readiness check and the node's gateway reach
+  websockify and the sound through the published ports) and rejects everything else.
 * **Outbound stays open:** the bridge masquerades as the default bridge does; traffic to
   other hosts is forwarded as before.
 

@@ -1,5 +1,6 @@
-"""Who is on the other end of a request or a WebSocket handshake: the client's address, as
-the audit trail, sign-in lockout and the desktop relay record it (docs/audit.md)."""
+"""Who is on the other end of a request: the client's address, as the audit trail, sign-in
+lockout and a gateway ticket's issuing record it (docs/audit.md). A desktop's open is audited
+with the browser's address as the node's gateway saw it (scheduling/services/gateway_events.py)."""
 
 from __future__ import annotations
 

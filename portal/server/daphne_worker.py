@@ -5,9 +5,10 @@
 the ASGI interface cannot express (it has no "drain" and no "stop reading"):
 
 - **To the browser:** an application's ``send`` of a ``websocket.send`` returns only once
-  the connection's transport holds less than Twisted's ``bufferSize`` (64 KiB) unsent. A
-  relay therefore stops reading its desktop while the browser does not read: what waits in
-  this process is one message and the transport's buffer, not everything the desktop sent.
+  the connection's transport holds less than Twisted's ``bufferSize`` (64 KiB) unsent. An
+  application that sends as fast as ``send`` returns (the live updates, the live class)
+  therefore waits while the browser does not read: what waits in this process is one
+  message and the transport's buffer, not everything the application sent.
   The wait is Twisted's own push-producer protocol: :class:`SendWindow` is registered as the
   transport's producer and is paused while its buffer is full.
 - **From the browser:** a WebSocket's messages wait for the application in a
@@ -16,8 +17,9 @@ the ASGI interface cannot express (it has no "drain" and no "stop reading"):
   window closes, until the application has taken them.
 
 Plain HTTP is daphne's, unchanged. Without this worker (plain ``daphne``) the portal still
-runs, but a desktop that streams to a viewer who stopped reading grows the process
-(docs/security.md, "The relay holds bounded memory"; issue 34, item 0).
+runs, but a socket whose application sends to a browser that stopped reading grows the
+process (docs/security.md, "The gateway and the ASGI worker hold bounded memory"; issue 34,
+item 0). A desktop's screen and sound do not pass here: they go through the node's gateway.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@
 - HSTS (``DESKPOOL_HSTS_SECONDS``, ``_INCLUDE_SUBDOMAINS``, ``_PRELOAD``): sent on secure
   requests only (Django's SecurityMiddleware).
 - A Content-Security-Policy on every response (django-csp), strict enough to stop injected
-  scripts, loose enough for noVNC (its canvas, its data: cursor images, its WebSocket to this
-  origin); ``DESKPOOL_CSP_REPORT_ONLY`` sends it as report-only while a campus tries it out.
+  scripts, loose enough for noVNC (its canvas, its data: cursor images; its WebSocket to the
+  node's gateway, whose origin the desktop page adds); ``DESKPOOL_CSP_REPORT_ONLY`` sends it
+  as report-only while a campus tries it out.
 - Referrer and framing: same-origin referrers, no framing.
 - Sessions: signed in for ``DESKPOOL_SESSION_HOURS`` (12) at most; SameSite=Lax, HttpOnly,
   and with Secure cookies the ``__Host-`` prefix.
@@ -54,7 +55,8 @@ def content_security_policy(idp_origins: list[str]) -> dict[str, Any]:
             "style-src-attr": ["'unsafe-inline'"],
             "img-src": [SELF, "data:", "blob:"],
             "font-src": [SELF],
-            # 'self' covers ws:// and wss:// to this origin (the updates and the desktop relay)
+            # 'self' covers ws:// and wss:// to this origin (the live updates); the desktop and
+            # Files pages add their node's gateway (portal/student/views.py, files.py)
             "connect-src": [SELF],
             "object-src": [NONE],
             "base-uri": [SELF],

@@ -14,7 +14,7 @@ from ..choices import Purpose
 
 class SessionActivity(models.Model):
     """One row per session, updated in place by ``services.session_activity``: how much input
-    the relay saw and when (never what), who is connected, and the recent utilisation
+    the node's gateway saw and when (never what), who is connected, and the recent utilisation
     samples its agent reported. Plus which time-limit warnings were given."""
 
     session = models.OneToOneField(

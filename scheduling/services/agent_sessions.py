@@ -200,8 +200,8 @@ def do_report(node: Node, session_id: int, report: SessionReport | Mapping[str, 
             S.RUNNING,
             actor=actor,
             reason=why,
-            # The node's registered management address, never one the report names: the
-            # portal's relay connects there (an agent cannot point it at another host).
+            # The node's registered management address, never one the report names (an
+            # agent cannot point a desktop at another host); tickets' gateway URLs use it.
             **_running_fields(node, report, timezone.now()),
         )
         do_record_session_running(node)

@@ -110,8 +110,9 @@ def _session_keys_of(user: User, now: datetime) -> list[str]:
 
 
 def end_every_session(user: User, actor: str, now: datetime | None = None) -> Ended:
-    """Sign the person out of every browser (their login sessions, so the desktop relays
-    opened with them close too) and revoke every API token they hold; audited."""
+    """Sign the person out of every browser (their login sessions, so the nodes' gateways
+    close what was opened on tickets issued under them: :mod:`.gateway_revocation`) and
+    revoke every API token they hold; audited."""
     now = now or timezone.now()
     with transaction.atomic():
         keys = _session_keys_of(user, now)

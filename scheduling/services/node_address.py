@@ -1,13 +1,14 @@
-"""A node's address: only where the management network lets the portal reach it.
+"""A node's address: only where the management network lets browsers reach its gateway.
 
 A node declares its address when it registers (``Registration.address``: a hostname or an
-IP literal, :func:`nodeagent.addresses.node_address`), and the desktop relay connects to
-``ws://<address>:<desktop port>/websockify``, the audio relay to ``<address>:<sound port>``.
-The address is the node's word, so the portal keeps it to ``settings.NODE_ADDRESS_NETWORKS``
-(``DESKPOOL_NODE_ADDRESS_NETWORKS``, docs/deploy.md): at registration every address a
-hostname resolves to must be in one of those networks, and the relays check the address and
-port again before they connect, to the address they checked (:func:`desktop_endpoint`;
-docs/security.md "Desktops sealed off").
+IP literal, :func:`nodeagent.addresses.node_address`), and a ticket's URL sends the browser
+to the node's gateway there (``DESKPOOL_GATEWAY_URL`` filled with the address and the
+gateway's port, :func:`.gateway_tickets.gateway_url`). The address is the node's word, so
+the portal keeps it to ``settings.NODE_ADDRESS_NETWORKS`` (``DESKPOOL_NODE_ADDRESS_NETWORKS``,
+docs/deploy.md): at registration every address a hostname resolves to must be in one of
+those networks, and the address and port are checked again before a ticket's URL is built,
+on the address they checked (:func:`desktop_endpoint`; docs/security.md "Desktops sealed
+off").
 """
 
 from __future__ import annotations
@@ -86,11 +87,11 @@ def _checked(address: str) -> tuple[str, list[IpAddress]]:
 
 
 def desktop_endpoint(address: str, port: int) -> tuple[str, int] | None:
-    """(IP, port) to connect to on a node, or None when the address is not a valid node
-    address in the management network or the port is not 1-65535 (a row written before
-    these checks, or by hand). A hostname is resolved and checked here and the IP returned
-    is the one it checked (IPv4 first), so a name cannot resolve elsewhere by the time the
-    relay connects."""
+    """(IP, port) of a node's gateway for a ticket's URL, or None when the address is not a
+    valid node address in the management network or the port is not 1-65535 (a row written
+    before these checks, or by hand). A hostname is resolved and checked here and the IP
+    returned is the one it checked (IPv4 first), so a name cannot resolve elsewhere by the
+    time the browser connects."""
     if not isinstance(port, int) or not 1 <= port <= 65535:
         return None
     try:
@@ -98,14 +99,3 @@ def desktop_endpoint(address: str, port: int) -> tuple[str, int] | None:
     except ServiceError:
         return None
     return str(min(resolved, key=lambda found: (found.version, str(found)))), port
-
-
-def desktop_url(address: str, port: int) -> str | None:
-    """``ws://<IP>:<port>/websockify`` for the desktop relay, on :func:`desktop_endpoint`'s
-    IP (in brackets for IPv6); None where that is None."""
-    endpoint = desktop_endpoint(address, port)
-    if endpoint is None:
-        return None
-    ip, port = endpoint
-    host = f"[{ip}]" if ":" in ip else ip
-    return f"ws://{host}:{port}/websockify"

@@ -210,7 +210,7 @@ def do_register(
             token.save(update_fields=["used_at", "used_by"])
         now = timezone.now()
         if node.registered_at is not None and node.address != payload.address:
-            # Where the relay connects to: every change is audited (docs/audit.md).
+            # Where browsers reach the node's gateway: every change is audited (docs/audit.md).
             record(
                 AuditKind.NODE_ADDRESS_CHANGED,
                 f"node:{node.hostname}",

@@ -1,13 +1,14 @@
-"""The activity store (docs/lifecycle.md): what the portal's VNC relay and the node agents
-tell about a running session, kept in one ``SessionActivity`` row per session, updated in
+"""The activity store (docs/lifecycle.md): what the nodes' gateways and agents tell about a
+running session, kept in one ``SessionActivity`` row per session, updated in
 place. Input is counted and time-stamped, never stored; viewers are counted; utilisation
 samples are kept for :data:`SAMPLE_WINDOW` (at most :data:`MAX_SAMPLES`). Each GPU sample
 also adds to the open run's GPU-idle seconds (:func:`count_gpu_idle`, ``UsageRecord``), which
 outlive the samples and the session (the console's idle hours, ``services.idle_hours``).
 
-The relay calls :func:`record_input` with a batch (say every few seconds, not per event),
-:func:`viewer_opened` and :func:`viewer_closed`; the audio relay :func:`do_open_sound` (an
-audit event, no viewer); the agent's usage report calls :func:`record_usage`. Each is one or
+A gateway's reports (:mod:`.gateway_events`) call :func:`do_open_viewer` when it let someone
+in to the screen, :func:`record_input` with a batch (every few seconds, not per event) and
+:func:`viewer_closed`; :func:`do_open_sound` when it let someone hear the sound (an audit
+event, no viewer); the agent's usage report calls :func:`record_usage`. Each is one or
 two small queries (a usage sample with a GPU figure three more: the open run, its policy, the
 update); none raises for a session that has gone (the row simply is not written).
 """
@@ -66,9 +67,10 @@ def viewer_opened(session_id: int, at: datetime | None = None) -> None:
 
 
 def do_open_viewer(session_id: int, viewer: AbstractBaseUser, address: str | None = None) -> None:
-    """The relay let ``viewer`` in to the session's screen: one more viewer, and an audit
-    event (docs/audit.md ``desktop.opened``) saying who, whose desktop, and whether they
-    opened it as its owner or as an admin; from ``address``, the browser's."""
+    """The node's gateway let ``viewer`` in to the session's screen: one more viewer, and an
+    audit event (docs/audit.md ``desktop.opened``) saying who, whose desktop, and whether they
+    opened it as its owner or as an admin; from ``address``, the browser's as the gateway saw
+    it."""
     session = Session.objects.filter(pk=session_id).select_related("user").first()
     if session is None:
         return
@@ -77,7 +79,7 @@ def do_open_viewer(session_id: int, viewer: AbstractBaseUser, address: str | Non
 
 
 def do_open_sound(session_id: int, listener: AbstractBaseUser, address: str | None = None) -> None:
-    """The audio relay let ``listener`` hear the session's sound: an audit event
+    """The node's gateway let ``listener`` hear the session's sound: an audit event
     (docs/audit.md ``desktop.sound_opened``) with the same details as ``desktop.opened``.
     A listener is not a viewer: sound alone does not keep a desktop from idling."""
     session = Session.objects.filter(pk=session_id).select_related("user").first()

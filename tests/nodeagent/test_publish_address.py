@@ -1,6 +1,6 @@
 """The agent refuses a DESKPOOL_PUBLISH_ADDRESS the portal would refuse (issue 25): the
-address it registers is where the portal's relay connects, so only a hostname or an IP
-address, said at start instead of a validation traceback at registration."""
+address it registers is where browsers reach its gateway (a ticket's URL), so only a hostname
+or an IP address, said at start instead of a validation traceback at registration."""
 
 from __future__ import annotations
 

@@ -1,12 +1,14 @@
 """A node's address is a host on the management network, nothing else (issue 25).
 
-The desktop relay connects to ``ws://<node address>:<desktop port>/websockify``, and the
-address is what the node declared when it registered: ``127.0.0.1:18081/x?`` used to steer
-the relay to another port, ``localhost:18081#`` gave a 500. Through the agent API: an
-address that is not a bare hostname or IP literal is a 400 naming the field; one outside
-DESKPOOL_NODE_ADDRESS_NETWORKS is a 400 saying which setting allows it; every change of a
-node's address is audited with the old and the new. And the relay itself refuses a stored
-address that is not one (a row from before these checks) with 4502, not a 500.
+A ticket sends the browser to the node's gateway at the address the node declared when it
+registered (``DESKPOOL_GATEWAY_URL`` filled with it and the gateway's port). When the portal's
+relay connected there (before issue 34), ``127.0.0.1:18081/x?`` steered it to another port
+and ``localhost:18081#`` gave a 500. Through the agent API: an address that is not a bare
+hostname or IP literal is a 400 naming the field; one outside DESKPOOL_NODE_ADDRESS_NETWORKS
+is a 400 saying which setting allows it; every change of a node's address is audited with
+the old and the new. And a stored address that is not one (a row from before these checks)
+gives no gateway endpoint, so no ticket's URL is built on it (a 409, not a 500:
+tests/scheduling/services/test_gateway_tickets.py).
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import pytest
 from rest_framework.test import APIClient
 
 from scheduling.choices import AuditKind
-from scheduling.models import AuditEvent, Node
-from scheduling.services.node_address import desktop_endpoint, desktop_url
+from scheduling.models import AuditEvent, Node, Session
+from scheduling.services import Conflict
+from scheduling.services.gateway_tickets import gateway_url
+from scheduling.services.node_address import desktop_endpoint
 from scheduling.services.nodes import do_create_join_token
 
 from ..conftest import registration
@@ -113,9 +117,9 @@ def test_every_change_of_a_nodes_address_is_audited_with_the_old_and_the_new():
 @pytest.mark.parametrize(
     ("address", "port", "url"),
     [
-        ("127.0.0.1", 6080, "ws://127.0.0.1:6080/websockify"),
-        ("::1", 6080, "ws://[::1]:6080/websockify"),
-        ("localhost", 1, "ws://127.0.0.1:1/websockify"),  # the address it checked
+        ("127.0.0.1", 6080, "ws://127.0.0.1:6080/screen"),
+        ("::1", 6080, "ws://[::1]:6080/screen"),
+        ("localhost", 1, "ws://127.0.0.1:1/screen"),  # the address it checked
         ("127.0.0.1:18081/x?", 6080, None),
         ("localhost:18081#", 6080, None),
         ("8.8.8.8", 6080, None),
@@ -123,8 +127,16 @@ def test_every_change_of_a_nodes_address_is_audited_with_the_old_and_the_new():
         ("127.0.0.1", 65536, None),
     ],
 )
-def test_the_relay_builds_a_desktop_url_only_from_a_valid_host_and_port(address, port, url):
-    assert desktop_url(address, port) == url
+def test_a_tickets_gateway_url_is_built_only_from_a_valid_host_and_port(
+    settings, address, port, url
+):
+    settings.GATEWAY_URL = "ws://{address}:{port}"
+    session = Session(node=Node(address=address, gateway_port=port))
+    if url is None:
+        with pytest.raises(Conflict):
+            gateway_url(session, "screen")
+    else:
+        assert gateway_url(session, "screen") == url
 
 
 @pytest.mark.parametrize(
@@ -139,5 +151,5 @@ def test_the_relay_builds_a_desktop_url_only_from_a_valid_host_and_port(address,
         ("127.0.0.1", 65536, None),
     ],
 )
-def test_the_audio_relay_connects_only_to_a_checked_ip_and_port(address, port, endpoint):
+def test_a_gateway_endpoint_is_only_a_checked_ip_and_port(address, port, endpoint):
     assert desktop_endpoint(address, port) == endpoint

@@ -186,7 +186,7 @@ def test_batched_reports_apply_in_order_and_a_desktop_is_reached_on_the_register
     batch = {
         "reports": [
             {"session_id": session.pk, "state": "STARTING"},
-            # An agent naming another host for its desktop: the relay must not go there.
+            # An agent naming another host for its desktop: nothing may point there.
             {"session_id": session.pk, "state": "RUNNING", "host": "10.66.6.6", "port": 32001},
             {"session_id": 999999, "state": "RUNNING", "port": 32002},  # not this node's
         ]

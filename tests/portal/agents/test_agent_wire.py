@@ -312,8 +312,9 @@ def test_every_field_of_a_session_report_is_stored(owner, profile, register_node
     assert set(SessionReport.model_fields) - running.model_fields_set == {"failure"}
     post(path, running, token)
     session.refresh_from_db()
-    # Every field but ``host``, which is deliberately not used: the relay connects to the
-    # node's registered address, never to one a report names (docs/agent-protocol.md).
+    # Every field but ``host``, which is deliberately not used: the session records the
+    # node's registered address (where its gateway is reached), never one a report names
+    # (docs/agent-protocol.md).
     expected = {
         **running.model_dump(mode="json", exclude={"failure"}),
         "host": session.node.address,

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def running_session(owner, profile, register_node):
-    # Registered at 127.0.0.1 (the relay goes there), with a GPU the profile fits on: a
+    # Registered at 127.0.0.1 (its gateway is reached there), with a GPU the profile fits on: a
     # profile no node could ever run is refused at submit.
     node, _ = register_node("perm-node", [gpu_inventory("GPU-perm", 0, shares=2)])
     Node.objects.filter(pk=node.pk).update(runtime="docker")  # a real desktop to show

@@ -1,6 +1,6 @@
 """Tickets to a node's desktop gateway (issue 34): who gets one (the owner and admins, as the
-relays decided), what it says, and that the node's gateway accepts it under the keys its
-desired state carries, before and after a key rotation."""
+portal's relays, now gone, decided), what it says, and that the node's gateway accepts it
+under the keys its desired state carries, before and after a key rotation."""
 
 from __future__ import annotations
 
