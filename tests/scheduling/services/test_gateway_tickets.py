@@ -119,9 +119,10 @@ def test_sound_only_where_the_desktop_serves_some(desktop, owner):
         check_gateway_open(owner, desktop.pk, "sound")
 
 
-def test_only_screen_and_sound_are_issued(desktop, owner):
+@pytest.mark.parametrize("purpose", ["", "files", "SCREEN", "admin"])
+def test_only_the_gateways_purposes_are_issued(desktop, owner, purpose):
     with pytest.raises(ServiceError) as refused:
-        check_gateway_open(owner, desktop.pk, "download")
+        check_gateway_open(owner, desktop.pk, purpose)
     assert refused.value.field == "purpose"
 
 
