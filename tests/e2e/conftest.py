@@ -34,6 +34,24 @@ CHROMIUM_ARGS = [
 
 
 @pytest.fixture
+def stackless_page():
+    """A page of Debian's chromium with no stack behind it (the test serves what it loads)."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"the browser tests drive Debian's chromium: {CHROMIUM} is missing")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            context = chromium.new_context()
+            context.set_default_timeout(15_000)
+            yield context.new_page()
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
 def browser(stack, monkeypatch):  # noqa: F811 - the imported fixture
     """A headless chromium for one test, started after the stack (and its environment)."""
     if not CHROMIUM.exists():

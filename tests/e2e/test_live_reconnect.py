@@ -11,14 +11,12 @@ jittered backoff) and show the next update. No portal processes are started.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from nodeagent.gateway.codes import CLOSE_SIGNED_OUT, live_wire
 from tests.integration.stack import ROOT
 
-CHROMIUM = Path("/usr/bin/chromium")
 ORIGIN = "http://deskpool.test"
 CONFIG = {
     "fragment": "item",
@@ -48,20 +46,8 @@ def update(state: str) -> str:
 
 
 @pytest.fixture
-def page():
-    if not CHROMIUM.exists():
-        pytest.skip(f"the browser tests drive Debian's chromium: {CHROMIUM} is missing")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"]
-        )
-        try:
-            context = chromium.new_context()
-            context.set_default_timeout(15_000)
-            yield context.new_page()
-        finally:
-            chromium.close()
+def page(stackless_page):
+    return stackless_page
 
 
 def serve_scripts(page) -> None:
