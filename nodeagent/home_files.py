@@ -1,5 +1,6 @@
-"""Safe file operations in ONE home folder, for the Files page's home tasks
-(:mod:`nodeagent.protocol_files`). No Docker, no portal.
+"""Safe file operations in ONE home folder, for the Files page's home tasks (list, delete:
+:mod:`nodeagent.protocol_files`) and the gateway's transfers (:meth:`HomeFolder.open_file`,
+:meth:`HomeFolder.begin_upload`: :mod:`nodeagent.gateway.files`). No Docker, no portal.
 
 The agent runs as root, and what is inside a home was written by the person's desktop (uid
 1000), which can make links to anywhere, and swap a folder for a link at any moment. So
@@ -24,7 +25,7 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
@@ -202,15 +203,6 @@ class HomeFolder:
             raise
         return file, now.st_size
 
-    def read(self, path: str, max_bytes: int = 0) -> bytes:
-        """A regular file's bytes; at most ``max_bytes`` of them (0: no limit)."""
-        file, size = self.open_file(path)
-        with file:
-            _require_size(size, max_bytes, path)
-            data = file.read(max_bytes + 1) if max_bytes else file.read()
-        _require_size(len(data), max_bytes, path)
-        return data
-
     def begin_upload(self, path: str, size: int, quota_bytes: int = 0) -> Upload:
         """A new file beside ``path`` (its folder must exist; a file there is replaced, a
         folder or link is not) for exactly ``size`` bytes, owned by the desktop user:
@@ -244,17 +236,6 @@ class HomeFolder:
             if os.geteuid() == 0:  # a non-root agent (simulated, development) keeps its uid
                 os.fchown(fd, DESKTOP_UID, DESKTOP_GID)
             return Upload(os.dup(parent), fd, temporary, name, path, size)
-
-    def write(self, path: str, chunks: Iterable[bytes], size: int, quota_bytes: int = 0) -> None:
-        """Write exactly ``size`` bytes from ``chunks`` to the file ``path``, as
-        :meth:`begin_upload` says; nothing is left of a write that fails."""
-        upload = self.begin_upload(path, size, quota_bytes)
-        try:
-            for chunk in chunks:
-                upload.write(chunk)
-            upload.finish()
-        finally:
-            upload.abort()
 
     def delete(self, path: str) -> None:
         """Delete a file or link (the link only), or a folder and all it holds."""
@@ -320,14 +301,6 @@ def _require_file(mode: int, path: str, what: str) -> None:
         raise HomeFileError(f"{shown(path)} is a link; a link cannot be {what}.")
     if kind != "file":
         raise HomeFileError(f"{shown(path)} is not a regular file; it cannot be {what}.")
-
-
-def _require_size(size: int, max_bytes: int, path: str) -> None:
-    if max_bytes and size > max_bytes:
-        raise HomeFileError(
-            f"{shown(path)} is {megabytes(size)} MB; files of at most "
-            f"{megabytes(max_bytes)} MB can be downloaded here."
-        )
 
 
 class Upload:

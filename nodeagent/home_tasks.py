@@ -2,14 +2,14 @@
 :mod:`nodeagent.protocol_files`) on a small pool of threads, beside the reconciler.
 
 Each task listed in a desired state is started once (its id is remembered while the portal
-lists it): a listing, an upload (its bytes fetched from the portal and written into the
-home), a download (the file's bytes sent to the portal) or a deletion, each in the home's
-folder on this node (:meth:`~nodeagent.runtime.base.DesktopRuntime.home_folder`) through
+lists it): a listing or a deletion, in the home's folder on this node
+(:meth:`~nodeagent.runtime.base.DesktopRuntime.home_folder`) through
 :class:`~nodeagent.home_files.HomeFolder`, which never follows a link. Then its report goes
 to the portal, with what the home holds afterwards. A 409 (the portal no longer waits for
 the task) drops it; an unreachable portal gets the report once more, then the task is
 dropped too (the portal fails it after its timeout). One INFO line per task; never a file's
-contents.
+contents. Uploads and downloads are no task: they go through the node's gateway
+(:mod:`nodeagent.gateway.files`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
@@ -32,15 +31,10 @@ logger = logging.getLogger(__name__)
 
 HOME_TASK_WORKERS = 2
 REPORT_RETRY_S = 2.0  # before the one more try of a report the portal did not answer
-LOST_PORTAL = "The node lost its connection to the portal while the file was sent; try again."
 
 
 class HomeClient(Protocol):
     """What the runner needs of :class:`~nodeagent.portal_client.PortalClient`."""
-
-    def home_task_content(self, task_id: int) -> AbstractContextManager[Iterator[bytes]]: ...
-
-    def put_home_task_content(self, task_id: int, data: bytes) -> None: ...
 
     def report_home_task(self, task_id: int, report: HomeTaskReport) -> HomeTaskAnswer: ...
 
@@ -104,20 +98,6 @@ class HomeTaskRunner:
         started = time.monotonic()
         try:
             report, done = self._carry_out(task)
-        except Conflict as error:
-            logger.info("home task %s %s: dropped (%s)", task.id, task.kind, error)
-            return
-        except PortalUnavailable as error:  # while the file's bytes travelled
-            logger.warning("home task %s %s: %s", task.id, task.kind, error)
-            report = HomeTaskReport(ok=False, reason=LOST_PORTAL)
-            done = "failed"
-        except PortalError as error:
-            if error.status_code == 404:  # not this node's task (any more)
-                logger.info("home task %s %s: dropped (%s)", task.id, task.kind, error)
-                return
-            logger.warning("home task %s %s: %s", task.id, task.kind, error)
-            report = HomeTaskReport(ok=False, reason=cut(f"The portal refused the file: {error}"))
-            done = "failed"
         except Exception as error:  # a bug or the engine: the person still gets an answer
             logger.exception("home task %s %s failed", task.id, task.kind)
             report = HomeTaskReport(ok=False, reason=cut(f"The node could not do this: {error}"))
@@ -134,7 +114,7 @@ class HomeTaskRunner:
 
     def _carry_out(self, task: HomeTask) -> tuple[HomeTaskReport, str]:
         """The task's report and, for the log, what was done."""
-        folder = self.runtime.home_folder(task.home_volume, create=task.kind == "upload")
+        folder = self.runtime.home_folder(task.home_volume, create=False)
         if folder is None:  # no home here yet: an empty one
             if task.kind == "list" and task.path == "":
                 return HomeTaskReport(ok=True, used_bytes=0), "listed an empty home"
@@ -158,17 +138,8 @@ class HomeTaskRunner:
                 logger.info("home task %s: %d name(s) not UTF-8 left out", task.id, listing.skipped)
             report = HomeTaskReport(ok=True, entries=listing.entries, truncated=listing.truncated)
             return report, f"listed {len(listing.entries)} entries"
-        if task.kind == "delete":
-            home.delete(task.path)
-            return HomeTaskReport(ok=True), "deleted"
-        if task.kind == "download":
-            data = home.read(task.path, task.max_bytes)
-            self.client.put_home_task_content(task.id, data)
-            return HomeTaskReport(ok=True), f"sent {len(data)} bytes"
-        # upload
-        with self.client.home_task_content(task.id) as chunks:
-            home.write(task.path, chunks, task.size, task.quota_bytes)
-        return HomeTaskReport(ok=True), f"wrote {task.size} bytes"
+        home.delete(task.path)
+        return HomeTaskReport(ok=True), "deleted"
 
     def _report(self, task: HomeTask, report: HomeTaskReport) -> str:
         """Send the report (once more if the portal did not answer); '' when taken, else

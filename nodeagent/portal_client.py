@@ -7,8 +7,6 @@ not match is :class:`BadAnswer`, and the agent leaves its desktops alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import httpx
@@ -36,9 +34,6 @@ API_PREFIX = "/api/agent/v1/"
 A = TypeVar("A", bound=BaseModel)  # the answer's protocol model
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
 WAIT_GRACE_S = 15.0  # a wait's answer may come this much later than its timeout
-# A home file's bytes travel as they are, both ways; a pause of a minute ends a transfer.
-CONTENT_TYPE = "application/octet-stream"
-CONTENT_TIMEOUT = httpx.Timeout(60.0, connect=3.0)
 
 
 class PortalError(RuntimeError):
@@ -129,37 +124,6 @@ class PortalClient:
 
     # -- home files (nodeagent.protocol_files) ------------------------------------------
 
-    @contextmanager
-    def home_task_content(self, task_id: int) -> Iterator[Iterator[bytes]]:
-        """An upload's bytes (``GET home-tasks/<id>/content/``), as chunks while the block
-        runs; a connection lost meanwhile is :class:`PortalUnavailable`."""
-        try:
-            with self._http.stream(
-                "GET", f"home-tasks/{task_id}/content/", headers=self._headers(),
-                timeout=CONTENT_TIMEOUT,
-            ) as response:  # fmt: skip
-                if response.status_code != 200:
-                    response.read()
-                    _raise_for_status(response, _json_of(response))
-                yield _chunks_of(response)
-        except httpx.TransportError as error:
-            raise _unreachable(error) from error
-
-    def put_home_task_content(self, task_id: int, data: bytes) -> None:
-        """A download's bytes (``PUT home-tasks/<id>/content/``); any 2xx is taken."""
-        headers = {**self._headers(), "Content-Type": CONTENT_TYPE}
-        try:
-            response = self._http.put(
-                f"home-tasks/{task_id}/content/",
-                content=data,
-                headers=headers,
-                timeout=CONTENT_TIMEOUT,
-            )
-        except httpx.TransportError as error:
-            raise _unreachable(error) from error
-        if not response.is_success:
-            _raise_for_status(response, _json_of(response))
-
     def report_home_task(self, task_id: int, report: HomeTaskReport) -> HomeTaskAnswer:
         """How a home task ended. Conflict: the portal no longer waits for it (drop it)."""
         return self._request("POST", f"home-tasks/{task_id}/report/", HomeTaskAnswer, report)
@@ -205,13 +169,6 @@ def _json_of(response: httpx.Response) -> Any:
         return response.json()
     except ValueError:
         return None
-
-
-def _chunks_of(response: httpx.Response) -> Iterator[bytes]:
-    try:
-        yield from response.iter_bytes()
-    except httpx.TransportError as error:
-        raise _unreachable(error) from error
 
 
 def _answer_of(response: httpx.Response, answer: type[A]) -> A:

@@ -1,15 +1,13 @@
-"""The agent protocol's home-file tasks: the Files page's listings, uploads, downloads and
-deletions, which the node keeping a person's home carries out (docs/agent-protocol.md,
-"Home files"). Part of the one definition of the wire with :mod:`nodeagent.protocol`, which
-lists the pending tasks in ``DesiredState.home_tasks``. No Django.
+"""The agent protocol's home-file tasks: the Files page's listings and deletions, which the
+node keeping a person's home carries out (docs/agent-protocol.md, "Home files"). Part of the
+one definition of the wire with :mod:`nodeagent.protocol`, which lists the pending tasks in
+``DesiredState.home_tasks``. No Django. A file's bytes are no task: uploads and downloads go
+between the browser and the node's gateway (:mod:`nodeagent.gateway.files`), which opens the
+paths :func:`home_path` allows.
 
 The agent never listens for the portal: a task reaches it in its desired state, and it
-answers by calls of its own (all under ``/api/agent/v1/``, node token):
+answers by a call of its own (under ``/api/agent/v1/``, node token):
 
-``GET home-tasks/<id>/content/``
-    An upload's bytes (``application/octet-stream``), exactly ``HomeTask.size`` of them.
-``PUT home-tasks/<id>/content/``
-    A download's bytes (``application/octet-stream``), at most ``HomeTask.max_bytes``.
 ``POST home-tasks/<id>/report/``
     :class:`HomeTaskReport` -> :class:`HomeTaskAnswer`; 409 :class:`~nodeagent.protocol.
     ConflictAnswer` when the task is no longer pending (the agent drops it).
@@ -35,7 +33,7 @@ HOME_LIST_MAX = 1000
 # Bytes in a PostgreSQL bigint (sizes of files and homes).
 BYTES_MAX = 2**63 - 1
 
-HomeTaskKind = Literal["list", "download", "upload", "delete"]
+HomeTaskKind = Literal["list", "delete"]
 HomeEntryKind = Literal["file", "folder", "link", "other"]
 
 
@@ -70,18 +68,7 @@ class HomeTask(PortalMessage):
     )
     path: HomePath = Field(
         default="",
-        description="list: the folder ('' is the home); download, delete: the file or folder "
-        "(delete only); upload: the file to write (its folder must exist; an existing file "
-        "is replaced).",
-    )
-    size: Bytes = Field(default=0, description="upload: the bytes to fetch and write.")
-    max_bytes: Bytes = Field(
-        default=0, description="download: the largest file the portal takes (0: none)."
-    )
-    quota_bytes: Bytes = Field(
-        default=0,
-        description="upload: the home's quota; refuse when the home would hold more after "
-        "the write (0: no quota).",
+        description="list: the folder ('' is the home); delete: the file or folder.",
     )
 
 
@@ -95,8 +82,7 @@ class HomeEntry(AgentMessage):
 
 
 class HomeTaskReport(AgentMessage):
-    """``POST home-tasks/<id>/report/``: how the task ended. A download reports after its
-    ``PUT content/``; its ``ok`` without the content is refused."""
+    """``POST home-tasks/<id>/report/``: how the task ended."""
 
     ok: bool
     reason: Reason = Field(

@@ -359,16 +359,13 @@ if AGENT_HEARTBEAT_INTERVAL_S * 2 > NODE_HEARTBEAT_TIMEOUT_S:
         "DESKPOOL_NODE_HEARTBEAT_TIMEOUT_S, or healthy nodes would look silent"
     )
 # Home files (docs/lifecycle.md "Home files"): a person's home quota (0: none; a user's
-# Quota.max_home_mb, else the user-scope '*' one, overrides it), the largest file one upload
-# or download carries (held in memory and in the database while it travels), and how long a
-# home task waits for its node's agent before it fails. MB: 1024 * 1024 bytes.
+# Quota.max_home_mb, else the user-scope '*' one, overrides it; it alone bounds an upload,
+# which goes through the node's gateway), and how long a home task waits for its node's agent
+# before it fails. MB: 1024 * 1024 bytes.
 HOME_QUOTA_MB = env.int("DESKPOOL_HOME_QUOTA_MB", default=10240)
-HOME_TRANSFER_MAX_MB = env.int("DESKPOOL_HOME_TRANSFER_MAX_MB", default=64)
 HOME_TASK_TIMEOUT_S = env.float("DESKPOOL_HOME_TASK_TIMEOUT_S", default=30.0)
 if HOME_QUOTA_MB < 0:
     raise ImproperlyConfigured("DESKPOOL_HOME_QUOTA_MB must be 0 (no quota) or more")
-if not 1 <= HOME_TRANSFER_MAX_MB <= 512:
-    raise ImproperlyConfigured("DESKPOOL_HOME_TRANSFER_MAX_MB must be between 1 and 512")
 if HOME_TASK_TIMEOUT_S <= 0:
     raise ImproperlyConfigured("DESKPOOL_HOME_TASK_TIMEOUT_S must be more than 0")
 # Warm pool: a class booking starting within this many minutes (or running) gets desktops

@@ -335,8 +335,8 @@ urlpatterns = [
         WarmReportView.as_view(),
         name="agent-warm-report",
     ),
-    # The Files page's home tasks (issue 27): GET/PUT home-tasks/<id>/content/, POST
-    # home-tasks/<id>/report/. Included by name: that module builds on this one's views.
+    # The Files page's home tasks (issue 27): POST home-tasks/<id>/report/. Included by
+    # name: that module builds on this one's views.
     path("", include("portal.agents.home_tasks")),
     # The desktop gateway's reports (issue 34): POST gateway-events/.
     path("", include("portal.agents.gateway_events")),

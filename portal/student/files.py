@@ -1,13 +1,15 @@
 """The Files page (issue 27): a person's home folder while no desktop runs: list a folder,
 upload a file into it, download a file, delete a file or folder.
 
-The portal never reaches a node's disk: every action is a home task that the node keeping
-the home carries out (``scheduling.services.home_files``). A view starts the task and renders
-the page with its id; the page's script (``static/deskpool/files.js``) polls
+The portal never reaches a node's disk: a listing or a deletion is a home task that the node
+keeping the home carries out (``scheduling.services.home_files``). A view starts the task and
+renders the page with its id; the page's script (``static/deskpool/files.js``) polls
 ``/files/tasks/<id>/`` (JSON: the task's fragment, rendered here in the reader's language and
-time zone) until it ends. An upload, a download or a deletion comes back to the folder's
-page with ``?task=<id>``: the page waits for that task first, then lists the folder. Without
-JavaScript, the task's own page refreshes itself until the task ends.
+time zone) until it ends. A deletion comes back to the folder's page with ``?task=<id>``: the
+page waits for that task first, then lists the folder. Without JavaScript, the task's own
+page refreshes itself until the task ends. An upload or a download is no task: the view
+issues a ticket (``scheduling.services.home_transfers``) and the file's bytes go between the
+browser and the node's gateway.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import posixpath
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from django.contrib import messages
 from django.contrib.auth.models import User
 from django.http import (
     Http404,
@@ -29,7 +30,6 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.dateparse import parse_datetime
-from django.utils.http import content_disposition_header
 from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
@@ -44,7 +44,6 @@ from scheduling.services.home_files import (
     FilesPlace,
     FilesRefused,
     checked_path,
-    download_of,
     files_place,
     megabytes,
     start_task,
@@ -109,16 +108,12 @@ def entries_of(task: HomeTask) -> list[dict[str, Any]]:
 
 
 def outcome(task: HomeTask) -> str:
-    """What a finished upload, download or deletion did, in a sentence."""
+    """What a finished deletion did, in a sentence."""
     name = posixpath.basename(task.path)
     if task.state == HomeTaskState.FAILED:
         return task.reason or _("The node could not do it.")
-    if task.kind == HomeTaskKind.UPLOAD:
-        return _("Uploaded %(name)s.") % {"name": name}
     if task.kind == HomeTaskKind.DELETE:
         return _("Deleted %(name)s.") % {"name": name}
-    if task.kind == HomeTaskKind.DOWNLOAD:
-        return _("%(name)s is ready: your browser saves it.") % {"name": name}
     return ""
 
 
@@ -126,10 +121,6 @@ def waiting_words(task: HomeTask) -> str:
     """What the page says while the node works on the task."""
     host = task.node.hostname
     name = posixpath.basename(task.path)
-    if task.kind == HomeTaskKind.UPLOAD:
-        return _("Sending %(name)s to %(node)s…") % {"name": name, "node": host}
-    if task.kind == HomeTaskKind.DOWNLOAD:
-        return _("Fetching %(name)s from %(node)s…") % {"name": name, "node": host}
     if task.kind == HomeTaskKind.DELETE:
         return _("Asking %(node)s to delete %(name)s…") % {"name": name, "node": host}
     return _("Asking %(node)s for your files…") % {"node": host}
@@ -148,9 +139,6 @@ def task_context(task: HomeTask) -> dict[str, Any]:
         "outcome": outcome(task) if task.kind != HomeTaskKind.LIST else "",
         "again_url": folder_url(folder_of(task)),
         "task_url": reverse("files-task", args=[task.pk]),
-        "content_url": reverse("files-content", args=[task.pk])
-        if done and task.kind == HomeTaskKind.DOWNLOAD
-        else "",
     }
 
 
@@ -181,15 +169,13 @@ def files_page(
     status: int = 200,
 ) -> HttpResponse:
     """The page of the folder ``path``: where the home is, its quota, the upload form and,
-    once ``after`` (an upload, download or deletion) has ended, the folder's listing."""
+    once ``after`` (a deletion) has ended, the folder's listing."""
     place = files_place(person)
     listing = None
     if after is not None and after.kind == HomeTaskKind.LIST:
         listing, after = after, None  # a listing's own page: show it
-    # An upload or a deletion changes the folder: list it once it has ended (the page
-    # reloads then); a download changes nothing.
-    changing = after is not None and after.kind != HomeTaskKind.DOWNLOAD
-    wait_first = changing and after is not None and after.state == HomeTaskState.PENDING
+    # A deletion changes the folder: list it once it has ended (the page reloads then).
+    wait_first = after is not None and after.state == HomeTaskState.PENDING
     if listing is None and place.node is not None and not error and not wait_first:
         try:
             listing = start_task(person, "list", path)
@@ -267,25 +253,6 @@ def task_view(request: HttpRequest, person: User, task_id: int) -> HttpResponse:
     )
 
 
-@never_cache
-@with_person
-@require_GET
-def content(request: HttpRequest, person: User, task_id: int) -> HttpResponse:
-    """A finished download's bytes, always as an attachment: a file from a home is never
-    shown by the portal's origin (it could be a page with scripts)."""
-    task = _my_task(person, task_id)
-    try:
-        name, data = download_of(person, task)
-    except FilesRefused as refused:
-        messages.warning(request, refused.message)
-        return redirect(folder_url(folder_of(task)))
-    response = HttpResponse(data, content_type="application/octet-stream")
-    response["Content-Disposition"] = content_disposition_header(True, name)
-    response["X-Content-Type-Options"] = "nosniff"
-    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
-    return response
-
-
 def wants_json(request: HttpRequest) -> bool:
     """The desktop drawer's script asks for JSON; a form without it, for a page."""
     return "application/json" in request.headers.get("Accept", "")
@@ -301,7 +268,6 @@ def task_json(task: HomeTask, **extra: Any) -> dict[str, Any]:
         "state": task.state,
         "message": message,
         "task": context["task_url"],
-        "content_url": context["content_url"],
         **extra,
     }
 

@@ -23,11 +23,11 @@ urlpatterns: list[URLPattern] = [
     # Never cached (Cache-Control: no-store): the page of a live desktop.
     path("desktop/<int:session_id>/", never_cache(views.desktop), name="desktop"),
     path("history/", views.history, name="history"),
-    # The Files page (issue 27): home tasks carried out by the node keeping the home.
+    # The Files page (issue 27): home tasks carried out by the node keeping the home; upload
+    # and download hand out gateway tickets.
     path("files/", files.files, name="files"),
     path("files/upload/", files.upload, name="files-upload"),
     path("files/download/", files.download, name="files-download"),
     path("files/delete/", files.delete, name="files-delete"),
     path("files/tasks/<int:task_id>/", files.task_view, name="files-task"),
-    path("files/tasks/<int:task_id>/content/", files.content, name="files-content"),
 ]

@@ -13,7 +13,7 @@ from .bookings import (
     set_default_profile,
 )
 from .gateway import GatewayTicket, GatewayTicketQuerySet, TicketPurpose, TicketVia
-from .home_files import HomeTask, HomeTaskContent, HomeTaskKind, HomeTaskState, HomeUsage
+from .home_files import HomeTask, HomeTaskKind, HomeTaskState, HomeUsage
 from .lifecycle import IdlePolicy, LifecycleNotices, SessionActivity
 from .metrics import MetricRollup, MetricSample, MetricSource
 from .policy import PoolPolicy, Quota, QuotaScope
@@ -39,7 +39,6 @@ __all__ = [
     "GatewayTicketQuerySet",
     "Gpu",
     "HomeTask",
-    "HomeTaskContent",
     "HomeTaskKind",
     "HomeTaskState",
     "HomeUsage",

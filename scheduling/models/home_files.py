@@ -1,6 +1,7 @@
-"""Home files: the tasks the Files page gives the node that keeps a person's home (list,
-upload, download, delete; nodeagent/protocol_files.py), their bytes while they travel, and
-what each person's home was last measured to hold."""
+"""Home files: the tasks the Files page gives the node that keeps a person's home (list a
+folder, delete; nodeagent/protocol_files.py), and what each person's home was last measured to
+hold. A file's bytes never come here: uploads and downloads go through the node's gateway
+(nodeagent/gateway/files.py, with tickets from scheduling/services/home_transfers.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ from django.utils.translation import gettext_lazy as _
 
 class HomeTaskKind(models.TextChoices):
     LIST = "list", _("List")
-    UPLOAD = "upload", _("Upload")
-    DOWNLOAD = "download", _("Download")
     DELETE = "delete", _("Delete")
 
 
@@ -34,7 +33,6 @@ class HomeTask(models.Model):
     node = models.ForeignKey("Node", related_name="home_tasks", on_delete=models.CASCADE)
     kind = models.CharField(max_length=10, choices=HomeTaskKind.choices)
     path = models.CharField(max_length=1024, blank=True)
-    size = models.BigIntegerField(default=0, help_text="upload, download: the file's bytes.")
     state = models.CharField(
         max_length=10, choices=HomeTaskState.choices, default=HomeTaskState.PENDING
     )
@@ -49,17 +47,6 @@ class HomeTask(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.path or '~'} ({self.state})"
-
-
-class HomeTaskContent(models.Model):
-    """The bytes of an upload (until the agent fetched them) or a download (until the person
-    fetched them, or they expire), apart from the task so that listing tasks never reads them."""
-
-    task = models.OneToOneField(HomeTask, related_name="content", on_delete=models.CASCADE)
-    data = models.BinaryField()
-
-    def __str__(self) -> str:
-        return f"bytes of home task {self.task_id}"
 
 
 class HomeUsage(models.Model):

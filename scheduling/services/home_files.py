@@ -1,5 +1,7 @@
-"""Home files (issue 27): the Files page's tasks in a person's home, which the node keeping
-the home carries out (nodeagent/protocol_files.py; docs/lifecycle.md "Home files").
+"""Home files (issue 27): the Files page's tasks in a person's home (list a folder, delete),
+which the node keeping the home carries out (nodeagent/protocol_files.py; docs/lifecycle.md
+"Home files"). A file's bytes never pass here: uploads and downloads go through the node's
+gateway with a ticket (:mod:`.home_transfers`).
 
 The portal never reaches a node's disk: a task is a ``HomeTask`` row of the node keeping the
 home, listed in that node's desired state while PENDING (creating one wakes the node's
@@ -11,13 +13,11 @@ Sizes: MB is 1024 * 1024 bytes (the settings, ``Quota.max_home_mb`` and the sent
 
 from __future__ import annotations
 
-import posixpath
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.conf import settings
-from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -28,7 +28,6 @@ from nodeagent.wire_types import REASON_MAX_CHARS
 from ..choices import SessionState
 from ..models import (
     HomeTask,
-    HomeTaskContent,
     HomeTaskKind,
     HomeTaskState,
     HomeUsage,
@@ -46,15 +45,14 @@ if TYPE_CHECKING:
 
 MB = 1024 * 1024
 PENDING_MAX = 5  # a person's tasks waiting for their node at once
-CONTENT_KEPT = timedelta(minutes=10)  # a finished task's bytes (a download's, for the page)
 TASK_KEPT = timedelta(days=1)  # a task's row (its listing, its reason)
 # Desktops whose node keeps the home the person works in now (their files are there).
 RUNNING_STATES = (SessionState.STARTING, SessionState.RUNNING, SessionState.PREEMPTING)
 
 
 class FilesRefused(ServiceError):
-    """A home task the portal does not start (or a download it no longer has); ``message``
-    says what to do next."""
+    """A home task (or a transfer) the portal does not start; ``message`` says what to do
+    next."""
 
 
 @dataclass
@@ -67,12 +65,7 @@ class FilesPlace:
     used_bytes: int | None  # what the home held when last measured (None: never)
     measured_at: datetime | None
     quota_bytes: int  # 0: no quota
-    max_transfer_bytes: int
     running: bool  # a desktop of this person runs on that node now
-
-
-def transfer_max_bytes() -> int:
-    return int(settings.HOME_TRANSFER_MAX_MB) * MB
 
 
 def quota_bytes_of(user: User) -> int:
@@ -119,7 +112,6 @@ def files_place(user: User) -> FilesPlace:
         used_bytes=usage.used_bytes if usage else None,
         measured_at=usage.measured_at if usage else None,
         quota_bytes=quota_bytes_of(user),
-        max_transfer_bytes=transfer_max_bytes(),
         running=running,
     )
 
@@ -173,27 +165,19 @@ def checked_path(path: str) -> str:
         ) from None
 
 
-def start_task(
-    user: User, kind: str, path: str = "", *, upload: UploadedFile | None = None
-) -> HomeTask:
-    """Give the node keeping the person's home a task (list a folder, upload a file into the
-    folder ``path``, download or delete ``path``) and wake its agent; FilesRefused when it
-    cannot be done (no node, bad path, too big, home full, too many tasks waiting)."""
+def start_task(user: User, kind: str, path: str = "") -> HomeTask:
+    """Give the node keeping the person's home a task (list the folder ``path``, or delete
+    ``path``) and wake its agent; FilesRefused when it cannot be done (no node, bad path, too
+    many tasks waiting)."""
     _purge()
     if kind not in HomeTaskKind.values:
-        raise FilesRefused(_("Choose list, upload, download or delete."))
+        raise FilesRefused(_("Choose list or delete."))
     path = checked_path(path)
-    if kind in (HomeTaskKind.DOWNLOAD, HomeTaskKind.DELETE) and not path:
+    if kind == HomeTaskKind.DELETE and not path:
         raise FilesRefused(_("Choose a file or folder in your home."))
-    if kind == HomeTaskKind.UPLOAD and upload is None:
-        raise FilesRefused(_("Choose a file to upload."))
     place = files_place(user)
     if place.node is None:
         raise FilesRefused(place.reason)
-    size = 0
-    if kind == HomeTaskKind.UPLOAD:
-        assert upload is not None
-        path, size = _upload_target(place, path, upload)
     now = timezone.now()
     waiting = HomeTask.objects.filter(
         user=user,
@@ -210,48 +194,10 @@ def start_task(
         )
     with transaction.atomic():
         task = HomeTask.objects.create(
-            user=user, node=place.node, kind=kind, path=path, size=size, created_at=now
+            user=user, node=place.node, kind=kind, path=path, created_at=now
         )
-        if upload is not None:
-            HomeTaskContent.objects.create(task=task, data=b"".join(upload.chunks()))
         wake_nodes([place.node.pk])
     return task
-
-
-def _upload_target(place: FilesPlace, folder: str, upload: UploadedFile) -> tuple[str, int]:
-    """The file an upload writes (its name in the folder) and its size, or FilesRefused."""
-    name = posixpath.basename((upload.name or "").replace("\\", "/"))
-    if not name or name in (".", ".."):
-        raise FilesRefused(_("Choose a file with a name."))
-    try:
-        home_path(name)
-    except ValueError:
-        raise FilesRefused(
-            _(
-                "This file's name cannot be kept in your home (control characters, or over "
-                "255 bytes). Rename the file, then upload it again."
-            )
-        ) from None
-    target = checked_path(f"{folder}/{name}" if folder else name)
-    size = int(upload.size or 0)
-    if size > place.max_transfer_bytes:
-        raise FilesRefused(
-            _(
-                "This file is %(size)s; files of at most %(max)s can be uploaded here. Copy "
-                "larger files from inside a desktop."
-            )
-            % {"size": megabytes(size), "max": megabytes(place.max_transfer_bytes)}
-        )
-    used = place.used_bytes
-    if place.quota_bytes and used is not None and used + size > place.quota_bytes:
-        raise FilesRefused(
-            _(
-                "Your home folder is full: %(used)s of %(quota)s used. Delete files, then "
-                "upload again."
-            )
-            % {"used": megabytes(used), "quota": megabytes(place.quota_bytes)}
-        )
-    return target, size
 
 
 def task_for(user: User, task_id: int) -> HomeTask:
@@ -267,7 +213,6 @@ def task_for(user: User, task_id: int) -> HomeTask:
         HomeTask.objects.filter(pk=task.pk, state=HomeTaskState.PENDING).update(
             state=HomeTaskState.FAILED, reason=reason[:REASON_MAX_CHARS], finished_at=now
         )
-        HomeTaskContent.objects.filter(task=task).delete()
         task.refresh_from_db()
     return task
 
@@ -282,24 +227,8 @@ def timed_out(task: HomeTask, now: datetime) -> bool:
     return task.created_at < waiting_since(now)
 
 
-def download_of(user: User, task: HomeTask) -> tuple[str, bytes]:
-    """The file name and bytes of the person's DONE download; FilesRefused when they are no
-    longer kept (CONTENT_KEPT after it finished). The download was audited when its bytes
-    reached the portal (``home_files_agent``), once per task."""
-    if task.user_id != user.pk or task.kind != HomeTaskKind.DOWNLOAD:
-        raise FilesRefused(_("That is not one of your downloads."))
-    if task.state != HomeTaskState.DONE:
-        raise FilesRefused(_("That download did not finish. Download the file again."))
-    data = HomeTaskContent.objects.filter(task=task).values_list("data", flat=True).first()
-    if data is None:
-        raise FilesRefused(_("That download is no longer kept. Download the file again."))
-    return posixpath.basename(task.path), bytes(data)
-
-
 def _purge() -> None:
-    """Forget old bytes and old tasks: two deletes on the indexed ``created_at``. A task ends
-    within HOME_TASK_TIMEOUT_S of its start (or fails then), so its bytes are kept at least
-    CONTENT_KEPT after it finished; its row (listing, reason) TASK_KEPT."""
+    """Forget old tasks (one delete on the indexed ``created_at``): a task's row (listing,
+    reason) is kept TASK_KEPT."""
     now = timezone.now()
-    HomeTaskContent.objects.filter(task__created_at__lt=waiting_since(now) - CONTENT_KEPT).delete()
     HomeTask.objects.filter(created_at__lt=now - TASK_KEPT).delete()

@@ -1,9 +1,9 @@
 // The Files page (portal/student/files.py): each home task on the page is the server's
 // rendering of it (templates/portal/files/_task.html, in the reader's language and time
 // zone); this script asks /files/tasks/<id>/ how it stands every config.poll_ms and swaps the
-// fragment in until the task ends. A finished download is saved (its content URL answers
-// an attachment); a finished upload or deletion reloads the folder's page, which then
-// lists the folder anew. Without this script, the tasks' own pages refresh themselves.
+// fragment in until the task ends. A finished deletion reloads the folder's page, which
+// then lists the folder anew (uploads and downloads are no task: they go through the
+// node's gateway). Without this script, the tasks' own pages refresh themselves.
 (function () {
   "use strict";
   const configNode = document.getElementById("files-config");
@@ -46,12 +46,8 @@
 
   const after = document.getElementById("files-after");
   if (config.after && waiting(after)) {
-    poll(config.after, after, (task) => {
-      if (task.kind === "download") {
-        if (task.content_url) window.location.assign(task.content_url);
-      } else if (config.reload && !config.listing) {
-        window.location.replace(config.reload);
-      }
+    poll(config.after, after, () => {
+      if (config.reload && !config.listing) window.location.replace(config.reload);
     });
   }
   const listing = document.getElementById("files-listing");

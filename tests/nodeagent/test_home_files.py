@@ -1,9 +1,12 @@
 """HomeFolder: listing, reading, writing and deleting in one home, on real files; links
-(which a desktop can plant anywhere) are never followed and nothing outside is touched."""
+(which a desktop can plant anywhere) are never followed and nothing outside is touched.
+Reading and writing go through ``open_file`` and ``begin_upload``, as the gateway's
+downloads and uploads do (nodeagent/gateway/files.py)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from datetime import UTC
 from pathlib import Path
 
@@ -38,9 +41,29 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
+def read_file(folder: HomeFolder, path: str) -> bytes:
+    """A file's bytes, read as the gateway's download reads them."""
+    file, _ = folder.open_file(path)
+    with file:
+        return file.read()
+
+
+def write_file(
+    folder: HomeFolder, path: str, chunks: Iterable[bytes], size: int, quota: int = 0
+) -> None:
+    """Exactly ``size`` bytes into ``path``, written as the gateway's upload writes them."""
+    upload = folder.begin_upload(path, size, quota)
+    try:
+        for chunk in chunks:
+            upload.write(chunk)
+        upload.finish()
+    finally:
+        upload.abort()
+
+
 def write(root: Path, path: str, data: bytes, quota: int = 0) -> None:
     with HomeFolder.open(root) as home:
-        home.write(path, [data[:3], data[3:]], len(data), quota)
+        write_file(home, path, [data[:3], data[3:]], len(data), quota)
 
 
 def refusal(action) -> str:  # type: ignore[no-untyped-def]
@@ -127,11 +150,11 @@ def test_a_link_in_the_path_is_never_followed(home: Path, outside: Path) -> None
     with HomeFolder.open(home) as folder:
         for action in (
             lambda: folder.list("etc"),
-            lambda: folder.read("etc/passwd"),
-            lambda: folder.write("etc/passwd", [b"owned"], 5),
+            lambda: read_file(folder, "etc/passwd"),
+            lambda: write_file(folder, "etc/passwd", [b"owned"], 5),
             lambda: folder.delete("etc/passwd"),
             lambda: folder.list("docs/up"),
-            lambda: folder.read("docs/up/outside/passwd"),
+            lambda: read_file(folder, "docs/up/outside/passwd"),
         ):
             assert "is a link; links are not followed" in refusal(action)
 
@@ -152,10 +175,10 @@ def test_a_link_is_neither_downloaded_nor_replaced_by_an_upload(home: Path, outs
     (home / "secret").symlink_to(outside / "passwd")
 
     with HomeFolder.open(home) as folder:
-        assert refusal(lambda: folder.read("secret")) == (
+        assert refusal(lambda: read_file(folder, "secret")) == (
             '"secret" is a link; a link cannot be downloaded.'
         )
-        assert refusal(lambda: folder.write("secret", [b"x"], 1)) == (
+        assert refusal(lambda: write_file(folder, "secret", [b"x"], 1)) == (
             '"secret" is a link; a link cannot be replaced by an upload.'
         )
 
@@ -179,7 +202,7 @@ def test_deleting_a_link_deletes_the_link_only(home: Path, outside: Path) -> Non
 def test_a_fifo_is_not_read(home: Path) -> None:
     os.mkfifo(home / "pipe")  # opening it for reading would block without O_NONBLOCK
     with HomeFolder.open(home) as folder:
-        assert "is not a regular file" in refusal(lambda: folder.read("pipe"))
+        assert "is not a regular file" in refusal(lambda: read_file(folder, "pipe"))
 
 
 # -- reading -----------------------------------------------------------------------------
@@ -187,23 +210,19 @@ def test_a_fifo_is_not_read(home: Path) -> None:
 
 def test_a_file_is_read(home: Path) -> None:
     with HomeFolder.open(home) as folder:
-        assert folder.read("docs/a.txt", max_bytes=5) == b"alpha"
-        assert folder.read("docs/deep/b.bin") == b"\x00" * 300
+        assert read_file(folder, "docs/a.txt") == b"alpha"
+        assert read_file(folder, "docs/deep/b.bin") == b"\x00" * 300
 
 
-def test_reading_refuses_folders_missing_files_and_large_files(home: Path) -> None:
-    (home / "big.bin").write_bytes(b"x" * (3 * MB))
+def test_reading_refuses_folders_missing_files_and_the_home(home: Path) -> None:
     with HomeFolder.open(home) as folder:
-        assert refusal(lambda: folder.read("docs")) == (
+        assert refusal(lambda: read_file(folder, "docs")) == (
             '"docs" is a folder; a folder cannot be downloaded.'
         )
-        assert refusal(lambda: folder.read("docs/none.txt")) == (
+        assert refusal(lambda: read_file(folder, "docs/none.txt")) == (
             'No file or folder named "docs/none.txt" in your home.'
         )
-        assert refusal(lambda: folder.read("big.bin", max_bytes=2 * MB)) == (
-            '"big.bin" is 3.0 MB; files of at most 2.0 MB can be downloaded here.'
-        )
-        assert "not the home itself" in refusal(lambda: folder.read(""))
+        assert "not the home itself" in refusal(lambda: read_file(folder, ""))
 
 
 # -- writing -----------------------------------------------------------------------------
@@ -238,8 +257,8 @@ def test_an_upload_needs_its_folder_and_never_replaces_a_folder(home: Path) -> N
 
 def test_an_upload_of_the_wrong_size_leaves_nothing(home: Path) -> None:
     with HomeFolder.open(home) as folder:
-        short = refusal(lambda: folder.write("docs/a.txt", [b"abc"], 10))
-        long = refusal(lambda: folder.write("docs/a.txt", [b"abc", b"def"], 4))
+        short = refusal(lambda: write_file(folder, "docs/a.txt", [b"abc"], 10))
+        long = refusal(lambda: write_file(folder, "docs/a.txt", [b"abc", b"def"], 4))
 
     assert short == 'The upload of "docs/a.txt" was cut short (3 of 10 bytes); try again.'
     assert long == 'The upload of "docs/a.txt" sent more than its 4 bytes; try again.'
@@ -253,7 +272,7 @@ def test_a_failing_source_leaves_no_temporary_file(home: Path) -> None:
         raise ConnectionError("gone")
 
     with HomeFolder.open(home) as folder, pytest.raises(ConnectionError):
-        folder.write("docs/new.txt", chunks(), 100)
+        write_file(folder, "docs/new.txt", chunks(), 100)
 
     assert sorted(p.name for p in (home / "docs").iterdir()) == ["a.txt", "deep"]
 
@@ -303,6 +322,6 @@ def test_a_long_path_is_shortened_in_sentences(home: Path) -> None:
     path = "/".join(["folder"] * 30)
     (home / path).mkdir(parents=True)
     with HomeFolder.open(home) as folder:
-        sentence = refusal(lambda: folder.read(f"{path}/missing.txt"))
+        sentence = refusal(lambda: read_file(folder, f"{path}/missing.txt"))
     assert sentence.startswith('No file or folder named "…') and len(sentence) < 130
     assert sentence.endswith('folder/folder/missing.txt" in your home.')

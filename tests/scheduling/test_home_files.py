@@ -8,25 +8,22 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.core.files.uploadedfile import SimpleUploadedFile
-from django.test import override_settings
 from django.utils import timezone
 
 from scheduling.choices import SessionState
-from scheduling.models import HomeTask, HomeTaskContent, HomeUsage, Node, Quota, Session
+from scheduling.models import HomeTask, Node, Quota, Session
 from scheduling.services.agent_sessions import desired_state, do_report
 from scheduling.services.cycle import do_scheduling_cycle
 from scheduling.services.home_files import (
     MB,
     PENDING_MAX,
     FilesRefused,
-    download_of,
     files_place,
     quota_bytes_of,
     start_task,
     task_for,
 )
-from scheduling.services.home_files_agent import do_home_report, store_download
+from scheduling.services.home_files_agent import do_home_report
 from scheduling.services.sessions import check_submit, do_stop, do_submit
 
 from ..conftest import gpu_inventory
@@ -67,7 +64,7 @@ def test_a_running_desktops_node_keeps_the_home(register_node, owner, profile):
     running_desktop(owner, profile)
     place = files_place(owner)
     assert (place.node, place.running, place.shared, place.reason) == (node, True, False, "")
-    assert place.quota_bytes == 10240 * MB and place.max_transfer_bytes == 64 * MB
+    assert place.quota_bytes == 10240 * MB
     assert place.used_bytes is None and place.measured_at is None
 
 
@@ -139,40 +136,11 @@ def test_bad_paths_are_refused_with_a_sentence(home, owner, path):
 def test_a_too_long_path_and_an_unknown_kind_are_refused(home, owner):
     with pytest.raises(FilesRefused, match="at most 1024 characters"):
         start_task(owner, "list", "a/" * 600)
-    with pytest.raises(FilesRefused, match="Choose list, upload, download or delete"):
-        start_task(owner, "move", "a")
+    for kind in ("move", "upload", "download"):  # uploads and downloads are no task now
+        with pytest.raises(FilesRefused, match="Choose list or delete"):
+            start_task(owner, kind, "a")
     with pytest.raises(FilesRefused, match="Choose a file or folder"):
         start_task(owner, "delete", "")
-
-
-@override_settings(HOME_TRANSFER_MAX_MB=1)
-def test_an_upload_over_the_transfer_limit_is_refused(home, owner):
-    big = SimpleUploadedFile("big.bin", b"x" * (MB + 1))
-    with pytest.raises(FilesRefused) as refused:
-        start_task(owner, "upload", "", upload=big)
-    assert refused.value.message == (
-        "This file is 1.0 MB; files of at most 1.0 MB can be uploaded here. Copy larger files "
-        "from inside a desktop."
-    )
-
-
-def test_an_upload_over_the_quota_is_refused(home, owner):
-    Quota.objects.create(scope="user", key="ada", max_home_mb=10)
-    HomeUsage.objects.create(user=owner, used_bytes=9 * MB + MB // 2)
-    with pytest.raises(FilesRefused) as refused:
-        start_task(owner, "upload", "", upload=SimpleUploadedFile("a.bin", b"x" * MB))
-    assert refused.value.message == (
-        "Your home folder is full: 9.5 MB of 10.0 MB used. Delete files, then upload again."
-    )
-    assert not HomeTask.objects.exists()
-
-
-def test_an_upload_is_kept_for_its_node_and_named_into_its_folder(home, owner):
-    task = start_task(owner, "upload", "notes", upload=SimpleUploadedFile("C:\\x\\a.txt", b"hi"))
-    assert (task.node, task.kind, task.path, task.size) == (home, "upload", "notes/a.txt", 2)
-    assert bytes(HomeTaskContent.objects.get(task=task).data) == b"hi"
-    with pytest.raises(FilesRefused, match="Rename the file, then upload it again"):
-        start_task(owner, "upload", "", upload=SimpleUploadedFile("bell\x07.txt", b"hi"))
 
 
 def test_at_most_a_few_tasks_wait_at_once(home, owner):
@@ -206,8 +174,7 @@ def test_the_desired_state_lists_only_this_nodes_pending_tasks(
 ):
     here = mig_node(register_node, "gpu-a")
     ended_desktop(owner, profile)
-    Quota.objects.create(scope="user", key="ada", max_home_mb=3)
-    mine = start_task(owner, "upload", "", upload=SimpleUploadedFile("a.txt", b"abc"))
+    mine = start_task(owner, "delete", "a.txt")
     done = start_task(owner, "list")
     do_home_report(here, done.pk, {"ok": True})
     Node.objects.filter(pk=here.pk).update(cordoned=True)  # the next desktop goes elsewhere
@@ -217,32 +184,17 @@ def test_the_desired_state_lists_only_this_nodes_pending_tasks(
     assert theirs.node == there
     listed = desired_state(here).home_tasks
     assert [t.model_dump() for t in listed] == [
-        {"id": mine.pk, "kind": "upload", "home_volume": "deskpool-home-ada", "path": "a.txt",
-         "size": 3, "max_bytes": 64 * MB, "quota_bytes": 3 * MB},
-    ]  # fmt: skip
+        {"id": mine.pk, "kind": "delete", "home_volume": "deskpool-home-ada", "path": "a.txt"},
+    ]
     assert [t.id for t in desired_state(there).home_tasks] == [theirs.pk]
 
 
-def test_a_download_is_given_once_its_bytes_and_report_arrived(home, owner):
-    task = start_task(owner, "download", "docs/a.txt")
-    with pytest.raises(FilesRefused, match="did not finish"):
-        download_of(owner, task)
-    store_download(home, task.pk, _Stream(b"hello"), 5)
-    assert do_home_report(home, task.pk, {"ok": True, "used_bytes": 5}) == "DONE"
-    task = task_for(owner, task.pk)
-    assert download_of(owner, task) == ("a.txt", b"hello")
-    HomeTaskContent.objects.filter(task=task).delete()
-    with pytest.raises(FilesRefused, match="no longer kept"):
-        download_of(owner, task)
-
-
-def test_old_bytes_and_tasks_are_forgotten_when_a_task_starts(home, owner):
-    old = start_task(owner, "upload", "", upload=SimpleUploadedFile("a.txt", b"abc"))
+def test_old_tasks_are_forgotten_when_a_task_starts(home, owner):
+    old = start_task(owner, "list")
     older = start_task(owner, "list")
     HomeTask.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(minutes=11))
     HomeTask.objects.filter(pk=older.pk).update(created_at=timezone.now() - timedelta(days=2))
     start_task(owner, "list")
-    assert not HomeTaskContent.objects.exists()
     assert not HomeTask.objects.filter(pk=older.pk).exists()
     assert HomeTask.objects.filter(pk=old.pk).exists()
 
@@ -255,12 +207,3 @@ def test_a_running_desktop_wins_over_where_the_last_one_ran(register_node, owner
     desktop = running_desktop(owner, profile)
     assert desktop.node == second and desktop.state == SessionState.RUNNING
     assert files_place(owner).node == second
-
-
-class _Stream:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def read(self, n: int = -1) -> bytes:
-        chunk, self.data = self.data[:n], self.data[n:]
-        return chunk

@@ -1,7 +1,7 @@
-"""The agent API's home-task calls (issue 27) with real node tokens: an upload's bytes, a
-download's bytes and report, the refusals (another node's task, one no longer pending, too
-large, not octet-stream, a bad report), the audit events and the home's usage; bad input
-never leaves a traceback in the log."""
+"""The agent API's home-task call (issue 27) with real node tokens: a listing's and a
+deletion's report, the refusals (another node's task, one no longer pending, an older agent's
+upload or download, a bad report), the audit event and the home's usage; bad input never
+leaves a traceback in the log."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ import logging
 
 import httpx
 import pytest
-from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.handlers.wsgi import WSGIHandler
-from django.test import override_settings
 from django.utils import timezone
 from drf_spectacular.validation import validate_schema
 from rest_framework.test import APIClient
@@ -23,12 +21,12 @@ from nodeagent.protocol_files import HomeTaskAnswer, HomeTaskReport
 from nodeagent.runtime.simulated_runtime import SimulatedRuntime
 from scheduling.choices import AuditKind
 from scheduling.models import AuditEvent, HomeTask, HomeUsage, Node, UsageRecord
-from scheduling.services.home_files import MB, download_of, start_task, task_for
+from scheduling.models.sessions import home_volume_of
+from scheduling.services.home_files import start_task, task_for
 
 from ...conftest import gpu_inventory
 
 pytestmark = pytest.mark.django_db
-OCTET = "application/octet-stream"
 
 
 def agent(token: str) -> APIClient:
@@ -49,83 +47,49 @@ def nodes(register_node, owner):  # type: ignore[no-untyped-def]
     return home, home_token, other, other_token
 
 
-def content(token: str, task_id: int):  # type: ignore[no-untyped-def]
-    return agent(token).get(f"/api/agent/v1/home-tasks/{task_id}/content/")
-
-
-def put(token: str, task_id: int, data: bytes, content_type: str = OCTET):  # type: ignore[no-untyped-def]
-    return agent(token).generic(
-        "PUT", f"/api/agent/v1/home-tasks/{task_id}/content/", data, content_type=content_type
-    )
-
-
 def report(token: str, task_id: int, body: object):  # type: ignore[no-untyped-def]
     return agent(token).post(f"/api/agent/v1/home-tasks/{task_id}/report/", body, format="json")
 
 
-def test_an_upload_reaches_its_node_and_is_audited(nodes, owner, caplog):
+def test_a_listing_reaches_its_node_and_its_report_is_kept(nodes, owner, caplog):
     home, token, _, other_token = nodes
-    task = start_task(owner, "upload", "", upload=SimpleUploadedFile("a.txt", b"hello"))
+    task = start_task(owner, "list", "docs")
     desired = DesiredState.model_validate(agent(token).get("/api/agent/v1/desired/").json())
-    assert [(t.id, t.kind, t.path, t.size) for t in desired.home_tasks] == [
-        (task.pk, "upload", "a.txt", 5)
-    ]
+    assert [(t.id, t.kind, t.path) for t in desired.home_tasks] == [(task.pk, "list", "docs")]
     assert agent(other_token).get("/api/agent/v1/desired/").json()["home_tasks"] == []
 
     with caplog.at_level(logging.DEBUG):
-        assert content(other_token, task.pk).status_code == 404  # another node's task
-        DetailAnswer.model_validate(report(other_token, task.pk, {"ok": True}).json())
-    got = content(token, task.pk)
-    assert got.status_code == 200 and got["Content-Type"] == OCTET
-    assert b"".join(got) == b"hello"
-
+        other = report(other_token, task.pk, {"ok": True})  # another node's task
+        assert other.status_code == 404
+        DetailAnswer.model_validate(other.json())
     answer = report(token, task.pk, {"ok": True, "used_bytes": 1234})
     assert HomeTaskAnswer.model_validate(answer.json()).state == "DONE"
-    event = AuditEvent.objects.get(kind=AuditKind.HOME_UPLOADED)
-    assert (event.actor, event.node_id) == ("user:ada", home.pk)
-    assert event.data == {"path": "a.txt", "size": 5, "node": "gpu-h", "task": task.pk}
     usage = HomeUsage.objects.get(user=owner)
     assert (usage.used_bytes, usage.node_hostname) == (1234, "gpu-h")
+    assert not AuditEvent.objects.filter(kind__startswith="home.").exists()  # not audited
 
     again = report(token, task.pk, {"ok": True})  # no longer pending
     assert again.status_code == 409
     assert ConflictAnswer.model_validate(again.json()).state == "DONE"
-    assert content(token, task.pk).status_code == 409
     assert "Traceback" not in caplog.text
 
 
-def test_a_download_is_put_then_reported_and_given_to_its_person(nodes, owner):
-    home, token, _, other_token = nodes
-    task = start_task(owner, "download", "docs/report.pdf")
-    early = report(token, task.pk, {"ok": True})  # done without its bytes: refused
-    assert early.status_code == 400 and ErrorAnswer.model_validate(early.json()).errors[0].field
-    assert put(other_token, task.pk, b"pdf").status_code == 404
-    stored = put(token, task.pk, b"%PDF-1.7 ...")
-    assert stored.status_code == 200, stored.content
-    assert report(token, task.pk, {"ok": True, "used_bytes": 99}).json() == {"state": "DONE"}
-    task = task_for(owner, task.pk)
-    assert download_of(owner, task) == ("report.pdf", b"%PDF-1.7 ...")
-    event = AuditEvent.objects.get(kind=AuditKind.HOME_DOWNLOADED)
-    assert event.actor == "user:ada" and event.data["size"] == len(b"%PDF-1.7 ...")
-    assert put(token, task.pk, b"more").status_code == 409
-
-
-@override_settings(HOME_TRANSFER_MAX_MB=1)
-def test_a_download_over_the_limit_or_not_octet_stream_is_refused(nodes, owner, caplog):
-    _, token, _, _ = nodes
-    task = start_task(owner, "download", "big.bin")
+def test_an_older_agents_transfer_calls_are_refused_clearly(nodes, owner, caplog):
+    """Uploads and downloads go through the gateway now: the content call is gone (404), and
+    a report on an upload or download task (none are left after migration 0027) is a 400
+    naming ``kind``, never a 500; such a task is not listed to the node."""
+    home, token, _, _ = nodes
+    upload = HomeTask.objects.create(user=owner, node=home, kind="upload", path="a.txt")
     with caplog.at_level(logging.DEBUG):
-        too_big = put(token, task.pk, b"x" * (MB + 1))
-        assert too_big.status_code == 413
-        assert "at most 1048576 bytes" in DetailAnswer.model_validate(too_big.json()).detail
-        json = put(token, task.pk, b'{"a": 1}', content_type="application/json")
-        assert json.status_code == 415
-        DetailAnswer.model_validate(json.json())
-        listing = start_task(owner, "list")
-        assert put(token, listing.pk, b"x").status_code == 409  # not a download
-        assert put(token, 2**63, b"x").status_code == 400
-    assert not HomeTask.objects.get(pk=task.pk).size
-    assert put(token, task.pk, b"x" * MB).status_code == 200  # exactly the limit
+        for method in ("get", "put"):
+            gone = getattr(agent(token), method)(f"/api/agent/v1/home-tasks/{upload.pk}/content/")
+            assert gone.status_code == 404
+        answer = report(token, upload.pk, {"ok": True})
+    assert answer.status_code == 400, answer.content
+    assert {e.field for e in ErrorAnswer.model_validate(answer.json()).errors} == {"kind"}
+    assert "list and delete" in answer.json()["detail"]
+    assert agent(token).get("/api/agent/v1/desired/").json()["home_tasks"] == []
+    assert HomeTask.objects.get(pk=upload.pk).state == "PENDING"
     assert "Traceback" not in caplog.text
 
 
@@ -166,14 +130,17 @@ def test_a_listing_and_a_failure_are_kept_for_the_page(nodes, owner):
     assert not AuditEvent.objects.filter(kind=AuditKind.HOME_DELETED).exists()
     done = start_task(owner, "delete", "older")
     assert report(token, done.pk, {"ok": True}).status_code == 200
-    assert AuditEvent.objects.get(kind=AuditKind.HOME_DELETED).data["path"] == "older"
+    event = AuditEvent.objects.get(kind=AuditKind.HOME_DELETED)
+    assert (event.actor, event.node_id) == ("user:ada", done.node_id)
+    assert event.data == {"path": "older", "node": "gpu-h", "task": done.pk}
 
 
 def test_the_calls_need_a_node_token_and_a_task_id_a_task_could_have(nodes, owner):
     _, token, _, _ = nodes
     task = start_task(owner, "list")
-    assert APIClient().get(f"/api/agent/v1/home-tasks/{task.pk}/content/").status_code == 401
-    assert content(token, 999999).status_code == 404
+    anonymous = APIClient().post(f"/api/agent/v1/home-tasks/{task.pk}/report/", {"ok": True})
+    assert anonymous.status_code == 401
+    assert report(token, 999999, {"ok": True}).status_code == 404
     big = report(token, 2**63, {"ok": True})
     assert big.status_code == 400 and "task_id" in big.json()["detail"]
     assert Node.objects.count() == 2
@@ -182,10 +149,9 @@ def test_the_calls_need_a_node_token_and_a_task_id_a_task_could_have(nodes, owne
 def test_the_schema_names_the_home_task_calls() -> None:
     schema = APIClient().get("/api/schema/", HTTP_ACCEPT="application/json").json()
     validate_schema(schema)
-    calls = schema["paths"]["/api/agent/v1/home-tasks/{task_id}/content/"]
-    assert set(calls["get"]["responses"]["200"]["content"]) == {OCTET}
-    assert set(calls["put"]["requestBody"]["content"]) == {OCTET}
-    assert set(calls["put"]["responses"]) >= {"200", "404", "409", "413", "415"}
+    assert [path for path in schema["paths"] if "home-tasks" in path] == [
+        "/api/agent/v1/home-tasks/{task_id}/report/"
+    ]
     post = schema["paths"]["/api/agent/v1/home-tasks/{task_id}/report/"]["post"]
     body = post["requestBody"]["content"]["application/json"]["schema"]
     assert body == {"$ref": "#/components/schemas/HomeTaskReport"}
@@ -197,13 +163,17 @@ def test_the_schema_names_the_home_task_calls() -> None:
 @pytest.mark.django_db(transaction=True)  # the agent's threads use their own connections
 def test_the_agent_carries_out_the_portals_tasks_over_the_real_api(nodes, owner, tmp_path):
     """The node agent's own runner and client (nodeagent.home_tasks, portal_client) against
-    this portal's views (WSGI in process): upload, list, download and delete in a simulated
-    home; the page's side sees each outcome."""
+    this portal's views (WSGI in process): list and delete in a simulated home; the page's
+    side sees each outcome."""
     home, token, _, _ = nodes
     client = PortalClient(
         "http://testserver", node_token=token, transport=httpx.WSGITransport(app=WSGIHandler())
     )
-    runner = HomeTaskRunner(SimulatedRuntime(node_name="gpu-h", homes_dir=tmp_path), client)
+    runtime = SimulatedRuntime(node_name="gpu-h", homes_dir=tmp_path)
+    runner = HomeTaskRunner(runtime, client)
+    folder = runtime.home_folder(home_volume_of(owner), create=True)
+    assert folder is not None
+    (folder / "a.txt").write_bytes(b"hello")  # as the gateway's upload leaves it
 
     def carry_out(task: HomeTask) -> HomeTask:
         runner.offer(client.desired().home_tasks)
@@ -211,12 +181,9 @@ def test_the_agent_carries_out_the_portals_tasks_over_the_real_api(nodes, owner,
         return task_for(owner, task.pk)
 
     try:
-        upload = start_task(owner, "upload", "", upload=SimpleUploadedFile("a.txt", b"hello"))
-        assert carry_out(upload).state == "DONE", upload.reason
         listing = carry_out(start_task(owner, "list"))
+        assert listing.state == "DONE", listing.reason
         assert [(e["name"], e["size"]) for e in listing.entries] == [("a.txt", 5)]
-        download = carry_out(start_task(owner, "download", "a.txt"))
-        assert download_of(owner, download) == ("a.txt", b"hello")
         missing = carry_out(start_task(owner, "delete", "nothing-here"))
         assert missing.state == "FAILED" and missing.reason
         assert carry_out(start_task(owner, "delete", "a.txt")).state == "DONE"
@@ -224,4 +191,4 @@ def test_the_agent_carries_out_the_portals_tasks_over_the_real_api(nodes, owner,
         runner.close()
     assert HomeUsage.objects.get(user=owner).used_bytes == 0
     kinds = AuditEvent.objects.filter(kind__startswith="home.").values_list("kind", flat=True)
-    assert sorted(kinds) == ["home.deleted", "home.downloaded", "home.uploaded"]
+    assert list(kinds) == ["home.deleted"]

@@ -1,8 +1,9 @@
 """The Files page (issue 27) as the server renders it: where the home is (or why none), the
 quota, the folder's listing from a home task (rendered in the reader's time zone and
-language), the upload, download and delete forms that start the right tasks, refusals as
-400 with their sentence, another person's task 404, and a download's headers (always an
-attachment). The browser's side: tests/e2e/test_files_browser.py."""
+language), the delete form that starts a task, the upload and download that go to the
+node's gateway with a ticket, refusals as 400 with their sentence, another person's task 404,
+and no content route left for a task's bytes. The browser's side:
+tests/e2e/test_files_browser.py."""
 
 from __future__ import annotations
 
@@ -134,12 +135,19 @@ def test_a_failed_listing_shows_its_reason_and_try_again(owner, home_node):
     assert '<a href="/files/?path=gone">Try again</a>' in answer["html"]
 
 
+def test_a_tasks_bytes_are_served_no_more(owner, home_node):
+    """Downloads go through the node's gateway: the old content route is gone."""
+    client = signed_in(owner)
+    client.get("/files/")
+    task = HomeTask.objects.get(user=owner)
+    assert client.get(f"/files/tasks/{task.pk}/content/").status_code == 404
+
+
 def test_another_persons_task_is_404(owner, stranger, home_node):
     signed_in(owner).get("/files/")
     task = HomeTask.objects.get(user=owner)
     other = signed_in(stranger)
     assert other.get(f"/files/tasks/{task.pk}/", HTTP_ACCEPT="application/json").status_code == 404
-    assert other.get(f"/files/tasks/{task.pk}/content/").status_code == 404
     assert other.get(f"/files/?task={task.pk}").status_code == 404
     assert other.get("/files/?task=abc").status_code == 404
 
