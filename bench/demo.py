@@ -173,7 +173,9 @@ def main() -> int:
 
     var_dir = private_var_dir(Path(os.environ.get("DESKPOOL_VAR_DIR", BASE_DIR / "var")))
     python = sys.executable
-    env = dict(os.environ, PYTHONUNBUFFERED="1", DESKPOOL_VAR_DIR=str(var_dir))
+    # PORT: the portal's port, from which its settings derive the page origin the gateways
+    # take (portal.server.gateway_config), also when it came as --port.
+    env = dict(os.environ, PYTHONUNBUFFERED="1", DESKPOOL_VAR_DIR=str(var_dir), PORT=str(args.port))
     supervisor = Supervisor(env)
     client = docker_engine()
 
