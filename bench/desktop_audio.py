@@ -7,7 +7,10 @@ and measures, with a 440 Hz tone written into the container beforehand and playe
 
 1. latency, median of ``--runs``: from the moment the desktop starts ``pacat`` (its clock,
    written in the container just before) to the first bytes of the tone at the listener;
-2. the stream's rate while the tone plays, and what comes while the desktop is silent;
+2. the stream's rate while the tone plays (Opus from the images since issue 34, PCM from
+   older ones: run it with ``--image`` of each to compare), as the desktop sends it and as
+   the gateway sends it on to one listener (WebSocket frames, headers included), and what
+   comes while the desktop is silent;
 3. CPU (% of one core) of the desktop's sound processes (PulseAudio, deskpool-audio,
    parec) over ``--sample-s``: silent with nobody listening, then playing to one listener;
 4. their resident memory in both cases.
@@ -19,13 +22,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import os
 import statistics
 import sys
 import time
 
 from bench.agent import Bench
-from nodeagent.desktop_audio import AudioFormat, open_audio
+from nodeagent.desktop_audio import (
+    MAX_PACKET_BYTES,
+    OPUS,
+    PACKET_LENGTH,
+    AudioFormat,
+    AudioRefused,
+    open_audio,
+)
 from nodeagent.runtime import container_name
 from nodeagent.software import DESKTOP_IMAGE
 
@@ -51,6 +62,61 @@ READ_PROCESSES = (
     'echo "$n|$(cut -d" " -f14,15 $p/stat 2>/dev/null)|$(cut -d" " -f2 $p/statm 2>/dev/null)"; '
     "done"
 )
+
+
+def opus_packets(stream: bytes) -> list[bytes]:
+    """An Opus stream as the desktop sent it (each packet after its length), in packets."""
+    packets, at = [], 0
+    while at + PACKET_LENGTH.size <= len(stream):
+        (length,) = PACKET_LENGTH.unpack_from(stream, at)
+        if not 0 < length <= MAX_PACKET_BYTES or at + 2 + length > len(stream):
+            raise AudioRefused(f"not an Opus stream at byte {at}")
+        packets.append(stream[at + 2 : at + 2 + length])
+        at += 2 + length
+    return packets
+
+
+def decode_opus(packets: list[bytes], channels: int = 2) -> bytes:
+    """The packets decoded with this host's libopus (Debian's libopus0) to s16le at 48 kHz."""
+    lib = ctypes.CDLL("libopus.so.0")
+    lib.opus_decoder_create.restype = ctypes.c_void_p
+    lib.opus_decoder_create.argtypes = [ctypes.c_int32, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+    lib.opus_decode.restype = ctypes.c_int
+    lib.opus_decode.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_char_p,
+        ctypes.c_int32,
+        ctypes.c_void_p,
+        ctypes.c_int,
+        ctypes.c_int,
+    ]
+    lib.opus_decoder_destroy.argtypes = [ctypes.c_void_p]
+    error = ctypes.c_int(0)
+    decoder = lib.opus_decoder_create(48000, channels, ctypes.byref(error))
+    if error.value or not decoder:
+        raise OSError(f"opus_decoder_create failed: {error.value}")
+    most = 5760  # 120 ms, the longest packet Opus has
+    out = (ctypes.c_int16 * (most * channels))()
+    pcm = bytearray()
+    try:
+        for packet in packets:
+            samples = lib.opus_decode(decoder, packet, len(packet), out, most, 0)
+            if samples < 0:
+                raise AudioRefused(f"libopus could not decode a packet: {samples}")
+            pcm += bytes(out)[: samples * channels * 2]
+    finally:
+        lib.opus_decoder_destroy(decoder)
+    return bytes(pcm)
+
+
+def to_browser_bytes(found: AudioFormat, heard: bytes) -> int:
+    """What the gateway sends a browser for ``heard`` (the desktop's stream): each Opus packet
+    in a WebSocket frame of its own, PCM in frames of 16 KiB; with the frames' headers (2
+    bytes up to 125 bytes of payload, 4 up to 64 KiB: a server's frames are not masked)."""
+    if found.codec == OPUS:
+        return sum(len(p) + (2 if len(p) < 126 else 4) for p in opus_packets(heard))
+    chunk = 16384
+    return len(heard) + 4 * -(-len(heard) // chunk)
 
 
 def write_tone(container, seconds: int) -> None:  # type: ignore[no-untyped-def]
@@ -140,19 +206,32 @@ def main(argv: list[str] | None = None) -> int:
         def play() -> None:
             container.exec_run(["bash", "-c", PLAY])
 
-        delays, rates = [], []
+        delays, rates, sent = [], [], []
+        found = None
         for _ in range(args.runs):
-            _found, heard, first = asyncio.run(listen(port, 3.0, during=play))
+            found, heard, first = asyncio.run(listen(port, 3.0, during=play))
             played_at = float(container.exec_run(["cat", "/tmp/t0"]).output)
             delays.append(1000 * (first - played_at))
             rates.append(len(heard) / 2.0)  # the tone lasts 2 s
+            sent.append(to_browser_bytes(found, heard) / 2.0)
         _found, silent, _first = asyncio.run(listen(port, 3.0))
-        print(f"{args.image}: sound on port {port}, 48 kHz, 2 channels, s16le")
+        assert found is not None
+        print(
+            f"{args.image}: sound on port {port}, {found.codec}, {found.rate} Hz, "
+            f"{found.channels} channels"
+        )
         print(
             f"  pacat starts -> first bytes at the listener: median {statistics.median(delays):.0f}"
             f" ms, min {min(delays):.0f}, max {max(delays):.0f} (n={len(delays)})"
         )
-        print(f"  while the tone plays: {statistics.median(rates) / 1000:.0f} kB/s")
+        print(
+            f"  while the tone plays, desktop -> gateway: "
+            f"{statistics.median(rates) / 1000:.1f} kB/s"
+        )
+        print(
+            "  while the tone plays, gateway -> one listener (WebSocket frames): "
+            f"{statistics.median(sent) / 1000:.1f} kB/s"
+        )
         print(f"  3 s of silence: {len(silent)} bytes")
 
         idle_cpu, idle_kb = cpu_percent(container, args.sample_s)

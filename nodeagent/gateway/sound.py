@@ -1,10 +1,14 @@
 """The sound: the desktop's deskpool-audio to the browser, logged in by the gateway.
 
 The gateway logs in with the session's secret (:func:`nodeagent.desktop_audio.open_audio`),
-sends the format as one text frame, then the PCM in binary frames of at most
-:data:`AUDIO_CHUNK_BYTES`, reading one chunk of the desktop's stream only once the browser
-took the one before (``send`` drains): a browser that stops reading stops the desktop. What
-the browser sends after its ticket is read (so that its close is seen) and dropped.
+sends the format as one text frame (``{"format": "opus" | "s16le", "rate", "channels"}``),
+then the sound in binary frames: each Opus packet in a frame of its own (at most
+:data:`~nodeagent.desktop_audio.MAX_PACKET_BYTES`; a longer one closes the socket with
+4413), or, from an image that serves PCM, the PCM in frames of at most
+:data:`AUDIO_CHUNK_BYTES`. It reads the next packet or chunk of the desktop's stream only
+once the browser took the one before (``send`` drains): a browser that stops reading stops
+the desktop. What the browser sends after its ticket is read (so that its close is seen)
+and dropped.
 """
 
 from __future__ import annotations
@@ -14,9 +18,9 @@ import logging
 
 from websockets.exceptions import ConnectionClosed
 
-from nodeagent.desktop_audio import AudioRefused, open_audio
+from nodeagent.desktop_audio import OPUS, AudioRefused, open_audio, read_packet
 from nodeagent.gateway.carrying import UPSTREAM_TIMEOUT_S, first_of
-from nodeagent.gateway.codes import CLOSE_NO_SOUND, CLOSE_UNREACHABLE
+from nodeagent.gateway.codes import CLOSE_NO_SOUND, CLOSE_TOO_BIG, CLOSE_UNREACHABLE
 from nodeagent.gateway.links import CLOSE_NORMAL, Link, LinkEnded
 from nodeagent.gateway.screen import browser_ended, to_browser
 
@@ -53,7 +57,18 @@ async def carry_sound(link: Link) -> None:
             raise LinkEnded(CLOSE_NORMAL, "the desktop's sound broke off") from error
         raise LinkEnded(CLOSE_NORMAL, "the desktop's sound ended")
 
-    await first_of(pcm_to_browser(), drop_browser_input(link))
+    async def opus_to_browser() -> None:
+        try:
+            while packet := await read_packet(reader):
+                await to_browser(link, packet)
+        except OSError as error:
+            raise LinkEnded(CLOSE_NORMAL, "the desktop's sound broke off") from error
+        except AudioRefused as error:
+            raise LinkEnded(CLOSE_TOO_BIG, str(error)) from error
+        raise LinkEnded(CLOSE_NORMAL, "the desktop's sound ended")
+
+    sound = opus_to_browser() if found.codec == OPUS else pcm_to_browser()
+    await first_of(sound, drop_browser_input(link))
 
 
 async def to_browser_text(link: Link, text: str) -> None:

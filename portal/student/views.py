@@ -361,6 +361,10 @@ def _desktop_words() -> dict[str, str]:
             "This browser cannot play the desktop's sound; a recent Chrome, Edge, Firefox or "
             "Safari can."
         ),
+        "sound_no_decoder": _(
+            "This browser cannot decode the desktop's sound (Opus, through WebCodecs); a "
+            "recent Chrome, Edge, Firefox or Safari can, on a page served over HTTPS."
+        ),
     }
 
 

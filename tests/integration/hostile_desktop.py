@@ -7,7 +7,8 @@ nothing of the project is importable there) and serves, as fast as the peer take
   authentication (any answer to the challenge is taken) and then, after the ClientInit,
   sends binary messages of ``CHUNK`` bytes (under the portal's 1 MiB limit) without end;
 - on 6081, the sound exchange of ``nodeagent.desktop_audio`` (any answer taken), then PCM
-  without end.
+  without end as an image from before Opus does, or with ``DESKTOP_SOUND=opus`` Opus
+  packets of the largest length allowed (4,000 bytes, each after its length) without end.
 
 ``DESKTOP_RATE_BPS`` (bytes a second per connection) and ``DESKTOP_CHUNK`` (bytes a
 message) make it a steadily repainting desktop instead, for ``python -m bench.data_plane``:
@@ -29,6 +30,8 @@ import time
 
 CHUNK = int(os.environ.get("DESKTOP_CHUNK", 512 * 1024))
 RATE = int(os.environ.get("DESKTOP_RATE_BPS", 0))  # per connection; 0: as fast as taken
+SOUND = os.environ.get("DESKTOP_SOUND", "pcm")  # or "opus"
+OPUS_PACKET = 4000  # nodeagent.desktop_audio.MAX_PACKET_BYTES
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 SENT = {"screen": 0, "sound": 0}
 
@@ -123,10 +126,17 @@ def screen(conn):
 
 
 def sound(conn):
-    conn.sendall(b"DPAUDIO1" + os.urandom(16))
-    read_exactly(conn, 32)  # any answer is taken
-    conn.sendall(b"OK" + struct.pack(">IBB", 48000, 2, 16))
-    payload = b"\x01\x02" * (CHUNK // 2)
+    if SOUND == "opus":
+        conn.sendall(b"DPAUDIO2" + os.urandom(16))
+        read_exactly(conn, 32)  # any answer is taken
+        conn.sendall(b"OK" + struct.pack(">BIB", 2, 48000, 2))
+        packet = struct.pack(">H", OPUS_PACKET) + b"\xfc" * OPUS_PACKET
+        payload = packet * max(1, CHUNK // len(packet))
+    else:
+        conn.sendall(b"DPAUDIO1" + os.urandom(16))
+        read_exactly(conn, 32)  # any answer is taken
+        conn.sendall(b"OK" + struct.pack(">IBB", 48000, 2, 16))
+        payload = b"\x01\x02" * (CHUNK // 2)
 
     def send(data):
         conn.sendall(data)

@@ -63,6 +63,12 @@ def hostile_desktop(docker_client, tiny_image) -> Iterator[HostileDesktop]:  # t
 
 
 @pytest.fixture
+def opus_hostile_desktop(docker_client, tiny_image) -> Iterator[HostileDesktop]:  # type: ignore[no-untyped-def]
+    """The hostile desktop serving Opus: packets of the largest length allowed, no end."""
+    yield from run_hostile(docker_client, tiny_image, {"DESKTOP_SOUND": "opus"})
+
+
+@pytest.fixture
 def one_gib_desktop(docker_client, tiny_image) -> Iterator[HostileDesktop]:  # type: ignore[no-untyped-def]
     """The hostile desktop sending 1 GiB messages (websockify sends at most 64 KiB)."""
     yield from run_hostile(docker_client, tiny_image, {"DESKTOP_CHUNK": str(1024 * MIB)})
@@ -187,6 +193,13 @@ def test_the_gateway_stops_reading_a_desktops_sound_while_its_listener_does_not_
 ) -> None:
     key = start(gateway, hostile_desktop)
     assert_held_back(asyncio.run(stall(gateway, hostile_desktop, "sound", key, format_frame)))
+
+
+def test_the_gateway_stops_reading_a_desktops_opus_while_its_listener_does_not_read(
+    gateway, opus_hostile_desktop
+) -> None:
+    key = start(gateway, opus_hostile_desktop)
+    assert_held_back(asyncio.run(stall(gateway, opus_hostile_desktop, "sound", key, format_frame)))
 
 
 def test_a_browser_flooding_a_desktop_that_does_not_read_is_held_back_too(
