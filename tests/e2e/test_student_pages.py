@@ -135,7 +135,7 @@ def short_desktop(db):
 @pytest.mark.browser
 @pytest.mark.integration
 @pytest.mark.docker
-def test_the_desktop_page_times_warns_shares_the_clipboard_and_reconnects(
+def test_the_desktop_page_times_warns_shares_the_clipboard_and_outlives_a_portal_blip(
     stack, owner, short_desktop, docker_engine, require_image, tmp_path, new_page
 ):
     require_image(DESKTOP_IMAGE)
@@ -172,16 +172,12 @@ def test_the_desktop_page_times_warns_shares_the_clipboard_and_reconnects(
         violations = check_axe(page, "student-desktop")
         assert not violations, describe(violations)
 
-        # A blip: the portal goes away for two seconds; the page reconnects by itself.
+        # A blip: the portal goes away for two seconds. The screen does not pass through it
+        # (the node's gateway carries it): it stays connected, and still gets frames.
         marker = page.evaluate(WATCH_STATUS)
-        stack.restart_portal(down_s=2)
-        wait_js(
-            page,
-            """() => window.__statuses.some((s) => s.startsWith("connection lost"))
-                     && document.getElementById("desktop-status").textContent === "connected"
-            """,
-            timeout=60_000,
-        )
+        stack.restart_portal(down_s=2)  # returns once the portal answers again
+        page.wait_for_timeout(1000)
+        assert page.evaluate("window.__statuses") == ["connected"]  # never lost
         assert page.evaluate("window.__marker") == marker, "the page was reloaded"
     finally:
         from scheduling.models import Session
