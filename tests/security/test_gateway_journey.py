@@ -137,6 +137,7 @@ def closed_with(connection: ClientConnection, since: float, what: str) -> int | 
 
 
 def running_desktop(portal, owner, profile, tmp_path) -> tuple[httpx.Client, int]:  # type: ignore[no-untyped-def]
+    portal.remove_volumes = True  # the homes this test makes go with its stack
     portal.start_agent(
         do_create_join_token(portal.node, actor="test"),
         write_fleet(tmp_path / "fleet.yaml", portal.node, 3),
