@@ -106,16 +106,22 @@ def paced(send, payload):
                 time.sleep(ahead)
 
 
-def screen(conn):
+def log_in_as_websockify(conn):
+    """websockify's part of the RFB login with VNC authentication (any answer to the
+    challenge is taken); returns the browser's ClientInit, passed on by the gateway."""
     ws_accept(conn)
     ws_send(conn, b"RFB 003.008\n")
-    ws_recv(conn)  # the portal's version
+    ws_recv(conn)  # the gateway's version
     ws_send(conn, bytes([1, 2]))  # VNC authentication only
     ws_recv(conn)
     ws_send(conn, os.urandom(16))
     ws_recv(conn)  # any answer is taken
     ws_send(conn, struct.pack(">I", 0))
-    ws_recv(conn)  # the browser's ClientInit
+    return ws_recv(conn)
+
+
+def screen(conn):
+    log_in_as_websockify(conn)
     payload = b"s" * CHUNK
 
     def send(data):

@@ -14,14 +14,13 @@ Every 0.2 s, when it changed, it prints ``sent screen=<bytes>``: what the gatewa
 
 from __future__ import annotations
 
-import os
 import socket
 import struct
 import sys
 import threading
 import time
 
-from tests.integration.hostile_desktop import run, ws_accept, ws_recv, ws_send
+from tests.integration.hostile_desktop import log_in_as_websockify, run, ws_recv, ws_send
 
 PORT = 5900
 CHUNK = 256 * 1024  # under the gateway's 1 MiB a message
@@ -39,15 +38,7 @@ SENT = [0]
 
 
 def screen(conn) -> None:
-    ws_accept(conn)
-    ws_send(conn, b"RFB 003.008\n")
-    ws_recv(conn)  # the gateway's version
-    ws_send(conn, bytes([1, 2]))  # VNC authentication only
-    ws_recv(conn)
-    ws_send(conn, os.urandom(16))
-    ws_recv(conn)  # any answer is taken
-    ws_send(conn, struct.pack(">I", 0))
-    client_init = ws_recv(conn)  # the browser's, passed on by the gateway
+    client_init = log_in_as_websockify(conn)
     ws_send(conn, SERVER_INIT)
     asked = client_init[1:]
     while asked[:1] != bytes([FRAMEBUFFER_UPDATE_REQUEST]):
