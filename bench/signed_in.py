@@ -1,0 +1,357 @@
+"""The class start as it happens: every student already signed in, all asking within a second.
+
+``python -m bench.signed_in URL --prefix storm-si --count 200 --password P --mode token|page``
+
+An outside client of the public portal only (HTTP and the updates WebSocket, no Django), so
+that the same client measures today's tree and an old commit's stack (``bench.storm
+--signed-in --at COMMIT``). The accounts ``<prefix>-s001`` … must exist with that password.
+
+1. **Before class** (not timed): each student signs in, a few at a time, as a student who
+   opened the portal earlier did.
+   - ``token``: ``POST /api/v1/auth/token/`` (a phone app or a script).
+   - ``page``: the sign-in form (``/login/``), then the home page, whose updates socket
+     (``/ws/updates/?fragment=item``) stays open, as the browser's does.
+2. **The start**: every student asks within ``--spread`` (1 s), by ``POST
+   /api/v1/sessions/`` (token) or by the home page's form (page: ``POST /sessions/new/``,
+   then the session page the answer redirects to). Each then asks
+   ``GET /api/v1/sessions/<id>/`` every ``--poll`` (2 s) until RUNNING; in page mode the
+   socket reports RUNNING too, and both moments are kept.
+
+Prints, each as p50/p95/max: POST → answered; from the sessions' own timestamps, POST →
+stored, stored → placed (with ``--dsn``, which reads ``placed_at`` from the database),
+placed → RUNNING stored and RUNNING stored → seen (by poll, and on the socket); and
+submit → RUNNING seen, by poll and on the socket. Exits 1 when a student got no desktop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import re
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import httpx
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.typing import Origin
+
+from bench.cpu import cpu_by_process, cpu_line
+
+END_STATES = {"FAILED", "LOST", "EXPIRED", "CANCELLED", "ENDED"}
+SIGN_IN_AT_ONCE = 4  # sign-ins before class, a few at a time (each is a password hash)
+CSRF_FIELD = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
+SESSION_PAGE = re.compile(r"/sessions/(\d+)/")
+
+
+@dataclass
+class Student:
+    username: str
+    api: httpx.AsyncClient
+    csrf: str = ""
+    socket: ClientConnection | None = None
+    session_id: int | None = None
+    submitted: float = 0.0  # time.time() just before the POST
+    answered: float | None = None
+    page_loaded: float | None = None
+    seen_poll: float | None = None
+    seen_socket: float | None = None
+    created: float | None = None  # the session's own timestamps (epoch seconds)
+    started: float | None = None
+    placed: float | None = None
+    polls: int = 0
+    error: str = ""
+    states: list[str] = field(default_factory=list)
+
+
+def percentile(values: list[float], share: float) -> float:
+    """Nearest-rank percentile of sorted ``values`` (share 0..1)."""
+    return values[max(0, math.ceil(share * len(values)) - 1)]
+
+
+def spread(values: list[float]) -> str:
+    values = sorted(values)
+    if not values:
+        return "none"
+    return (
+        f"p50 {percentile(values, 0.5):.2f} s, p95 {percentile(values, 0.95):.2f} s, "
+        f"max {values[-1]:.2f} s (n={len(values)})"
+    )
+
+
+def epoch(stamp: str | None) -> float | None:
+    """An API or SQLite timestamp in epoch seconds (SQLite's have no offset: UTC)."""
+    if not stamp:
+        return None
+    moment = datetime.fromisoformat(stamp)
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+async def sign_in(url: str, student: Student, password: str, mode: str) -> None:
+    api = student.api
+    if mode == "token":
+        answer = await api.post(
+            "/api/v1/auth/token/", json={"username": student.username, "password": password}
+        )
+        if answer.status_code != 200:
+            raise RuntimeError(f"sign-in answered {answer.status_code}: {answer.text[:200]}")
+        api.headers["Authorization"] = f"Token {answer.json()['token']}"
+        return
+    form = await api.get("/login/")
+    token = CSRF_FIELD.search(form.text)
+    if token is None:
+        raise RuntimeError(f"the sign-in page has no form (status {form.status_code})")
+    answer = await api.post(
+        "/login/",
+        data={
+            "username": student.username,
+            "password": password,
+            "csrfmiddlewaretoken": token.group(1),
+        },
+        headers={"Referer": url + "/login/"},
+    )
+    if answer.status_code != 302:
+        raise RuntimeError(f"the sign-in form answered {answer.status_code}")
+    home = await api.get("/")
+    token = CSRF_FIELD.search(home.text)
+    if home.status_code != 200 or token is None:
+        raise RuntimeError(f"the home page answered {home.status_code} without a form")
+    student.csrf = token.group(1)
+    cookies = "; ".join(f"{c.name}={c.value}" for c in api.cookies.jar)
+    ws_url = url.replace("http://", "ws://", 1) + "/ws/updates/?fragment=item"
+    student.socket = await connect(
+        ws_url, origin=Origin(url), additional_headers={"Cookie": cookies}, open_timeout=60
+    )
+
+
+async def submit(url: str, student: Student, body: dict, mode: str) -> bool:
+    student.submitted = time.time()
+    if mode == "token":
+        answer = await student.api.post("/api/v1/sessions/", json=body)
+        student.answered = time.time()
+        if answer.status_code != 201:
+            student.error = f"submit answered {answer.status_code}: {answer.text[:120]}"
+            return False
+        student.session_id = answer.json()["id"]
+        return True
+    form = {k: str(v) for k, v in body.items()}
+    answer = await student.api.post(
+        "/sessions/new/",
+        data={**form, "csrfmiddlewaretoken": student.csrf},
+        headers={"Referer": url + "/"},
+    )
+    student.answered = time.time()
+    found = SESSION_PAGE.search(answer.headers.get("location", ""))
+    if answer.status_code != 302 or found is None:
+        student.error = f"form post answered {answer.status_code}"
+        return False
+    student.session_id = int(found.group(1))
+    page = await student.api.get(answer.headers["location"])  # the browser follows it
+    student.page_loaded = time.time()
+    if page.status_code != 200:
+        student.error = f"session page answered {page.status_code}"
+        return False
+    return True
+
+
+async def poll(student: Student, poll_s: float, deadline: float) -> None:
+    while time.time() < deadline and student.seen_poll is None and not student.error:
+        await asyncio.sleep(poll_s)
+        answer = await student.api.get(f"/api/v1/sessions/{student.session_id}/")
+        student.polls += 1
+        if answer.status_code != 200:
+            student.error = f"poll answered {answer.status_code}"
+            return
+        data = answer.json()
+        if not student.states or student.states[-1] != data["state"]:
+            student.states.append(data["state"])
+        if data["state"] == "RUNNING":
+            student.seen_poll = time.time()
+            student.created, student.started = epoch(data["created_at"]), epoch(data["started_at"])
+        elif data["state"] in END_STATES:
+            student.error = f"session ended {data['state']}"
+
+
+async def listen(student: Student, deadline: float) -> None:
+    """The updates socket until it reports this student's session RUNNING."""
+    assert student.socket is not None
+    while time.time() < deadline and student.seen_socket is None and not student.error:
+        try:
+            raw = await asyncio.wait_for(student.socket.recv(), max(0.1, deadline - time.time()))
+        except TimeoutError:
+            return
+        message = json.loads(raw)
+        session = message.get("session") or {}
+        if message.get("type") != "session.update" or session.get("id") != student.session_id:
+            continue
+        if session.get("state") == "RUNNING":
+            student.seen_socket = time.time()
+
+
+async def one(url, student, body, mode, ask_at, poll_s, timeout_s) -> None:
+    await asyncio.sleep(max(0.0, ask_at - time.time()))
+    try:
+        if await submit(url, student, body, mode):
+            deadline = time.time() + timeout_s
+            waits = [poll(student, poll_s, deadline)]
+            if student.socket is not None:
+                waits.append(listen(student, deadline))
+            await asyncio.gather(*waits)
+            if student.seen_poll is None and not student.error:
+                student.error = "no RUNNING before the timeout"
+    except Exception as error:  # a student's failure is reported with the figures
+        student.error = f"{type(error).__name__}: {error}"
+
+
+async def storm(args: argparse.Namespace) -> list[Student]:
+    at_first_ask: list[dict] = []
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    students = [
+        Student(
+            username=f"{args.prefix}-s{n:03d}",
+            api=httpx.AsyncClient(base_url=args.url, timeout=60, limits=limits),
+        )
+        for n in range(1, args.count + 1)
+    ]
+    gate = asyncio.Semaphore(SIGN_IN_AT_ONCE)
+
+    async def before_class(student: Student) -> None:
+        async with gate:
+            await sign_in(args.url, student, args.password, args.mode)
+
+    began = time.time()
+    await asyncio.gather(*(before_class(s) for s in students))
+    print(f"signed in {len(students)} students ({args.mode}) in {time.time() - began:.1f} s")
+    profiles = (await students[0].api.get("/api/v1/profiles/")).json()
+    rows = profiles["results"] if isinstance(profiles, dict) else profiles
+    profile = next(p["id"] for p in rows if p.get("slug") == args.profile)
+    body = {"profile": profile, "purpose": args.purpose}
+    if args.course:
+        body["course"] = args.course
+    opens = time.time() + 2.0
+    print(f"every student asks within {args.spread:g} s", flush=True)
+    loop = asyncio.get_running_loop()
+    loop.call_later(opens - time.time(), lambda: at_first_ask.append(cpu_by_process()))
+    client_cpu = time.process_time()
+    await asyncio.gather(
+        *(
+            one(
+                args.url,
+                s,
+                body,
+                args.mode,
+                opens + args.spread * n / len(students),
+                args.poll,
+                args.timeout,
+            )
+            for n, s in enumerate(students)
+        )
+    )
+    print(
+        "from the first ask to the last RUNNING, "
+        + cpu_line(
+            at_first_ask[0] if at_first_ask else {},
+            cpu_by_process(),
+            time.time() - opens,
+            the_students=time.process_time() - client_cpu,
+        ),
+        flush=True,
+    )
+    for student in students:
+        if student.socket is not None:
+            await student.socket.close()
+        await student.api.aclose()
+    return students
+
+
+def read_placed(dsn: str, students: list[Student]) -> None:
+    """Each session's ``placed_at``, from PostgreSQL (a URL) or the embedded SQLite (a path)."""
+    ids = [s.session_id for s in students if s.session_id]
+    if dsn.startswith("postgres"):
+        import psycopg
+
+        with psycopg.connect(dsn) as db:
+            rows = db.execute(
+                "SELECT id, extract(epoch FROM placed_at) FROM scheduling_session "
+                "WHERE id = ANY(%s)",
+                (ids,),
+            ).fetchall()
+        placed = {row[0]: float(row[1]) for row in rows if row[1] is not None}
+    else:
+        import sqlite3
+
+        with sqlite3.connect(dsn) as db:
+            rows = db.execute("SELECT id, placed_at FROM scheduling_session").fetchall()
+        placed = {row[0]: epoch(row[1]) for row in rows if row[1] is not None}
+    for student in students:
+        student.placed = placed.get(student.session_id or 0)
+
+
+def report(students: list[Student], mode: str) -> list[str]:
+    def of(pairs) -> list[float]:
+        return [b - a for a, b in pairs if a is not None and b is not None]
+
+    errors = Counter(s.error.split(":")[0][:60] for s in students if s.error)
+    lines = [f"error × {n}: {kind}" for kind, n in errors.most_common()]
+    lines.append(f"errors: {sum(errors.values())} of {len(students)} students")
+    rows = [
+        ("POST -> answered", of((s.submitted, s.answered) for s in students)),
+        ("POST -> stored (the session row)", of((s.submitted, s.created) for s in students)),
+        ("stored -> placed", of((s.created, s.placed) for s in students)),
+        ("placed -> RUNNING stored", of((s.placed, s.started) for s in students)),
+        ("stored -> RUNNING stored", of((s.created, s.started) for s in students)),
+        ("RUNNING stored -> seen by poll", of((s.started, s.seen_poll) for s in students)),
+        ("submit -> RUNNING seen by poll", of((s.submitted, s.seen_poll) for s in students)),
+    ]
+    if mode == "page":
+        rows[1:1] = [
+            ("POST -> session page loaded", of((s.submitted, s.page_loaded) for s in students))
+        ]
+        rows += [
+            (
+                "RUNNING stored -> seen on the socket",
+                of((s.started, s.seen_socket) for s in students),
+            ),
+            (
+                "submit -> RUNNING seen on the socket",
+                of((s.submitted, s.seen_socket) for s in students),
+            ),
+        ]
+    lines += [f"  {name}: {spread(values)}" for name, values in rows if values]
+    asked = [s.submitted for s in students]
+    polls = sum(s.polls for s in students)
+    lines.append(f"{polls} polls; all asked within {max(asked) - min(asked):.2f} s")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("url")
+    parser.add_argument("--prefix", default="storm-si")
+    parser.add_argument("--count", type=int, default=200)
+    parser.add_argument("--password", required=True)
+    parser.add_argument("--mode", choices=("token", "page"), default="token")
+    parser.add_argument("--profile", default="cpu-desktop", help="the profile's slug")
+    parser.add_argument("--purpose", default="hobby")
+    parser.add_argument("--course", default="")
+    parser.add_argument("--spread", type=float, default=1.0)
+    parser.add_argument("--poll", type=float, default=2.0)
+    parser.add_argument("--timeout", type=float, default=180.0)
+    parser.add_argument(
+        "--dsn", default="", help="PostgreSQL URL or SQLite path, to read placed_at"
+    )
+    args = parser.parse_args()
+    args.url = args.url.rstrip("/")
+    students = asyncio.run(storm(args))
+    if args.dsn:
+        read_placed(args.dsn, students)
+    print(*report(students, args.mode), sep="\n", flush=True)
+    return 1 if any(s.error or s.seen_poll is None for s in students) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
