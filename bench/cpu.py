@@ -26,7 +26,7 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _role(pid: str) -> str | None:
+def role_of(pid: str) -> str | None:
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
@@ -38,7 +38,7 @@ def cpu_by_process() -> dict[int, tuple[str, float]]:
     """Every process on the machine with a role: pid -> (role, CPU seconds so far)."""
     found: dict[int, tuple[str, float]] = {}
     for pid in os.listdir("/proc"):
-        if pid.isdigit() and (role := _role(pid)) is not None:
+        if pid.isdigit() and (role := role_of(pid)) is not None:
             try:
                 found[int(pid)] = (role, cpu_s(int(pid)))
             except OSError:

@@ -131,12 +131,22 @@ def wait_for_http(url: str, supervisor: Supervisor, timeout: float = 60.0) -> No
     raise SystemExit(f"[demo] the portal did not answer at {url} within {timeout:.0f} s")
 
 
-def listening_socket(port: int) -> socket.socket:
-    """The portal's port, opened once here and handed to every ASGI process (``daphne
-    --fd``): the kernel spreads the connections over them, as behind nginx in production."""
-    listener = socket.create_server(("127.0.0.1", port), backlog=4096)
-    listener.set_inheritable(True)
-    return listener
+def listening_sockets(port: int, count: int) -> list[socket.socket]:
+    """The portal's port, opened here ``count`` times with ``SO_REUSEPORT``, one socket for
+    each ASGI process (``daphne --fd``): the kernel spreads new connections evenly over them,
+    as nginx does over the workers in production. One socket shared by all of them would let
+    the process that wakes first take a whole burst (Twisted accepts up to 100 connections at
+    a time): at a class start one process served most of the class while the other idled."""
+    listeners = []
+    for _ in range(count):
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen(4096)
+        listener.set_inheritable(True)
+        listeners.append(listener)
+    return listeners
 
 
 def private_var_dir(path: Path) -> Path:
@@ -243,8 +253,7 @@ def main() -> int:
             )
 
         url = f"http://127.0.0.1:{args.port}"
-        listener = listening_socket(args.port)
-        for n in range(args.portal_processes):
+        for n, listener in enumerate(listening_sockets(args.port, args.portal_processes)):
             supervisor.start(
                 f"portal {n + 1}",
                 [python, "-m", "portal.server.daphne_worker", "--fd", str(listener.fileno())]

@@ -35,12 +35,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
 import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.typing import Origin
 
 from bench.cpu import cpu_by_process, cpu_line
+from bench.flame import Profiler, python_processes, summary
 
 END_STATES = {"FAILED", "LOST", "EXPIRED", "CANCELLED", "ENDED"}
 SIGN_IN_AT_ONCE = 4  # sign-ins before class, a few at a time (each is a password hash)
@@ -228,7 +230,10 @@ async def storm(args: argparse.Namespace) -> list[Student]:
     print(f"signed in {len(students)} students ({args.mode}) in {time.time() - began:.1f} s")
     profiles = (await students[0].api.get("/api/v1/profiles/")).json()
     rows = profiles["results"] if isinstance(profiles, dict) else profiles
-    profile = next(p["id"] for p in rows if p.get("slug") == args.profile)
+    found = [p["id"] for p in rows if p.get("slug") == args.profile]
+    if not found:
+        raise SystemExit(f"no profile {args.profile!r} among {[p.get('slug') for p in rows]}")
+    profile = found[0]
     body = {"profile": profile, "purpose": args.purpose}
     if args.course:
         body["course"] = args.course
@@ -236,6 +241,9 @@ async def storm(args: argparse.Namespace) -> list[Student]:
     print(f"every student asks within {args.spread:g} s", flush=True)
     loop = asyncio.get_running_loop()
     loop.call_later(opens - time.time(), lambda: at_first_ask.append(cpu_by_process()))
+    profiler = Profiler(Path(args.flame)) if args.flame else None
+    if profiler is not None:
+        loop.call_later(opens - time.time(), lambda: profiler.start(python_processes()))
     client_cpu = time.process_time()
     await asyncio.gather(
         *(
@@ -251,6 +259,8 @@ async def storm(args: argparse.Namespace) -> list[Student]:
             for n, s in enumerate(students)
         )
     )
+    if profiler is not None:
+        profiler.stop()
     print(
         "from the first ask to the last RUNNING, "
         + cpu_line(
@@ -341,6 +351,7 @@ def main() -> int:
     parser.add_argument("--spread", type=float, default=1.0)
     parser.add_argument("--poll", type=float, default=2.0)
     parser.add_argument("--timeout", type=float, default=180.0)
+    parser.add_argument("--flame", help="a folder: py-spy every role from the first ask")
     parser.add_argument(
         "--dsn", default="", help="PostgreSQL URL or SQLite path, to read placed_at"
     )
@@ -350,6 +361,9 @@ def main() -> int:
     if args.dsn:
         read_placed(args.dsn, students)
     print(*report(students, args.mode), sep="\n", flush=True)
+    if args.flame:
+        print("where the CPU went (py-spy, from the first ask to the last RUNNING):")
+        print(*summary(Path(args.flame)), sep="\n", flush=True)
     return 1 if any(s.error or s.seen_poll is None for s in students) else 0
 
 

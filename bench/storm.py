@@ -197,6 +197,7 @@ def main() -> int:
         "--signed-in", choices=("token", "page"), help="signed in before class (bench.signed_in)"
     )
     parser.add_argument("--at", help="--signed-in: the stack of this commit (a git worktree)")
+    parser.add_argument("--flame", help="--signed-in: a folder for py-spy's samples")
     args = parser.parse_args()
     if args.at and not args.signed_in:
         parser.error("--at needs --signed-in")

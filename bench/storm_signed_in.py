@@ -60,6 +60,7 @@ def signed_in_argv(args: argparse.Namespace, url: str, dsn: str = "") -> list[st
     argv += ["--count", str(args.students), "--password", PASSWORD, "--mode", args.signed_in]
     argv += ["--spread", str(args.spread), "--poll", str(args.poll)]
     argv += ["--timeout", str(args.timeout), "--course", PREFIX]
+    argv += ["--flame", args.flame] if args.flame else []
     return argv + (["--dsn", dsn] if dsn else [])
 
 
