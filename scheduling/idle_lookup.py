@@ -4,7 +4,7 @@ time in every session payload; the console's editing is ``services.idle_policies
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from django.db.models import Q
@@ -50,6 +50,21 @@ def policy_of(session: Session) -> idle_rules.Policy:
         Q(profile=None) | Q(profile_id=session.profile_id), purpose__in=["", session.purpose]
     )
     return policy_for(session, rows)
+
+
+def policies_of(sessions: Iterable[Session]) -> Mapping[int, idle_rules.Policy]:
+    """The policy for each of many sessions, by session id: :func:`policy_for` over the rows
+    that could apply to any of them, read in one query (none for no sessions)."""
+    sessions = list(sessions)
+    if not sessions:
+        return {}
+    rows = list(
+        IdlePolicy.objects.filter(
+            Q(profile=None) | Q(profile_id__in={s.profile_id for s in sessions}),
+            purpose__in={"", *(s.purpose for s in sessions)},
+        )
+    )
+    return {session.pk: policy_for(session, rows) for session in sessions}
 
 
 def suspends_at(session: Session) -> datetime | None:

@@ -30,7 +30,7 @@ from .audit import record
 from .kick import schedule_soon
 from .metric_history import record_heartbeat_metrics
 from .node_address import check_node_address
-from .session_activity import record_usage
+from .session_activity import record_usage_many
 
 
 def check_join_token(hostname: str, *, any_host: bool, hours: float, may_replace: bool) -> str:
@@ -391,13 +391,15 @@ def do_heartbeat(node: Node, payload: Heartbeat | Mapping[str, Any]) -> None:
 
 def record_node_usage(node: Node, usage: Sequence[SessionUsage], at: datetime) -> None:
     """Each session's GPU and CPU use as its agent reported it (idle detection,
-    docs/lifecycle.md). A node speaks only for itself: figures about a session that is not
+    docs/lifecycle.md), recorded together in a fixed number of queries however many sessions
+    the node runs. A node speaks only for itself: figures about a session that is not
     running on this node are ignored."""
     figures = {entry.session_id: entry for entry in usage}
     own = Session.objects.filter(node=node, pk__in=figures, state__in=OPENABLE_STATES)
-    for session_id in own.values_list("pk", flat=True):
-        entry = figures[session_id]
-        record_usage(session_id, entry.gpu_pct, entry.cpu_pct, at)
+    record_usage_many(
+        {pk: (figures[pk].gpu_pct, figures[pk].cpu_pct) for pk in own.values_list("pk", flat=True)},
+        at,
+    )
 
 
 __all__ = [

@@ -8,24 +8,31 @@ outlive the samples and the session (the console's idle hours, ``services.idle_h
 A gateway's reports (:mod:`.gateway_events`) call :func:`do_open_viewer` when it let someone
 in to the screen, :func:`record_input` with a batch (every few seconds, not per event) and
 :func:`viewer_closed`; :func:`do_open_sound` when it let someone hear the sound (an audit
-event, no viewer); the agent's usage report calls :func:`record_usage`. Each is one or
-two small queries (a usage sample with a GPU figure three more: the open run, its policy, the
-update); none raises for a session that has gone (the row simply is not written).
+event, no viewer). Each is one or two small queries (three more the first time, to make the
+session's row). An agent's heartbeat records the usage of all its node's sessions with one
+:func:`record_usage_many` (:func:`record_usage` is that for one session): at most eight
+queries however many sessions it names: their rows read (where some are missing, three
+more: which sessions exist, one insert, the new rows read back) and written with one bulk
+update; with GPU figures, the open runs read, their idle policies read, and one update of
+their GPU-idle seconds. None raises for a session that has gone (the row simply is not
+written).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import F
+from django.db import transaction
+from django.db.models import Case, F, FloatField, Value, When
 from django.db.models.functions import Greatest
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from ..choices import AuditKind
-from ..idle_lookup import policy_of
+from ..idle_lookup import policies_of
 from ..models import Session, SessionActivity, UsageRecord
 from ..rules.idle_rules import Activity, Sample
 from .audit import record, requests_from
@@ -115,20 +122,51 @@ def viewer_closed(session_id: int, at: datetime | None = None) -> None:
 def record_usage(
     session_id: int, gpu_pct: float | None, cpu_pct: float | None, at: datetime | None = None
 ) -> None:
-    """One utilisation sample of the session's own slice (GPU) and container (CPU), in
-    percent; None where the agent has no figure. Samples older than the window are dropped.
-    One writer per session (its node's agent), so a read and a write suffice."""
-    if not _row(session_id):
+    """One utilisation sample of one session: :func:`record_usage_many` for it alone."""
+    record_usage_many({session_id: (gpu_pct, cpu_pct)}, at or timezone.now())
+
+
+def record_usage_many(
+    figures: Mapping[int, tuple[float | None, float | None]], at: datetime
+) -> None:
+    """One utilisation sample, taken at ``at``, of each session in ``figures`` (session id ->
+    (GPU %, CPU %) of its own slice and container; None where the agent has no figure);
+    nothing for a session that does not exist. Samples older than the window are dropped.
+    One writer per session (its node's agent), so a read and a write suffice: the rows are
+    read together and written with one bulk update, with the GPU-idle seconds they add
+    (:func:`count_gpu_idle`), in one transaction."""
+    if not figures:
         return
-    at = at or timezone.now()
-    row = SessionActivity.objects.get(session_id=session_id)
+    rows = _rows_of(list(figures))
+    if not rows:
+        return
     horizon = at - SAMPLE_WINDOW
-    kept = [s for s in row.samples if (t := parse_datetime(s[0])) is not None and t >= horizon]
-    previous = parse_datetime(kept[-1][0]) if kept else None
-    kept.append([at.isoformat(), _pct(gpu_pct), _pct(cpu_pct)])
-    row.samples = kept[-MAX_SAMPLES:]
-    row.save(update_fields=["samples"])
-    count_gpu_idle(session_id, gpu_pct, previous, at)
+    previous: dict[int, datetime | None] = {}
+    for row in rows:
+        gpu_pct, cpu_pct = figures[row.session_id]
+        kept = [s for s in row.samples if (t := parse_datetime(s[0])) is not None and t >= horizon]
+        previous[row.session_id] = parse_datetime(kept[-1][0]) if kept else None
+        kept.append([at.isoformat(), _pct(gpu_pct), _pct(cpu_pct)])
+        row.samples = kept[-MAX_SAMPLES:]
+    with transaction.atomic():
+        SessionActivity.objects.bulk_update(rows, ["samples"])
+        count_gpu_idle({pk: figures[pk][0] for pk in previous}, previous, at)
+
+
+def _rows_of(session_ids: Sequence[int]) -> list[SessionActivity]:
+    """The sessions' rows, made where missing for the sessions that exist (by session id):
+    one query when all are there, four when some are missing, whatever their number."""
+    rows = list(SessionActivity.objects.filter(session_id__in=session_ids))
+    missing = set(session_ids) - {row.session_id for row in rows}
+    if missing:
+        existing = list(Session.objects.filter(pk__in=missing).values_list("pk", flat=True))
+        if existing:
+            SessionActivity.objects.bulk_create(
+                [SessionActivity(session_id=pk) for pk in existing], ignore_conflicts=True
+            )
+            # Read back: a row another writer made meanwhile is kept as it is.
+            rows += SessionActivity.objects.filter(session_id__in=existing)
+    return sorted(rows, key=lambda row: row.session_id)
 
 
 def sample_gap() -> timedelta:
@@ -138,29 +176,43 @@ def sample_gap() -> timedelta:
 
 
 def count_gpu_idle(
-    session_id: int, gpu_pct: float | None, previous: datetime | None, at: datetime
+    gpu_pcts: Mapping[int, float | None],
+    previous: Mapping[int, datetime | None],
+    at: datetime,
 ) -> None:
-    """Add the time since the previous sample (or the run's start), at most
-    :func:`sample_gap`, to the open run's GPU-idle seconds, times the GPUs it holds
-    (``UsageRecord.gpu_share``, as accounting counts GPU-hours), when the GPU was under its
-    policy's ``gpu_idle_pct``. A CPU-only run, or a sample without a GPU figure, adds
-    nothing."""
-    if gpu_pct is None:
+    """For each session (id -> its GPU %, and the time of its previous sample or None), add
+    the time since the previous sample (or the run's start), at most :func:`sample_gap`, to
+    the open run's GPU-idle seconds, times the GPUs it holds (``UsageRecord.gpu_share``, as
+    accounting counts GPU-hours), when the GPU was under its policy's ``gpu_idle_pct``. A
+    CPU-only run, or a sample without a GPU figure, adds nothing. Three queries whatever
+    the number of sessions: the open runs, their policies, one update."""
+    measured = {pk: gpu for pk, gpu in gpu_pcts.items() if gpu is not None}
+    if not measured:
         return
-    run = (
-        UsageRecord.objects.filter(session_id=session_id, ended_at=None, gpu_share__gt=0)
-        .select_related("session")
-        .first()
+    runs = list(
+        UsageRecord.objects.filter(
+            session_id__in=measured, ended_at=None, gpu_share__gt=0
+        ).select_related("session")
     )
-    if run is None or run.session is None:
-        return
-    if gpu_pct >= policy_of(run.session).gpu_idle_pct:
-        return
-    since = max(previous, run.started_at) if previous is not None else run.started_at
-    seconds = min(max(at - since, timedelta(0)), sample_gap()).total_seconds()
-    if seconds > 0:
-        UsageRecord.objects.filter(pk=run.pk, ended_at=None).update(
-            gpu_idle_seconds=F("gpu_idle_seconds") + run.gpu_share * seconds
+    policies = policies_of(run.session for run in runs if run.session is not None)
+    added: dict[int, float] = {}
+    for run in runs:
+        session = run.session
+        if session is None or measured[session.pk] >= policies[session.pk].gpu_idle_pct:
+            continue
+        last = previous.get(session.pk)
+        since = max(last, run.started_at) if last is not None else run.started_at
+        seconds = min(max(at - since, timedelta(0)), sample_gap()).total_seconds()
+        if seconds > 0:
+            added[run.pk] = run.gpu_share * seconds
+    if added:
+        per_run = Case(
+            *(When(pk=pk, then=Value(more)) for pk, more in added.items()),
+            default=Value(0.0),
+            output_field=FloatField(),
+        )
+        UsageRecord.objects.filter(pk__in=added, ended_at=None).update(
+            gpu_idle_seconds=F("gpu_idle_seconds") + per_run
         )
 
 
