@@ -66,6 +66,7 @@ class Student:
     started: float | None = None
     placed: float | None = None
     polls: int = 0
+    node: str = ""  # where it was placed (with --dsn)
     error: str = ""
     states: list[str] = field(default_factory=list)
 
@@ -286,8 +287,9 @@ def read_placed(dsn: str, students: list[Student]) -> None:
 
         with psycopg.connect(dsn) as db:
             rows = db.execute(
-                "SELECT id, extract(epoch FROM placed_at) FROM scheduling_session "
-                "WHERE id = ANY(%s)",
+                "SELECT s.id, extract(epoch FROM s.placed_at), n.hostname "
+                "FROM scheduling_session s LEFT JOIN scheduling_node n ON n.id = s.node_id "
+                "WHERE s.id = ANY(%s)",
                 (ids,),
             ).fetchall()
         placed = {row[0]: float(row[1]) for row in rows if row[1] is not None}
@@ -295,10 +297,15 @@ def read_placed(dsn: str, students: list[Student]) -> None:
         import sqlite3
 
         with sqlite3.connect(dsn) as db:
-            rows = db.execute("SELECT id, placed_at FROM scheduling_session").fetchall()
-        placed = {row[0]: epoch(row[1]) for row in rows if row[1] is not None}
+            rows = db.execute(
+                "SELECT s.id, s.placed_at, n.hostname FROM scheduling_session s "
+                "LEFT JOIN scheduling_node n ON n.id = s.node_id"
+            ).fetchall()
+        placed = {row[0]: epoch(row[1]) or 0.0 for row in rows if row[1] is not None}
+    nodes = {row[0]: row[2] for row in rows}
     for student in students:
         student.placed = placed.get(student.session_id or 0)
+        student.node = nodes.get(student.session_id or 0) or ""
 
 
 def report(students: list[Student], mode: str) -> list[str]:
@@ -332,6 +339,9 @@ def report(students: list[Student], mode: str) -> list[str]:
             ),
         ]
     lines += [f"  {name}: {spread(values)}" for name, values in rows if values]
+    nodes = Counter(s.node for s in students if s.node)
+    if nodes:
+        lines.append("placed on: " + ", ".join(f"{n} {c}" for n, c in sorted(nodes.items())))
     asked = [s.submitted for s in students]
     polls = sum(s.polls for s in students)
     lines.append(f"{polls} polls; all asked within {max(asked) - min(asked):.2f} s")

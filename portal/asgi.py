@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -12,11 +13,14 @@ from django.conf import settings  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
 from django.urls import get_resolver  # noqa: E402
 
-http_application = get_asgi_application()
+from portal.server.http_gate import HttpGate  # noqa: E402
+
+# People's requests enter Django a few at a time, the agents' at once (portal.server.http_gate).
+http_application: Any = HttpGate(get_asgi_application(), settings.HTTP_CONCURRENCY)
 if settings.SERVE_STATIC:
     from portal.server.input_limits import StaticFiles  # a path out of the static folders is a 404
 
-    http_application = StaticFiles(http_application)
+    http_application = StaticFiles(http_application)  # type: ignore[arg-type]  # any ASGI app
 
 from portal.agents import wait as agent_wait  # noqa: E402
 from portal.live.routing import websocket_urlpatterns  # noqa: E402

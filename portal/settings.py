@@ -159,6 +159,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Overload (the database pool exhausted, the database refusing connections): 503 with this
 # Retry-After, in seconds (portal.server.overload).
 OVERLOAD_RETRY_AFTER_S = env.int("DESKPOOL_OVERLOAD_RETRY_AFTER_S", default=5)
+# People's HTTP requests inside Django at once, per ASGI process; the others wait their turn
+# on the event loop, the node agents' pass (portal.server.http_gate). 0: no gate.
+HTTP_CONCURRENCY = env.int("DESKPOOL_HTTP_CONCURRENCY", default=4)
 
 # Campus sign-in (docs/signin.md): OIDC, CAS and LDAP, each enabled by its variables; IdP
 # groups map to roles through DESKPOOL_SIGNIN_ADMIN_GROUPS and _FACULTY_GROUPS. Local accounts

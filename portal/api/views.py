@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Prefetch, prefetch_related_objects
+from django.db.models import Prefetch, QuerySet, prefetch_related_objects
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, permissions, status, viewsets
@@ -55,6 +55,13 @@ class DesktopProfileViewSet(viewsets.ReadOnlyModelViewSet):
         }
 
 
+def _shown(sessions: QuerySet[Session]) -> QuerySet[Session]:
+    """What a session's answer reads beside it."""
+    return sessions.select_related("profile", "node", "user").prefetch_related(
+        "allocations__slice__gpu"
+    )
+
+
 class SessionViewSet(
     PersonMixin,
     mixins.ListModelMixin,
@@ -65,11 +72,18 @@ class SessionViewSet(
     serializer_class = SessionSerializer
 
     def get_queryset(self):
-        return (
-            Session.objects.visible_to(self.request.user)
-            .select_related("profile", "node", "user")
-            .prefetch_related("allocations__slice__gpu")
-        )
+        return _shown(Session.objects.visible_to(self.request.user))
+
+    def get_object(self) -> Session:
+        """One session: the person's own found without building the grants query (a client
+        polling its own desktop at a class start: that query cost most of the answer's CPU),
+        else anything :meth:`get_queryset` lets them read (admins, guardian grants)."""
+        pk = self.kwargs[self.lookup_url_kwarg or self.lookup_field]
+        own = _shown(Session.objects.filter(user=self.request.user.pk, pk=pk)).first()
+        if own is None:
+            return super().get_object()
+        self.check_object_permissions(self.request, own)
+        return own
 
     def get_serializer_class(self):
         return SessionCreateSerializer if self.action == "create" else SessionSerializer
