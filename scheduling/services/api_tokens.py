@@ -66,7 +66,12 @@ def issue_token(user: User, name: str = "", now: datetime | None = None) -> tupl
 def check_token(plain: str, now: datetime | None = None) -> ApiToken:
     """The live token ``plain`` names, its use noted; else ``TokenRefused`` saying why."""
     now = now or timezone.now()
-    token = ApiToken.objects.select_related("user").filter(key_hash=hash_token(plain)).first()
+    # The person's saved preferences come with them (apply_preferences reads them next).
+    token = (
+        ApiToken.objects.select_related("user", "user__member")
+        .filter(key_hash=hash_token(plain))
+        .first()
+    )
     if token is None:
         raise TokenRefused(_("Invalid token."))
     if token.revoked_at is not None:
