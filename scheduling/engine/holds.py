@@ -62,7 +62,7 @@ def hold_bookings(cycle: Cycle, result: Plan) -> None:
             cand = tightest(cycle, shape) if shape.gpu_count == 1 else best(cycle, shape)
             if cand is None:
                 break
-            cycle.take(cand.node_id, cand.slices, shape.cpus, shape.memory_mb)
+            cycle.take(cand.node_id, cand.slices, shape.cpus, shape.memory_mb, start=False)
             cycle.holds[b.booking_id].append(
                 Hold(b, cand.node_id, cand.slices, shape.cpus, shape.memory_mb)
             )
@@ -100,6 +100,7 @@ def _use_hold(cycle: Cycle, r: QueuedRequest, hold: Hold, got: tuple[FreeSlice, 
     rest = [s for s in hold.slices if s not in got]
     if rest:
         cycle.give_back(node_id, rest)
+    cycle.pending[node_id] += 1  # its desktop starts there now (before the touch re-scores)
     cycle.touch(node_id)
     return Placement(r.session_id, node_id, tuple(s.slice_id for s in got))
 

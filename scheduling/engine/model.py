@@ -54,6 +54,9 @@ class NodeState:
     # these can never run on it. None: not known (no such limit is checked).
     cpus_total: float | None = None
     memory_total_mb: int | None = None
+    # Sessions placed here whose desktop is not running yet (PLACED, STARTING): the node's
+    # agent starts a few at a time, so a long backlog delays every start behind it.
+    pending_starts: int = 0
 
     def could_hold(self, cpus: float, memory_mb: int) -> bool:
         """Could one desktop of this CPU and memory ever run here (the node empty)?"""

@@ -3,10 +3,11 @@
 :func:`evaluate` scores one node for a shape: the fragmentation gradient of
 :mod:`scheduling.engine.scoring` (the same model and weights as the simulator's ``deskpool``
 policy), corrected by the learned-demand terms (CPU stranding, model pressure), with
-tie-breaks that avoid hot GPUs and racks near their power budget, prefer NVLink-connected GPU
-sets, and steer long whole-GPU work to high-power racks. :func:`best` picks the highest score
-(ties: the lowest node id); :func:`at_home` comes first for a request whose person's home is
-kept on a node (the first of its home nodes that fits, whatever the scores).
+tie-breaks that avoid nodes with many desktops still to start, hot GPUs and racks near their
+power budget, prefer NVLink-connected GPU sets, and steer long whole-GPU work to high-power
+racks. :func:`best` picks the highest score (ties: the lowest node id); :func:`at_home` comes
+first for a request whose person's home is kept on a node (the first of its home nodes that
+fits, whatever the scores).
 
 Speed: per shape the score of every node is cached and only nodes changed since are re-scored
 (nodes with the same :meth:`Cycle.signature` share one score), so a request costs a heap pop
@@ -31,6 +32,19 @@ TEMPERATURE_SOFT_C = 60.0
 RACK_WEIGHT = 40.0  # tie units at a rack drawing its whole budget (from 80% of it)
 NVLINK_WEIGHT = 50.0  # tie units for a fully NVLink-connected GPU set
 HEAVY_WEIGHT = 40.0  # long whole-GPU work on a high-power rack (and light work off it)
+# Start backlog. A node's agent starts START_WAVE desktops at once (nodeagent/config.py
+# start_workers, its default), so every START_WAVE desktops placed there and not yet running
+# delay the next start by one more wave (0.2 s simulated to about 0.7 s with Docker).
+# START_WEIGHT tie units per full wave queued, at most START_CAP waves: where the
+# fragmentation levels tie, as they usually do for CPU-only desktops, a class's burst goes to
+# the nodes a wave at a time and starts in parallel instead of in waves on one node. Within a
+# wave the node order decides as before, so GPU work packs as it did (counted per desktop,
+# the term spread GPU work too and made bench.scheduler's plan() 1.5x slower). At most 25
+# units: below break_penalty (30), so a backlog never makes a fractional GPU request break a
+# free node, and nothing next to one fragmentation level (1e6).
+START_WAVE = 10
+START_WEIGHT = 2.5
+START_CAP = 10
 NEG = float("-inf")
 
 
@@ -49,8 +63,9 @@ def mix_terms(
 
 
 def tie_common(cycle: Cycle, node: NodeState, shape: Shape, slices: Sequence[FreeSlice]) -> float:
-    """Temperature, rack power and heavy-work tie-breaks, shared by every kind of placement."""
-    tie = 0.0
+    """Start backlog, temperature, rack power and heavy-work tie-breaks, shared by every
+    kind of placement."""
+    tie = -START_WEIGHT * min(cycle.pending[node.node_id] // START_WAVE, START_CAP)
     for s in slices:
         if s.temperature_c is not None and s.temperature_c > TEMPERATURE_SOFT_C:
             tie -= TEMPERATURE_WEIGHT * (s.temperature_c - TEMPERATURE_SOFT_C)

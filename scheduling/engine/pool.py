@@ -2,7 +2,8 @@
 
 A :class:`Cycle` is built from the snapshot at the start of :func:`scheduling.engine.plan`
 and shrinks as the plan holds and places: CPU and RAM per node, free slices per node
-(:class:`NodeSlices`), milli-GPU left per GPU, rack power headroom. Requests are reduced to a
+(:class:`NodeSlices`), milli-GPU left per GPU, rack power headroom; each placement adds one
+to its node's start backlog (``Cycle.pending``). Requests are reduced to a
 :class:`Shape` (everything feasibility and the score depend on), so requests of one shape share
 the caches of :mod:`scheduling.engine.placement`: whenever a node's capacity changes,
 :meth:`Cycle.touch` bumps its version and records it as changed.
@@ -130,6 +131,9 @@ class Cycle:
         self.position = {node_id: i for i, node_id in enumerate(self.order)}
         self.cpus = {n.node_id: n.cpus_free for n in snap.nodes}
         self.memory = {n.node_id: n.memory_free_mb for n in snap.nodes}
+        # Desktops waiting for the node's agent to start them: the snapshot's, plus every
+        # placement of this cycle (``take``), so later requests of the cycle see earlier ones.
+        self.pending = {n.node_id: n.pending_starts for n in snap.nodes}
         self.rack_headroom = {r.name: r.budget_w - r.draw_w for r in snap.racks}
         self.rack_budget = {r.name: r.budget_w for r in snap.racks}
         self.stopped_racks = frozenset(r.name for r in snap.racks if r.stopped)
@@ -269,7 +273,8 @@ class Cycle:
         return n
 
     def signature(self, node_id: int) -> int:
-        """Everything a node's score depends on, so identical nodes are scored once per shape.
+        """Everything a node's score depends on (its start backlog included), so identical
+        nodes are scored once per shape.
 
         Nodes with NVLink (whose GPU ids matter) are their own signature.
         """
@@ -301,6 +306,7 @@ class Cycle:
                 node.high_power,
                 self.rack_headroom.get(node.rack),
                 self.rack_budget.get(node.rack),
+                self.pending[node_id],
                 gpus,
             )
             sig = self.sig_ids.setdefault(full, len(self.sig_ids))
@@ -323,8 +329,19 @@ class Cycle:
                     self.version[other] += 1
                     self.changes.append(other)
 
-    def take(self, node_id: int, slices: Sequence[FreeSlice], cpus: float, memory_mb: int) -> None:
-        """Slices, CPU and RAM of the node leave the pool (a placement or a hold)."""
+    def take(
+        self,
+        node_id: int,
+        slices: Sequence[FreeSlice],
+        cpus: float,
+        memory_mb: int,
+        *,
+        start: bool = True,
+    ) -> None:
+        """Slices, CPU and RAM of the node leave the pool: a placement (a desktop to start
+        there, ``start``) or a booking's hold (``start=False``: nothing starts yet)."""
+        if start:
+            self.pending[node_id] += 1
         self.cpus[node_id] -= cpus
         self.memory[node_id] -= memory_mb
         if slices:

@@ -1,10 +1,11 @@
 """The pool as the engine sees it, read from the database: :func:`build_snapshot`.
 
-Nodes with their CPU and memory headroom, racks and NVLink, the free slices (every slice
-without a live :class:`~scheduling.models.Allocation`, whoever holds it), the sessions
-holding capacity, the queue, the bookings within the hold horizon, the quotas with what is
-in use, the policy, and the target workload of the fragmentation score. Each waiting
-request carries the nodes that keep its person's home (``home_place.home_nodes``).
+Nodes with their CPU and memory headroom, start backlog (sessions placed there and not yet
+running), racks and NVLink, the free slices (every slice without a live
+:class:`~scheduling.models.Allocation`, whoever holds it), the sessions holding capacity, the
+queue, the bookings within the hold horizon, the quotas with what is in use, the policy, and
+the target workload of the fragmentation score. Each waiting request carries the nodes that
+keep its person's home (``home_place.home_nodes``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Sum
+from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from .. import engine
-from ..choices import ON_NODE_STATES, WAITING_STATES
+from ..choices import ON_NODE_STATES, WAITING_STATES, SessionState
 from ..models import (
     Alert,
     AlertRule,
@@ -38,6 +39,8 @@ from .quota_requests import extra_gpu_hours
 from .usage import Usage, collect_usage, department_of
 
 DEFAULT_GPU_POWER_W = 300.0  # a slice's rack-power estimate when the GPU reports no limit
+# Placed on a node and not running yet: the node's start backlog (``NodeState.pending_starts``).
+STARTS_PENDING = (SessionState.PLACED, SessionState.STARTING)
 
 
 def held_slice_ids() -> set[int]:
@@ -122,12 +125,18 @@ def _pool(
         rack = (by_id[g.node_id].labels or {}).get("rack", "")
         rack_draw[rack] += float((g.metrics or {}).get("power_w") or 0.0)
     used: defaultdict[int, tuple[float, int]] = defaultdict(lambda: (0.0, 0))
+    pending: dict[int, int] = {}  # sessions placed but not running yet (the start backlog)
     for row in (
         Session.objects.on_node()
         .values("node_id")
-        .annotate(cpus=Sum("profile__cpus"), memory=Sum("profile__memory_mb"))
+        .annotate(
+            cpus=Sum("profile__cpus"),
+            memory=Sum("profile__memory_mb"),
+            pending=Count("pk", filter=Q(state__in=STARTS_PENDING)),
+        )
     ):
         used[row["node_id"]] = (row["cpus"] or 0.0, row["memory"] or 0)
+        pending[row["node_id"]] = row["pending"]
     for node_id, (cpus, memory) in warm_node_use().items():
         used[node_id] = (used[node_id][0] + cpus, used[node_id][1] + memory)
     states = []
@@ -152,6 +161,7 @@ def _pool(
                 high_power=_truthy(labels.get("high_power", ""))
                 or str(labels.get("cooling", "")).lower() == "liquid",
                 nvlink=frozenset(links[node.pk]),
+                pending_starts=pending.get(node.pk, 0),
             )
         )
     stopped = Alert.objects.stopped_racks()  # at their power warning: a hard stop
