@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -55,6 +56,34 @@ def place_session(
     record(
         AuditKind.SESSION_PLACED, "scheduler", session=session_id, node=node_id, data=dict(audit)
     )
+
+
+@dataclass(frozen=True)
+class Placed:
+    """One session of :func:`place_sessions`: what :func:`place_session` is given for it."""
+
+    session_id: int
+    node_id: int
+    units: float
+    reason: Reason
+    audit: Mapping[str, Any]
+    warm_key: str = ""
+
+
+def place_sessions(placed: Sequence[Placed]) -> None:
+    """Several waiting sessions become PLACED together, each as :func:`place_session` would
+    place it (the same changes, transition and placement audit events, broadcasts and agent
+    wakes), in a fixed number of queries (``lifecycle.do_transition_many``, ``record_many``).
+    All or none: Conflict when any of them is no longer waiting; the caller gives them their
+    holds in the same transaction and, on a Conflict, places them one by one."""
+    moves = [
+        Move(p.session_id, _placed_fields(p.node_id, p.units, p.warm_key), p.reason) for p in placed
+    ]
+    do_transition_many(
+        moves, SessionState.PLACED, actor="scheduler", only_from=frozenset(WAITING_STATES)
+    )
+    audits = [(p.session_id, p.node_id, p.audit) for p in placed]
+    record_many(AuditKind.SESSION_PLACED, "scheduler", audits)
 
 
 def _placed_fields(node_id: int, units: float, warm_key: str = "") -> dict[str, Any]:
@@ -112,24 +141,20 @@ def _placed_reason(placement: engine.Placement) -> Reason:
 
 
 def apply_placements(placements: Sequence[engine.Placement], snapshot: engine.Snapshot) -> int:
-    """A cycle's placements, together (``lifecycle.do_transition_many``, the holds and the
-    audit in a fixed number of queries), in a savepoint; when one of them raced (a session
+    """A cycle's placements, together (:func:`place_sessions`, the holds in one INSERT: a
+    fixed number of queries), in a savepoint; when one of them raced (a session
     no longer waiting, a slice taken), that savepoint rolls back and each is applied on its
     own, the racing ones skipped. Returns how many were placed."""
     if not placements:
         return 0
-    moves = [
-        Move(p.session_id, _placed_fields(p.node_id, _units(p, snapshot)), _placed_reason(p))
+    placed = [
+        Placed(p.session_id, p.node_id, _units(p, snapshot), _placed_reason(p), _placed_audit(p))
         for p in placements
     ]
     try:
         with transaction.atomic():
-            do_transition_many(
-                moves, SessionState.PLACED, actor="scheduler", only_from=frozenset(WAITING_STATES)
-            )
+            place_sessions(placed)
             Allocation.objects.bulk_create([h for p in placements for h in _holds(p)])
-            placed = [(p.session_id, p.node_id, _placed_audit(p)) for p in placements]
-            record_many(AuditKind.SESSION_PLACED, "scheduler", placed)
         return len(placements)
     except (IntegrityError, Conflict) as error:
         log.info("placing %d together lost a race (%s): one by one", len(placements), error)

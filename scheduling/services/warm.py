@@ -18,7 +18,9 @@ Each scheduling cycle (:func:`scheduling.services.cycle.do_scheduling_cycle`):
 
 A warm desktop holds its slice (or its node, for a CPU-only profile) through an
 :class:`~scheduling.models.Allocation` row, like a session: one partial unique index covers
-every hold. A claim moves that row to the session with one conditional UPDATE.
+every hold. A claim moves that row to the session with a conditional UPDATE; a cycle's claims
+are applied together (one UPDATE, the placements and one DELETE for all of them), or one by
+one when one of them raced.
 
 The agent learns its warm desktops from ``desired/`` and reports READY or FAILED to
 ``warm/<key>/report/`` (:func:`do_warm_report`).
@@ -27,13 +29,17 @@ The agent learns its warm desktops from ``desired/`` and reports READY or FAILED
 from __future__ import annotations
 
 import logging
+import operator
 import secrets
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime, timedelta
+from functools import reduce
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Count, QuerySet
+from django.db.models import BigIntegerField, Case, Count, Q, QuerySet, Value, When
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -47,7 +53,7 @@ from ..models import Allocation, Booking, Node, Session, WarmDesktop, WarmState
 from . import Conflict
 from .agent_wake import wake_nodes
 from .kick import schedule_soon
-from .placement import place_session
+from .placement import Placed, place_session, place_sessions
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +191,7 @@ def claim_warm(snapshot: engine.Snapshot, now: datetime) -> set[int]:
     over the running container. Without a READY one a request still gets the hold of a
     STARTING or FAILED one of its booking (no key: the agent stops that warm desktop and
     starts the session's afresh), so warm desktops never keep a class from its capacity.
+    The claims are decided first, then applied together (:func:`claim_many`).
     """
     rank = {WarmState.READY: 0, WarmState.STARTING: 1, WarmState.FAILED: 2}
     rows: dict[int, list[WarmDesktop]] = defaultdict(list)
@@ -196,16 +203,89 @@ def claim_warm(snapshot: engine.Snapshot, now: datetime) -> set[int]:
         return set()
     quotas = engine.index_quotas(snapshot.quotas)
     extra: dict[tuple[str, str], int] = defaultdict(int)
-    claimed: set[int] = set()
+    picks: list[tuple[int, WarmDesktop]] = []
     booked = [r for r in snapshot.queue if r.booking_id in rows]
     for r in sorted(booked, key=lambda r: (r.submitted_at, r.session_id)):
         if not rows[r.booking_id or 0] or engine.quota_block(r, quotas, extra):
             continue
-        warm = rows[r.booking_id or 0].pop(0)
-        if claim(r.session_id, warm):
-            claimed.add(r.session_id)
-            engine.count_session(r, quotas, extra)
-    return claimed
+        picks.append((r.session_id, rows[r.booking_id or 0].pop(0)))
+        engine.count_session(r, quotas, extra)
+    return claim_many(picks)
+
+
+def claim_many(picks: Sequence[tuple[int, WarmDesktop]]) -> set[int]:
+    """Claims ``(session id, warm desktop)``, together in one transaction and a fixed number
+    of queries: the holds move in one UPDATE, the sessions are placed by
+    ``placement.place_sessions``, the warm rows go in one DELETE; the students' pages and the
+    agents hear of them all at its commit. When one of them raced (a session no longer
+    waiting, a hold moved or gone), that transaction rolls back and each is claimed on its
+    own (:func:`claim`), the racing ones skipped. The session ids claimed."""
+    if not picks:
+        return set()
+    try:
+        with transaction.atomic():
+            _claim_together(picks)
+        return {session_id for session_id, _ in picks}
+    except (IntegrityError, Conflict) as error:
+        log.info(
+            "claiming %d warm desktops together lost a race (%s): one by one", len(picks), error
+        )
+    return {session_id for session_id, warm in picks if claim(session_id, warm)}
+
+
+def _claim_together(picks: Sequence[tuple[int, WarmDesktop]]) -> None:
+    """What :func:`claim` does for each pick, for all of them at once; Conflict on a race."""
+    by_warm = {warm.pk: (session_id, warm) for session_id, warm in picks}
+    same = reduce(operator.or_, (Q(warm_id=w.pk, warm__key=w.key) for _, w in picks))
+    holds = list(
+        Allocation.objects.filter(same, session=None, released_at=None)
+        .select_related("slice__gpu")
+        .order_by("pk")
+    )
+    if {h.warm_id for h in holds} != by_warm.keys():
+        raise Conflict(_("Some of these warm desktops were claimed or dropped meanwhile."))
+    owner = Case(
+        *[When(warm_id=w, then=Value(s)) for w, (s, _) in by_warm.items()],
+        output_field=BigIntegerField(),
+    )
+    moved = Allocation.objects.filter(
+        pk__in=[h.pk for h in holds], warm_id__in=list(by_warm), session=None, released_at=None
+    ).update(session_id=owner, warm=None)
+    if moved != len(holds):
+        raise Conflict(_("Some of these warm desktops were claimed or dropped meanwhile."))
+    placed = []
+    for warm_id, (session_id, warm) in by_warm.items():
+        mine = [h for h in holds if h.warm_id == warm_id]
+        ready = warm.state == WarmState.READY
+        key = warm.key if ready else ""
+        placed.append(
+            Placed(
+                session_id,
+                warm.node_id,
+                units=_units(mine),
+                reason=Reason(Code.PLACED_WARM if ready else Code.PLACED_SEAT),
+                warm_key=key,
+                audit=_claim_audit(warm, mine, key),
+            )
+        )
+    place_sessions(placed)
+    # Their nodes' agents are woken once, by the placements (the new sessions on them).
+    WarmDesktop.objects.filter(pk__in=list(by_warm)).delete()
+
+
+def _units(holds: Sequence[Allocation]) -> float:
+    """The compute units of a session's holds."""
+    return round(sum(h.slice.gpu.compute_units * h.slice.milli / 1000 for h in holds if h.slice), 4)
+
+
+def _claim_audit(warm: WarmDesktop, holds: Sequence[Allocation], key: str) -> dict[str, Any]:
+    """The placement's audit record of a claim: its slices, node, warm key and booking."""
+    return {
+        "slices": [h.slice_id for h in holds if h.slice_id],
+        "nodes": [warm.node_id],
+        "warm_key": key,
+        "booking": warm.booking_id,
+    }
 
 
 def claim(session_id: int, warm: WarmDesktop) -> bool:
@@ -227,19 +307,13 @@ def claim(session_id: int, warm: WarmDesktop) -> bool:
                     "slice__gpu"
                 )
             )
-            units = sum(h.slice.gpu.compute_units * h.slice.milli / 1000 for h in holds if h.slice)
             place_session(
                 session_id,
                 warm.node_id,
-                units=round(units, 4),
+                units=_units(holds),
                 reason=Reason(Code.PLACED_WARM if ready else Code.PLACED_SEAT),
                 warm_key=key,
-                audit={
-                    "slices": [h.slice_id for h in holds if h.slice_id],
-                    "nodes": [warm.node_id],
-                    "warm_key": key,
-                    "booking": warm.booking_id,
-                },
+                audit=_claim_audit(warm, holds, key),
             )
             _delete(WarmDesktop.objects.filter(pk=warm.pk))
         return True
