@@ -262,16 +262,21 @@ async def storm(args: argparse.Namespace) -> list[Student]:
     )
     if profiler is not None:
         profiler.stop()
+    before, after = (at_first_ask[0] if at_first_ask else {}), cpu_by_process()
     print(
         "from the first ask to the last RUNNING, "
         + cpu_line(
-            at_first_ask[0] if at_first_ask else {},
-            cpu_by_process(),
-            time.time() - opens,
-            the_students=time.process_time() - client_cpu,
+            before, after, time.time() - opens, the_students=time.process_time() - client_cpu
         ),
         flush=True,
     )
+    # Each ASGI process's share: one that took most of the class's connections shows here.
+    each = [
+        seconds - before.get(pid, (role, 0.0))[1]
+        for pid, (role, seconds) in sorted(after.items())
+        if role.startswith("portal")
+    ]
+    print("each ASGI process: " + ", ".join(f"{s:.1f} s" for s in each), flush=True)
     for student in students:
         if student.socket is not None:
             await student.socket.close()
