@@ -52,7 +52,7 @@ import psycopg
 import yaml
 
 from bench.cpu import children_cpu_s, cpu_by_process, cpu_line
-from bench.storm_signed_in import add_accounts, signed_in_argv, worktree
+from bench.storm_signed_in import add_accounts, commit_of, signed_in_argv, worktree
 
 ROOT = Path(__file__).resolve().parent.parent
 SLICES_PER_GPU = 7
@@ -221,7 +221,7 @@ def main() -> int:
     print(
         f"bench_storm: {args.students} students within {args.spread:g} s, {kind}, "
         f"{args.nodes} simulated nodes; {os.cpu_count()} CPUs, load average {load}, "
-        f"stack at {args.at or 'this tree'}",
+        f"stack at {commit_of(args.at)}",
         flush=True,
     )
     with worktree(args.at, workdir) as tree:

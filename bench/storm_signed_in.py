@@ -64,6 +64,19 @@ def signed_in_argv(args: argparse.Namespace, url: str, dsn: str = "") -> list[st
     return argv + (["--dsn", dsn] if dsn else [])
 
 
+def commit_of(commit: str | None) -> str:
+    """``commit`` (or this tree's HEAD) as a short hash, with "+ changes" for a dirty tree."""
+    git = ["git", "-C", str(ROOT)]
+    named = subprocess.run(
+        [*git, "rev-parse", "--short", commit or "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    if commit:
+        return named
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()  # fmt: skip
+    return f"{named} (this tree{' + uncommitted changes' if dirty else ''})"
+
+
 @contextmanager
 def worktree(commit: str | None, workdir: Path) -> Iterator[Path]:
     """This tree, or ``commit``'s checked out in a worktree under ``workdir`` until the end."""
