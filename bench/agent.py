@@ -14,12 +14,18 @@ Django), with the real readiness check (a VNC handshake through websockify):
    (``runtime.start_warm``, not timed) and left idle ``--warm-settle-s`` (as a warm desktop
    waits for its student), then ``runtime.claim(key, session)`` is timed: the session's
    password written into the mounted folder, ``deskpool-passwd`` run in the container, and
-   the VNC handshake. One at a time, median and p95, next to figure 1.
+   the VNC login with the new password. One at a time, median and p95, next to figure 1;
+5. warm claims at once (``--warm-together``, default 20): as at a booked class start, that
+   many warm desktops started (not timed) and left idle ``--together-settle-s`` (started
+   together, they take longer to go idle than one), then all claimed together on
+   ``--claim-workers`` threads (10: the agent's start workers); each claim's time, and the
+   time until the last one is RUNNING.
 
 ``--parallel 0`` skips figures 2 and 3.
 
-Every container, volume and password folder it makes is removed at the end, also on
-Ctrl-C. Containers are labelled ``deskpool.node=<--node>`` (default ``bench-<pid>``).
+Every container, volume, network, mount and password folder it makes is removed at the
+end, also on Ctrl-C. Containers are labelled ``deskpool.node=<--node>`` (default
+``bench-<pid>``).
 """
 
 from __future__ import annotations
@@ -37,7 +43,10 @@ from contextlib import suppress
 from pathlib import Path
 
 from nodeagent.protocol import LABEL_NODE, DesiredSession, DesiredWarm
+from nodeagent.runtime import home_mounts
+from nodeagent.runtime.desktop_network import remove_networks
 from nodeagent.runtime.docker_runtime import DockerRuntime, docker_client
+from nodeagent.runtime.docker_warm import WARM_HOMES_DIR_NAME
 
 SESSION_ID_BASE = 900_000
 
@@ -49,6 +58,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--parallel", type=int, default=10, help="desktops started together")
     parser.add_argument("--idle-s", type=float, default=10.0, help="idle time before memory")
     parser.add_argument("--warm", type=int, default=20, help="warm desktops claimed, 0: none")
+    parser.add_argument(
+        "--warm-together", type=int, default=20, help="warm desktops claimed at once, 0: none"
+    )
+    parser.add_argument("--claim-workers", type=int, default=10, help="threads claiming at once")
+    parser.add_argument(
+        "--together-settle-s",
+        type=float,
+        default=15.0,
+        help="the --warm-together desktops' idle time before their claims",
+    )
     parser.add_argument(
         "--warm-settle-s",
         type=float,
@@ -107,23 +126,31 @@ class Bench:
             self.runtime.stop(session.session_id)
         return times
 
+    def start_warm(self, key: str) -> None:
+        self.runtime.start_warm(
+            DesiredWarm(
+                key=key,
+                booking=0,
+                course="",
+                image=self.args.image,
+                cpus=self.args.cpus,
+                memory_mb=self.args.memory_mb,
+                pids_limit=1024,
+                shm_mb=256,
+                gpu_devices=[],
+            )
+        )
+
+    def timed_claim(self, key: str, session: DesiredSession) -> float:
+        started = time.perf_counter()
+        self.runtime.claim(key, session)
+        return time.perf_counter() - started
+
     def warm_claims(self) -> list[float]:
         times = []
         for i in range(self.args.warm):
             key = f"bench{os.getpid()}-{i}"
-            self.runtime.start_warm(
-                DesiredWarm(
-                    key=key,
-                    booking=0,
-                    course="",
-                    image=self.args.image,
-                    cpus=self.args.cpus,
-                    memory_mb=self.args.memory_mb,
-                    pids_limit=1024,
-                    shm_mb=256,
-                    gpu_devices=[],
-                )
-            )
+            self.start_warm(key)
             time.sleep(self.args.warm_settle_s)
             session = self.session()
             started = time.perf_counter()
@@ -131,6 +158,21 @@ class Bench:
             times.append(time.perf_counter() - started)
             self.runtime.stop(session.session_id)
         return times
+
+    def warm_together(self) -> tuple[float, list[float]]:
+        """Figure 5: the warm desktops of a class, claimed at once."""
+        keys = [f"bench{os.getpid()}-t{i}" for i in range(self.args.warm_together)]
+        with ThreadPoolExecutor(4) as pool:  # started a few at a time, as the warm pool does
+            list(pool.map(self.start_warm, keys))
+        time.sleep(self.args.together_settle_s)
+        sessions = [self.session() for _ in keys]
+        started = time.perf_counter()
+        with ThreadPoolExecutor(self.args.claim_workers) as pool:
+            each = list(pool.map(self.timed_claim, keys, sessions))
+        wall = time.perf_counter() - started
+        for session in sessions:
+            self.runtime.stop(session.session_id)
+        return wall, each
 
     def parallel(self) -> tuple[float, list[float]]:
         sessions = [self.session() for _ in range(self.args.parallel)]
@@ -162,10 +204,15 @@ class Bench:
 
     def clean_up(self) -> None:
         self.clean_up_containers()
+        homes = self.state_dir / "sessions" / WARM_HOMES_DIR_NAME
+        for home in homes.iterdir() if homes.is_dir() else ():
+            home_mounts.release(home)  # unmounted first: never delete through a mount
         for name in self.volumes:
             with suppress(Exception):
                 self.client.volumes.get(name).remove(force=True)
         shutil.rmtree(self.state_dir, ignore_errors=True)
+        with suppress(Exception):
+            remove_networks(self.client, self.args.node)
 
 
 def p95(values: list[float]) -> float:
@@ -188,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     usage: list[float] = []
     less_cache: list[float] = []
     claims: list[float] = []
+    together: list[float] = []
+    together_wall = 0.0
     try:
         sequential = bench.sequential()
         if args.parallel:
@@ -196,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
             bench.clean_up_containers()
         if args.warm:
             claims = bench.warm_claims()
+        if args.warm_together:
+            together_wall, together = bench.warm_together()
     finally:
         bench.clean_up()
     rows = [
@@ -212,6 +263,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"median {statistics.median(claims):.2f} s, p95 {p95(claims):.2f} s, "
                 f"min {min(claims):.2f} s, max {max(claims):.2f} s "
                 f"(warm desktop idle {args.warm_settle_s:g} s before)",
+            )
+        )
+    if together:
+        rows.append(
+            (
+                f"warm claim -> RUNNING, {len(together)} at once",
+                f"all RUNNING after {together_wall:.2f} s on {args.claim_workers} threads "
+                f"(each: median {statistics.median(together):.2f} s, p95 {p95(together):.2f} s, "
+                f"max {max(together):.2f} s; idle {args.together_settle_s:g} s before)",
             )
         )
     if each:

@@ -227,11 +227,11 @@ class DesktopContainers:
         start) leaves them. A volume of that name made before the root was set is used as
         it is (its files are on this node only).
         """
-        return self.ensure_volume(session.home_volume, session.user) is not None
+        return self.ensure_volume(session.home_volume, session.user)[1]
 
-    def ensure_volume(self, name: str, user: str = "") -> Any | None:
-        """:meth:`ensure_home_volume` by name (``user`` for its label): the volume this call
-        created, or None when it existed."""
+    def ensure_volume(self, name: str, user: str = "") -> tuple[Any, bool]:
+        """:meth:`ensure_home_volume` by name (``user`` for its label): the volume, and
+        whether this call created it."""
         try:
             volume = self.client.volumes.get(name)
         except NotFound:
@@ -239,18 +239,17 @@ class DesktopContainers:
         if volume is not None:
             if self.home_root is not None:
                 self._warn_unshared(volume)
-            return None
+            return volume, False
         labels = {**self.own_labels(), **({LABEL_USER: user} if user else {})}
         if self.home_root is None:
-            return self.client.volumes.create(name=name, labels=labels)
+            return self.client.volumes.create(name=name, labels=labels), True
         folder = self.shared_home(name)
         make_home_folder(folder)
-        return self.client.volumes.create(
-            name=name,
-            driver="local",
-            driver_opts={"type": "none", "o": "bind", "device": str(folder)},
-            labels=labels,
+        options = {"type": "none", "o": "bind", "device": str(folder)}
+        created = self.client.volumes.create(
+            name=name, driver="local", driver_opts=options, labels=labels
         )
+        return created, True
 
     def home_folder(self, name: str, *, create: bool) -> Path | None:
         """Where the home volume ``name`` keeps its files on this host (the Files page's
@@ -273,10 +272,9 @@ class DesktopContainers:
             return None
         if not create:
             return None
-        created = self.ensure_volume(name)
-        volume = created if created is not None else self.client.volumes.get(name)
+        volume, created = self.ensure_volume(name)
         folder = self.home_dir(volume)
-        if created is not None:
+        if created:
             os.chown(folder, home_mounts.DESKTOP_UID, home_mounts.DESKTOP_GID)
             os.chmod(folder, 0o700)
         return folder
@@ -382,12 +380,15 @@ class DesktopContainers:
         self.await_answer(container, port)
         return port
 
-    def await_answer(self, container: Container, port: int) -> None:
-        """Wait for a VNC handshake on the container's published port. One that exits
-        meanwhile ends the wait with its exit reason; one still stuck at its memory limit
-        when the time is up fails as out of memory rather than as a bare timeout."""
+    def await_answer(
+        self, container: Container, port: int, check: ReadinessCheck | None = None
+    ) -> None:
+        """Wait for a VNC handshake on the container's published port (``check``: instead
+        of :attr:`readiness`, a claim's login). One that exits meanwhile ends the wait with
+        its exit reason; one still stuck at its memory limit when the time is up fails as
+        out of memory rather than as a bare timeout."""
         try:
-            self.readiness(
+            (check or self.readiness)(
                 connect_host(self.publish_address),
                 port,
                 self.ready_timeout_s,

@@ -6,34 +6,51 @@ skeleton) mounted with rslave propagation, labels ``deskpool.warm=<key>`` and
 ``deskpool.booking``. A claim mounts the student's home volume on that folder
 (:mod:`~nodeagent.runtime.home_mounts`: it shows up in the running desktop), writes the
 session's password into the password folder, runs deskpool-passwd in the container (Xvnc
-re-reads its password file at every authentication) and records the claim
-(:mod:`~nodeagent.runtime.claims`): labels cannot change, and a restarted agent must still
-know whose desktop it is.
+re-reads its password file at every authentication), records the claim
+(:mod:`~nodeagent.runtime.claims`: labels cannot change, and a restarted agent must still
+know whose desktop it is) and logs in through websockify with the session's password: that
+proves the new password is in force (the warm one no longer opens the desktop) before the
+desktop is reported RUNNING.
+
+A class start claims dozens at once on a 2-core node, so a claim makes few engine calls
+(``bench.agent --warm-together``): one inspect by the container's name (its labels checked:
+this node's warm desktop of that key, running; it also gives the ports and limits the
+report needs), the home volume's look-up (and creation), and the exec's three (create,
+start, exit code). A new home is seeded with the image's skeleton fetched at the warm start
+(kept per image id), not fetched again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import logging
 import re
 import secrets
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from docker.models.containers import Container
 from docker.types import Mount
+from websockets.asyncio.client import connect
+from websockets.exceptions import WebSocketException
 
 from nodeagent.protocol import (
     DESKTOP_HOME,
     DESKTOP_PASSWORD_MOUNT,
     LABEL_BOOKING,
     LABEL_COURSE,
+    LABEL_INSTALLATION,
     LABEL_WARM,
     WARM_KEY_PATTERN,
     DesiredSession,
     DesiredWarm,
 )
+from nodeagent.readiness import DesktopNotReady
+from nodeagent.rfb_login import RfbError, log_in_upstream
 from nodeagent.runtime import home_mounts
 from nodeagent.runtime.base import (
     ManagedContainer,
@@ -59,6 +76,8 @@ ORPHAN_AFTER_S = 300.0  # a warm home folder without its container this old is r
 UNCLAIMED_STOP_GRACE_S = 2  # an unclaimed warm desktop's stop: no user, nothing to save
 # In the desktop images: applies a password written into the mounted folder after the start.
 APPLY_PASSWORD_COMMAND = ["/usr/local/bin/deskpool-passwd"]
+SKELETONS_KEPT = 8  # image skeletons kept for claims (a node runs a few images)
+LOGIN_RETRY_S = 0.2
 _WARM_KEY = re.compile(WARM_KEY_PATTERN)
 
 
@@ -67,6 +86,7 @@ class DockerWarmDesktops:
 
     def __init__(self, desktops: DesktopContainers) -> None:
         self._desktops = desktops
+        self._skeletons: dict[str, bytes] = {}  # image id: its /etc/skel as tar bytes
 
     def find(self) -> list[WarmContainer]:
         """This node's warm desktops, claimed or not, running or not."""
@@ -135,7 +155,7 @@ class DockerWarmDesktops:
             )
             args["environment"]["DESKPOOL_WARM_KEY"] = key
             container = desktops.client.containers.create(**args)
-            home_mounts.prepare(home, archive(container, SKELETON))
+            home_mounts.prepare(home, self._skeleton(container))
             container.start()
             port = desktops.await_desktop(container)
         except (*START_ERRORS, HomeMountError) as error:
@@ -156,10 +176,7 @@ class DockerWarmDesktops:
     def claim(self, key: str, session: DesiredSession) -> ManagedContainer:
         desktops = self._desktops
         try:
-            containers = [c for c in self.containers(key) if c.status == "running"]
-            if not containers:
-                raise StartFailed(f"warm desktop {key} is not running")
-            [container] = containers[:1]
+            container = self._running(key)
             self._attach_home(key, container, session)
             desktops.replace_password(self.password_dir(key), session.vnc_password)
             applied = container.exec_run(APPLY_PASSWORD_COMMAND)
@@ -170,8 +187,11 @@ class DockerWarmDesktops:
                     f"(exit code {applied.exit_code}: {output[:120]})"
                 )
             desktops.claims.write(key, session)
-            desktops.await_desktop(container)
-            container.reload()
+            port = published_port(container.attrs)
+            if port is None:
+                raise StartFailed("the engine published no port for websockify")
+            login = functools.partial(wait_for_login, password=session.vnc_password)
+            desktops.await_answer(container, port, check=login)
         except (*START_ERRORS, HomeMountError) as error:
             self.remove(key)
             raise StartFailed(start_error_text(error), code=getattr(error, "code", "")) from error
@@ -179,9 +199,27 @@ class DockerWarmDesktops:
             self.remove(key)
             raise
         logger.info("session %s: claimed warm desktop %s", session.session_id, key)
+        # The inspect above is the state to report: the login just proved it running.
         described = desktops.describe(container)
         assert described is not None  # the claim record was just written
         return described
+
+    def _running(self, key: str) -> Container:
+        """Warm desktop ``key``'s container, by its name (one engine call): this node's and
+        installation's, labelled with that key, running; else StartFailed."""
+        desktops = self._desktops
+        container = desktops.named(warm_container_name(desktops.node, key, desktops.installation))
+        labels = {} if container is None else (container.labels or {})
+        wanted = {**desktops.own_labels(), LABEL_WARM: key}
+        if (
+            container is None
+            or any(labels.get(label) != value for label, value in wanted.items())
+            or (LABEL_INSTALLATION in labels and not desktops.installation)
+        ):
+            raise StartFailed(f"warm desktop {key} is gone")
+        if container.status != "running":
+            raise StartFailed(f"warm desktop {key} is not running ({container.status})")
+        return container
 
     def containers(self, key: str) -> list[Container]:
         """The containers of warm desktop ``key``: by label, plus one by name without them."""
@@ -218,13 +256,24 @@ class DockerWarmDesktops:
         """Mount the student's home volume into the running warm desktop (a new volume is
         first seeded with the image's skeleton, as Docker seeds one at a cold start)."""
         desktops = self._desktops
-        created = desktops.ensure_home_volume(session)
-        volume = desktops.client.volumes.get(session.home_volume)
+        volume, created = desktops.ensure_volume(session.home_volume, session.user)
         volume_dir = desktops.home_dir(volume)  # a shared home's folder, or the Mountpoint
         # Only an empty one: a shared home made on another node keeps what its owner deleted.
         if created and volume_dir.is_dir() and not any(volume_dir.iterdir()):
-            home_mounts.seed(volume_dir, archive(container, SKELETON))
+            home_mounts.seed(volume_dir, self._skeleton(container))
         home_mounts.attach(volume_dir, self.home(key))
+
+    def _skeleton(self, container: Container) -> bytes:
+        """The image's /etc/skel as tar bytes, fetched from a container once per image."""
+        image = str(container.attrs.get("Image") or "")
+        skeleton = self._skeletons.get(image) if image else None
+        if skeleton is None:
+            skeleton = archive(container, SKELETON)
+            if image:
+                if len(self._skeletons) >= SKELETONS_KEPT:
+                    self._skeletons.clear()
+                self._skeletons[image] = skeleton
+        return skeleton
 
     def _release_orphan_homes(self, keys: set[str]) -> None:
         """Unmount and remove home folders of warm desktops whose container is gone (removed
@@ -240,3 +289,39 @@ class DockerWarmDesktops:
                 if time.time() - folder.stat().st_mtime > ORPHAN_AFTER_S:
                     logger.warning("removing the home folder of gone warm desktop %s", folder.name)
                     home_mounts.release(folder)
+
+
+def wait_for_login(
+    host: str,
+    port: int,
+    timeout_s: float,
+    *,
+    password: str,
+    abort_reason: Callable[[], str | None] | None = None,
+) -> None:
+    """Log in to the desktop's VNC server through websockify with ``password``, retried
+    (like :func:`~nodeagent.readiness.wait_for_desktop`) while it does not answer; a refusal
+    (the password is not in force) or a broken handshake fails at once."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        attempt_s = max(0.5, min(3.0, deadline - time.monotonic()))
+        try:
+            asyncio.run(_log_in(f"ws://{host}:{port}/websockify", password, attempt_s))
+            return
+        except (RfbError, ValueError) as error:  # ValueError: a password VNC cannot carry
+            raise DesktopNotReady(f"VNC login through websockify failed: {error}") from error
+        except (OSError, WebSocketException, TimeoutError) as error:
+            last_error = f"{type(error).__name__}: {error}"
+        if abort_reason is not None and (reason := abort_reason()):
+            raise DesktopNotReady(reason)
+        if time.monotonic() + LOGIN_RETRY_S >= deadline:
+            raise DesktopNotReady(
+                f"no VNC login on {host}:{port} within {timeout_s:.0f} s ({last_error})"
+            )
+        time.sleep(LOGIN_RETRY_S)
+
+
+async def _log_in(url: str, password: str, timeout_s: float) -> None:
+    async with asyncio.timeout(timeout_s):
+        async with connect(url, compression=None, open_timeout=None, close_timeout=1) as ws:
+            await log_in_upstream(ws, password)

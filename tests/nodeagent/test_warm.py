@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,9 @@ import pytest
 from nodeagent.images.check_image import handshake
 from nodeagent.protocol import LABEL_BOOKING, LABEL_MANAGED, LABEL_NODE, LABEL_SESSION, LABEL_WARM
 from nodeagent.reconcile import Reconciler
-from nodeagent.runtime import home_mounts, warm_container_name
+from nodeagent.runtime import docker_warm, home_mounts, warm_container_name
+from nodeagent.runtime.base import StartFailed
+from nodeagent.runtime.desktop_network import remove_networks
 from nodeagent.runtime.docker_runtime import DockerRuntime
 from nodeagent.runtime.simulated_runtime import SimulatedRuntime
 from tests.nodeagent.conftest import desired_warm
@@ -247,3 +251,99 @@ def test_a_first_time_students_home_is_seeded_like_a_cold_start(
     converge(reconciler, [], [])
     assert node_containers(docker_client, node_name) == []
     assert (folder / "first.txt").read_text() == "hello\n"  # kept for the next session
+
+
+def engine_calls(docker_client, monkeypatch) -> list[str]:  # type: ignore[no-untyped-def]
+    """The Docker API calls made from now on, as "METHOD /path" (an exec's id as <exec>)."""
+    calls: list[str] = []
+    request = docker_client.api.request
+
+    def counted(method: str, url: str, *args: object, **kwargs: object) -> object:
+        path = re.sub(r"^.*?/v[0-9.]+/", "/", url).split("?")[0]
+        calls.append(f"{method} {re.sub(r'^/exec/[0-9a-f]+/', '/exec/<exec>/', path)}")
+        return request(method, url, *args, **kwargs)
+
+    monkeypatch.setattr(docker_client.api, "request", counted)
+    return calls
+
+
+def assert_warm_desktop_gone(docker_client, node_name: str, sessions_dir: Path, key: str) -> None:  # type: ignore[no-untyped-def]
+    assert node_containers(docker_client, node_name) == []
+    home = sessions_dir / "warm-homes" / key
+    assert not home.exists() and home_mounts.mount_count(home) == 0
+    assert not (sessions_dir / f"w{key}").exists()
+    assert not (sessions_dir / "claims" / f"{key}.json").exists()
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("installation", ["", "aaaa11112222"])
+def test_a_claim_makes_six_engine_calls_and_proves_the_new_password(
+    docker_client, tiny_image, node_name, sessions_dir, monkeypatch, make_session, installation
+) -> None:  # type: ignore[no-untyped-def]
+    """A class start claims dozens at once: what one claim asks the engine is counted, so a
+    second look-up (a list, a reload) cannot come back unnoticed."""
+    runtime = DockerRuntime(
+        docker_client, node_name=node_name, sessions_dir=sessions_dir, installation=installation
+    )
+    warm = runtime.start_warm(desired_warm("c1-1", image=tiny_image))
+    first = make_session(7301, image=tiny_image, vnc_password="countpw1", warm_key="c1-1")
+
+    calls = engine_calls(docker_client, monkeypatch)
+    claimed = runtime.claim("c1-1", first)
+
+    name = warm_container_name(node_name, "c1-1", installation)
+    assert calls == [
+        f"GET /containers/{name}/json",  # the warm container: labels, state, ports, limits
+        f"GET /volumes/{first.home_volume}",  # a first-time student's home: not there ...
+        "POST /volumes/create",  # ... made, seeded with the skeleton kept from the start
+        f"POST /containers/{warm.container_id}/exec",  # deskpool-passwd ...
+        "POST /exec/<exec>/start",
+        "GET /exec/<exec>/json",  # ... and its exit code
+    ]
+    assert (claimed.session_id, claimed.container_id) == (7301, warm.container_id)
+    assert claimed.running and claimed.port == warm.port
+    assert login(warm.port, "countpw1") == "OK"
+    volume = docker_client.volumes.get(first.home_volume)
+    assert (Path(volume.attrs["Mountpoint"]) / ".bashrc").is_file()  # seeded all the same
+    runtime.stop(7301)
+    assert node_containers(docker_client, node_name) == []
+    remove_networks(docker_client, node_name, installation)
+
+
+@pytest.mark.docker
+def test_claim_of_a_removed_warm_container_fails_and_leaves_nothing(
+    docker_runtime, docker_client, tiny_image, node_name, sessions_dir, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    docker_runtime.start_warm(desired_warm("c2-1", image=tiny_image))
+    docker_client.containers.get(warm_container_name(node_name, "c2-1")).remove(force=True)
+    session = make_session(7401, image=tiny_image, vnc_password="gonepw01", warm_key="c2-1")
+
+    with pytest.raises(StartFailed, match="warm desktop c2-1 is gone"):
+        docker_runtime.claim("c2-1", session)
+
+    assert_warm_desktop_gone(docker_client, node_name, sessions_dir, "c2-1")
+    assert docker_client.volumes.list(filters={"label": f"{LABEL_NODE}={node_name}"}) == []
+    assert docker_runtime.list_managed() == [] and docker_runtime.list_warm() == []
+
+
+@pytest.mark.docker
+def test_claim_fails_when_the_new_password_does_not_open_the_desktop(
+    docker_runtime, docker_client, tiny_image, node_name, sessions_dir, monkeypatch, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    """The exec's exit code is not the only proof: the claim logs in with the new password,
+    so a desktop still on its warm password is never reported RUNNING."""
+    warm = docker_runtime.start_warm(desired_warm("c3-1", image=tiny_image))
+    warm_password = (sessions_dir / "wc3-1" / "passwd").read_text().strip()
+    assert login(warm.port, warm_password) == "OK"  # a working desktop, on its own password
+    monkeypatch.setattr(docker_warm, "APPLY_PASSWORD_COMMAND", ["true"])  # applies nothing
+    session = make_session(7501, image=tiny_image, vnc_password="unusedpw", warm_key="c3-1")
+
+    started = time.monotonic()
+    with pytest.raises(StartFailed, match="refused the session's secret"):
+        docker_runtime.claim("c3-1", session)
+
+    assert time.monotonic() - started < 10  # a refusal is final: no wait for the timeout
+    assert_warm_desktop_gone(docker_client, node_name, sessions_dir, "c3-1")
+    # The student's home volume stays, as after any failed claim: the cold start that
+    # follows (the reconcile's fallback) mounts it.
+    docker_client.volumes.get(session.home_volume)
