@@ -160,8 +160,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Retry-After, in seconds (portal.server.overload).
 OVERLOAD_RETRY_AFTER_S = env.int("DESKPOOL_OVERLOAD_RETRY_AFTER_S", default=5)
 # People's HTTP requests inside Django at once, per ASGI process; the others wait their turn
-# on the event loop, the node agents' pass (portal.server.http_gate). 0: no gate.
-HTTP_CONCURRENCY = env.int("DESKPOOL_HTTP_CONCURRENCY", default=4)
+# on the event loop, the node agents' pass (portal.server.http_gate). Below DB_POOL_MAX, so
+# that the agents find a connection. 0: no gate.
+HTTP_CONCURRENCY = env.int("DESKPOOL_HTTP_CONCURRENCY", default=8)
 
 # Campus sign-in (docs/signin.md): OIDC, CAS and LDAP, each enabled by its variables; IdP
 # groups map to roles through DESKPOOL_SIGNIN_ADMIN_GROUPS and _FACULTY_GROUPS. Local accounts

@@ -35,7 +35,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from functools import reduce
-from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -253,39 +252,36 @@ def _claim_together(picks: Sequence[tuple[int, WarmDesktop]]) -> None:
     ).update(session_id=owner, warm=None)
     if moved != len(holds):
         raise Conflict(_("Some of these warm desktops were claimed or dropped meanwhile."))
-    placed = []
-    for warm_id, (session_id, warm) in by_warm.items():
-        mine = [h for h in holds if h.warm_id == warm_id]
-        ready = warm.state == WarmState.READY
-        key = warm.key if ready else ""
-        placed.append(
-            Placed(
-                session_id,
-                warm.node_id,
-                units=_units(mine),
-                reason=Reason(Code.PLACED_WARM if ready else Code.PLACED_SEAT),
-                warm_key=key,
-                audit=_claim_audit(warm, mine, key),
-            )
-        )
-    place_sessions(placed)
+    place_sessions(
+        [
+            _placement(session_id, warm, [h for h in holds if h.warm_id == warm_id])
+            for warm_id, (session_id, warm) in by_warm.items()
+        ]
+    )
     # Their nodes' agents are woken once, by the placements (the new sessions on them).
     WarmDesktop.objects.filter(pk__in=list(by_warm)).delete()
 
 
-def _units(holds: Sequence[Allocation]) -> float:
-    """The compute units of a session's holds."""
-    return round(sum(h.slice.gpu.compute_units * h.slice.milli / 1000 for h in holds if h.slice), 4)
-
-
-def _claim_audit(warm: WarmDesktop, holds: Sequence[Allocation], key: str) -> dict[str, Any]:
-    """The placement's audit record of a claim: its slices, node, warm key and booking."""
-    return {
-        "slices": [h.slice_id for h in holds if h.slice_id],
-        "nodes": [warm.node_id],
-        "warm_key": key,
-        "booking": warm.booking_id,
-    }
+def _placement(session_id: int, warm: WarmDesktop, holds: Sequence[Allocation]) -> Placed:
+    """The claim's placement: on the warm desktop's node, with the compute units of the holds
+    it takes over, its key when READY (the agent hands over the running container), and the
+    audit record (slices, node, warm key, booking)."""
+    ready = warm.state == WarmState.READY
+    key = warm.key if ready else ""
+    units = sum(h.slice.gpu.compute_units * h.slice.milli / 1000 for h in holds if h.slice)
+    return Placed(
+        session_id,
+        warm.node_id,
+        units=round(units, 4),
+        reason=Reason(Code.PLACED_WARM if ready else Code.PLACED_SEAT),
+        warm_key=key,
+        audit={
+            "slices": [h.slice_id for h in holds if h.slice_id],
+            "nodes": [warm.node_id],
+            "warm_key": key,
+            "booking": warm.booking_id,
+        },
+    )
 
 
 def claim(session_id: int, warm: WarmDesktop) -> bool:
@@ -293,8 +289,6 @@ def claim(session_id: int, warm: WarmDesktop) -> bool:
 
     False when another claim, or the warm desktop's removal, got there first.
     """
-    ready = warm.state == WarmState.READY
-    key = warm.key if ready else ""
     try:
         with transaction.atomic():
             moved = Allocation.objects.filter(
@@ -307,13 +301,14 @@ def claim(session_id: int, warm: WarmDesktop) -> bool:
                     "slice__gpu"
                 )
             )
+            one = _placement(session_id, warm, holds)
             place_session(
-                session_id,
-                warm.node_id,
-                units=_units(holds),
-                reason=Reason(Code.PLACED_WARM if ready else Code.PLACED_SEAT),
-                warm_key=key,
-                audit=_claim_audit(warm, holds, key),
+                one.session_id,
+                one.node_id,
+                units=one.units,
+                reason=one.reason,
+                warm_key=one.warm_key,
+                audit=one.audit,
             )
             _delete(WarmDesktop.objects.filter(pk=warm.pk))
         return True

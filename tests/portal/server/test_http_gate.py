@@ -14,19 +14,21 @@ class App:
     def __init__(self) -> None:
         self.inside: list[str] = []
         self.most = 0
+        self.peak = 0  # of every path
         self.entered: list[str] = []
         self.release = asyncio.Event()
 
     async def __call__(self, scope, receive, send) -> None:
         self.inside.append(scope["path"])
         self.entered.append(scope["path"])
+        self.peak = max(self.peak, len(self.inside))
         self.most = max(self.most, sum(p.startswith(("/api/v1/", "/p/")) for p in self.inside))
         await self.release.wait()
         self.inside.remove(scope["path"])
 
 
-def http(path: str) -> dict:
-    return {"type": "http", "path": path}
+def http(path: str, method: str = "GET") -> dict:
+    return {"type": "http", "path": path, "method": method}
 
 
 async def _nothing():
@@ -74,3 +76,22 @@ def test_a_limit_of_zero_is_no_gate():
         return app
 
     assert asyncio.run(run()).most == 5
+
+
+def test_a_request_that_goes_away_while_waiting_leaves_no_place_taken():
+    async def run() -> tuple[App, HttpGate]:
+        app = App()
+        gate = HttpGate(app, 1)
+        held = asyncio.create_task(gate(http("/held"), _nothing, _drop))
+        await asyncio.sleep(0.01)
+        gone = asyncio.create_task(gate(http("/gone", "POST"), _nothing, _drop))
+        after = asyncio.create_task(gate(http("/after", "POST"), _nothing, _drop))
+        await asyncio.sleep(0.01)
+        gone.cancel()
+        app.release.set()
+        await asyncio.gather(held, after)
+        return app, gate
+
+    app, gate = asyncio.run(run())
+    assert app.entered == ["/held", "/after"]
+    assert gate._slots is not None and gate._slots._value == 1  # its place is free again
