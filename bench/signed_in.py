@@ -30,6 +30,7 @@ import asyncio
 import json
 import math
 import re
+import sqlite3
 import sys
 import time
 from collections import Counter
@@ -38,6 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import psycopg
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.typing import Origin
 
@@ -288,8 +290,6 @@ def read_placed(dsn: str, students: list[Student]) -> None:
     """Each session's ``placed_at``, from PostgreSQL (a URL) or the embedded SQLite (a path)."""
     ids = [s.session_id for s in students if s.session_id]
     if dsn.startswith("postgres"):
-        import psycopg
-
         with psycopg.connect(dsn) as db:
             rows = db.execute(
                 "SELECT s.id, extract(epoch FROM s.placed_at), n.hostname "
@@ -299,8 +299,6 @@ def read_placed(dsn: str, students: list[Student]) -> None:
             ).fetchall()
         placed = {row[0]: float(row[1]) for row in rows if row[1] is not None}
     else:
-        import sqlite3
-
         with sqlite3.connect(dsn) as db:
             rows = db.execute(
                 "SELECT s.id, s.placed_at, n.hostname FROM scheduling_session s "
