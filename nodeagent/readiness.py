@@ -17,12 +17,15 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from cryptography.hazmat.decrepit.ciphers.algorithms import TripleDES
 from cryptography.hazmat.primitives.ciphers import Cipher, modes
 from websockets.exceptions import WebSocketException
 from websockets.sync.client import ClientConnection, connect
 from websockets.typing import Subprotocol
+
+T = TypeVar("T")
 
 _BANNER = re.compile(rb"^RFB (\d{3})\.(\d{3})\n$")
 BANNER_LENGTH = 12
@@ -100,20 +103,39 @@ def wait_for_desktop(
     ``abort_reason`` is asked between attempts (e.g. "did the container exit?"); when it
     returns a reason we give up at once with that reason.
     """
+    return keep_trying(
+        lambda attempt_s: vnc_handshake(host, port, timeout_s=attempt_s),
+        f"no VNC handshake on {host}:{port}",
+        timeout_s,
+        retry_on=(OSError, WebSocketException, TimeoutError, DesktopNotReady),
+        interval_s=interval_s,
+        abort_reason=abort_reason,
+    )
+
+
+def keep_trying(
+    attempt: Callable[[float], T],
+    failure: str,
+    timeout_s: float,
+    *,
+    retry_on: tuple[type[BaseException], ...],
+    interval_s: float = 0.2,
+    abort_reason: Callable[[], str | None] | None = None,
+) -> T:
+    """``attempt(seconds it may take)`` again while it raises one of ``retry_on``, until it
+    works or ``timeout_s`` passes (then DesktopNotReady, ``failure`` and the last error);
+    ``abort_reason`` is asked between attempts and ends the wait with its reason."""
     deadline = time.monotonic() + timeout_s
     last_error = "no attempt made"
     while True:
-        remaining = deadline - time.monotonic()
         try:
-            return vnc_handshake(host, port, timeout_s=max(0.5, min(3.0, remaining)))
-        except (OSError, WebSocketException, TimeoutError, DesktopNotReady) as error:
+            return attempt(max(0.5, min(3.0, deadline - time.monotonic())))
+        except retry_on as error:
             last_error = f"{type(error).__name__}: {error}"
         if abort_reason is not None and (reason := abort_reason()):
             raise DesktopNotReady(reason)
         if time.monotonic() + interval_s >= deadline:
-            raise DesktopNotReady(
-                f"no VNC handshake on {host}:{port} within {timeout_s:.0f} s ({last_error})"
-            )
+            raise DesktopNotReady(f"{failure} within {timeout_s:.0f} s ({last_error})")
         time.sleep(interval_s)
 
 

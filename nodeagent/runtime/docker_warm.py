@@ -49,7 +49,7 @@ from nodeagent.protocol import (
     DesiredSession,
     DesiredWarm,
 )
-from nodeagent.readiness import DesktopNotReady
+from nodeagent.readiness import DesktopNotReady, keep_trying
 from nodeagent.rfb_login import RfbError, log_in_upstream
 from nodeagent.runtime import home_mounts
 from nodeagent.runtime.base import (
@@ -300,25 +300,20 @@ def wait_for_login(
     abort_reason: Callable[[], str | None] | None = None,
 ) -> None:
     """Log in to the desktop's VNC server through websockify with ``password``, retried
-    (like :func:`~nodeagent.readiness.wait_for_desktop`) while it does not answer; a refusal
-    (the password is not in force) or a broken handshake fails at once."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        attempt_s = max(0.5, min(3.0, deadline - time.monotonic()))
-        try:
-            asyncio.run(_log_in(f"ws://{host}:{port}/websockify", password, attempt_s))
-            return
-        except (RfbError, ValueError) as error:  # ValueError: a password VNC cannot carry
-            raise DesktopNotReady(f"VNC login through websockify failed: {error}") from error
-        except (OSError, WebSocketException, TimeoutError) as error:
-            last_error = f"{type(error).__name__}: {error}"
-        if abort_reason is not None and (reason := abort_reason()):
-            raise DesktopNotReady(reason)
-        if time.monotonic() + LOGIN_RETRY_S >= deadline:
-            raise DesktopNotReady(
-                f"no VNC login on {host}:{port} within {timeout_s:.0f} s ({last_error})"
-            )
-        time.sleep(LOGIN_RETRY_S)
+    (:func:`~nodeagent.readiness.keep_trying`) while it does not answer; a refusal (the
+    password is not in force) or a broken handshake fails at once."""
+    url = f"ws://{host}:{port}/websockify"
+    try:
+        keep_trying(
+            lambda attempt_s: asyncio.run(_log_in(url, password, attempt_s)),
+            f"no VNC login on {host}:{port}",
+            timeout_s,
+            retry_on=(OSError, WebSocketException, TimeoutError),
+            interval_s=LOGIN_RETRY_S,
+            abort_reason=abort_reason,
+        )
+    except (RfbError, ValueError) as error:  # ValueError: a password VNC cannot carry
+        raise DesktopNotReady(f"VNC login through websockify failed: {error}") from error
 
 
 async def _log_in(url: str, password: str, timeout_s: float) -> None:
