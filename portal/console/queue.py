@@ -13,14 +13,16 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from portal.console.access import admin_only
-from portal.console.queue_forms import ProfileForm, QueueActionForm, QuotaForm
+from portal.console.queue_forms import GrantCapForm, ProfileForm, QueueActionForm, QuotaForm
 from portal.kit.confirm import confirm_first
 from portal.kit.person import actor_of
 from scheduling.models import DesktopProfile, Quota
+from scheduling.models.policy import PoolPolicy
 from scheduling.services import ServiceError
 from scheduling.services.catalogue_changes import (
     do_deactivate_profile,
     do_delete_quota,
+    do_save_grant_cap,
     do_save_profile,
     do_save_quota,
     quotas_with_use,
@@ -93,8 +95,30 @@ def quotas(request: HttpRequest) -> HttpResponse:
         messages.success(request, _("Quota saved."))
         return redirect("console-quotas")
     status = 400 if form.is_bound else 200
-    context = {"rows": quotas_with_use(), "form": form}
+    return _quotas_page(request, form, _grant_cap_form(), status)
+
+
+def _grant_cap_form(data: Any = None) -> GrantCapForm:
+    initial = {"max_granted_gpu_hours_week": PoolPolicy.current().max_granted_gpu_hours_week}
+    return GrantCapForm(data, initial=initial)
+
+
+def _quotas_page(
+    request: HttpRequest, form: QuotaForm, cap_form: GrantCapForm, status: int
+) -> HttpResponse:
+    context = {"rows": quotas_with_use(), "form": form, "cap_form": cap_form}
     return render(request, "console/quotas.html", context, status=status)
+
+
+@admin_only
+@require_POST
+def grant_cap(request: HttpRequest) -> HttpResponse:
+    cap_form = _grant_cap_form(request.POST)
+    if cap_form.is_valid() and cap_form.checked is not None:
+        do_save_grant_cap(actor_of(request), cap_form.checked)
+        messages.success(request, _("Weekly cap on granted GPU-hours saved."))
+        return redirect("console-quotas")
+    return _quotas_page(request, QuotaForm(), cap_form, 400)
 
 
 @admin_only

@@ -18,6 +18,7 @@ from scheduling.services.catalogue_changes import (
     QUOTA_FIELDS,
     ProfileChange,
     QuotaChange,
+    check_grant_cap,
     check_profile,
     check_quota,
 )
@@ -42,6 +43,22 @@ class QueueActionForm(CheckedForm):
 
     def check(self, data: dict[str, Any]) -> None:
         self.session = check_queue_action(self.admin, self.session_id, data["reason"])
+
+
+class GrantCapForm(CheckedForm):
+    """The pool's cap on extra GPU-hours granted to one person over 7 days."""
+
+    max_granted_gpu_hours_week = AsciiFloatField(
+        label=_("Extra GPU-hours one person may be granted in 7 days"),
+        help_text=_(
+            "All courses' granted quota requests together; answers past it are refused. "
+            "0: no request can be granted."
+        ),
+        error_messages={"required": _("Enter a number of GPU-hours, 0 or more.")},
+    )
+
+    def check(self, data: dict[str, Any]) -> float:
+        return check_grant_cap(data["max_granted_gpu_hours_week"])
 
 
 def _optional_number(field: type[forms.Field], label: Any, help_text: Any) -> Any:

@@ -30,6 +30,7 @@ urlpatterns: list[URLPattern] = [
     path("queue/<int:session_id>/cancel/", queue.queue_cancel, name="console-queue-cancel"),
     path("queue/<int:session_id>/boost/", queue.queue_boost, name="console-queue-boost"),
     path("quotas/", queue.quotas, name="console-quotas"),
+    path("quotas/grant-cap/", queue.grant_cap, name="console-quota-grant-cap"),
     path("quotas/<int:quota_id>/", queue.quota_edit, name="console-quota-edit"),
     path("quotas/<int:quota_id>/delete/", queue.quota_delete, name="console-quota-delete"),
     path("profiles/", queue.profiles, name="console-profiles"),

@@ -36,6 +36,12 @@ class PoolPolicy(models.Model):
     booking_hold_hours = models.FloatField(
         default=24.0, help_text="Bookings starting within this many hours hold capacity."
     )
+    # issue 36: what teachers and TAs may grant one person in extra GPU-hours over 7 days,
+    # all courses together (quota_requests.check_answer; edited on the console's Quotas page).
+    max_granted_gpu_hours_week = models.FloatField(
+        default=100.0,
+        help_text="Extra GPU-hours granted answers may give one person over 7 days, in all.",
+    )
     alert_level = models.CharField(max_length=10, default="ok", editable=False)
     # This portal's id, made once (``services.installation``): its agents name and label their
     # containers, volumes and networks with it, so two portals can share one Docker engine.

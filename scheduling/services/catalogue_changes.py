@@ -16,7 +16,7 @@ from people.models import Course
 
 from ..choices import ON_NODE_STATES, AuditKind, SliceKind
 from ..models import DesktopProfile, Quota
-from ..models.policy import QuotaScope
+from ..models.policy import PoolPolicy, QuotaScope
 from . import ServiceError
 from .audit import record
 from .kick import schedule_soon
@@ -97,6 +97,33 @@ def _audit(actor: str, model: str, obj: models.Model, before: Any, after: Any, a
             "after": after,
         },
     )
+
+
+# The weekly cap on granted extra GPU-hours (quota_requests.check_week_cap)
+
+MAX_GRANT_CAP = 10_000.0
+
+
+def check_grant_cap(hours: float | None) -> float:
+    """A cap of 0 (no grants at all) up to MAX_GRANT_CAP extra GPU-hours a person a week."""
+    if hours is None or not 0 <= hours <= MAX_GRANT_CAP:
+        raise ServiceError(
+            _("Enter a number of GPU-hours from 0 to %(max)s.") % {"max": f"{MAX_GRANT_CAP:g}"},
+            field="max_granted_gpu_hours_week",
+        )
+    return float(hours)
+
+
+def do_save_grant_cap(actor: str, hours: float) -> PoolPolicy:
+    """Set the pool's cap; audited (``policy.changed`` with before and after)."""
+    with transaction.atomic():
+        policy = PoolPolicy.objects.select_for_update().get(pk=PoolPolicy.current().pk)
+        before = {"max_granted_gpu_hours_week": policy.max_granted_gpu_hours_week}
+        policy.max_granted_gpu_hours_week = hours
+        policy.save(update_fields=["max_granted_gpu_hours_week", "updated_at"])
+        after = {"max_granted_gpu_hours_week": hours}
+        _audit(actor, "poolpolicy", policy, before, after, "changed")
+    return policy
 
 
 # Quotas

@@ -43,6 +43,14 @@ def is_faculty(user: User) -> bool:
     return Member.objects.filter(user=user, role=Role.FACULTY).exists()
 
 
+def is_student(user: User) -> bool:
+    """Students (``Member.role``, a person without a member row included; never admins) are
+    the only ones thesis status is granted to."""
+    if user.is_staff:
+        return False
+    return not Member.objects.filter(user=user).exclude(role=Role.STUDENT).exists()
+
+
 def active_thesis_grant(user: User, today: date | None = None) -> ThesisGrant | None:
     """The person's thesis grant in force today (the one lasting longest), if any."""
     if not user.is_authenticated:

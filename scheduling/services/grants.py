@@ -18,7 +18,7 @@ from ..choices import AuditKind
 from ..excerpt import excerpt
 from . import Conflict, NotFound, ServiceError
 from .audit import record
-from .eligibility import Forbidden, close_grant, is_faculty
+from .eligibility import Forbidden, close_grant, is_faculty, is_student
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,15 @@ def check_grant(
         )
     if student.pk == user.pk:
         raise ServiceError(_("You cannot grant thesis status to yourself."), field="student")
+    if not is_student(student):
+        raise ServiceError(
+            _(
+                "“%(username)s” is not a student: thesis status is granted to students only. "
+                "Check the username."
+            )
+            % {"username": excerpt(student.get_username())},
+            field="student",
+        )
     today = timezone.localdate()
     if until is None or until < today:
         raise ServiceError(

@@ -24,7 +24,7 @@ from people.models import Course
 from ..choices import AuditKind
 from ..events import broadcast_quota_request
 from ..locks import lock_person
-from ..models.policy import QuotaRequest, QuotaRequestState
+from ..models.policy import PoolPolicy, QuotaRequest, QuotaRequestState
 from . import Conflict, NotFound, ServiceError
 from .audit import record
 from .eligibility import Forbidden, eligible_courses
@@ -35,6 +35,37 @@ from .usage import WEEK
 ANSWER_PERMISSION = "portal.answer_quota_requests"
 MAX_HOURS = 500.0  # one request; a teacher may grant fewer
 GRANT, REFUSE = "grant", "refuse"
+
+
+def granted_this_week(student: User, now: datetime) -> float:
+    """Extra GPU-hours granted to this person by answers of the last 7 days, all courses."""
+    hours = QuotaRequest.objects.filter(
+        student=student, state=QuotaRequestState.GRANTED, answered_at__gt=now - WEEK
+    ).values_list("hours", flat=True)
+    return float(sum(hours))
+
+
+def check_week_cap(student: User, hours: float, now: datetime) -> float:
+    """The pool's cap on granted hours per person per week (``PoolPolicy``): the cap, or a
+    ServiceError saying how many hours may still be granted to this person this week."""
+    cap = PoolPolicy.current().max_granted_gpu_hours_week
+    given = granted_this_week(student, now)
+    if given + hours > cap + 1e-9:
+        room = max(cap - given, 0.0)
+        raise ServiceError(
+            _(
+                "%(student)s was already granted %(given)s extra GPU-hours in the last 7 days; "
+                "the pool allows %(cap)s a week, so grant at most %(room)s now, or refuse."
+            )
+            % {
+                "student": student.get_username(),
+                "given": f"{given:g}",
+                "cap": f"{cap:g}",
+                "room": f"{room:g}",
+            },
+            field="hours",
+        )
+    return cap
 
 
 def extra_gpu_hours(now: datetime) -> dict[str, float]:
@@ -234,6 +265,7 @@ def check_answer(
                 % {"hours": f"{request.hours:g}"},
                 field="hours",
             )
+        check_week_cap(request.student, given, timezone.now())
     return AnswerRequest(request=request, grant=decision == GRANT, hours=given, answer=answer)
 
 
@@ -251,6 +283,12 @@ def do_answer(user: User, answer: AnswerRequest) -> QuotaRequest:
     if answer.grant:
         fields["hours"] = answer.hours
     with transaction.atomic():
+        cap = None
+        if answer.grant:
+            # Two answerers granting the same person at once: the person's row serialises
+            # them, and the cap is checked again inside.
+            lock_person(request.student_id)
+            cap = check_week_cap(request.student, answer.hours, timezone.now())
         changed = QuotaRequest.objects.filter(
             pk=request.pk, state=QuotaRequestState.PENDING
         ).update(**fields)
@@ -266,6 +304,7 @@ def do_answer(user: User, answer: AnswerRequest) -> QuotaRequest:
                 "state": str(state),
                 "asked": request.hours,
                 "hours": answer.hours,
+                "week_cap": cap,
             },
         )
         request.refresh_from_db()

@@ -178,3 +178,17 @@ def test_enrolled_coursework_and_granted_thesis_stay(advisor, student, profile, 
     kept = [submit(student, profile, "coursework", "cs101"), submit(student, profile, "thesis")]
     assert demote_ineligible(timezone.now()) == 0
     assert [Session.objects.get(pk=s.pk).purpose for s in kept] == ["coursework", "thesis"]
+
+
+def test_thesis_status_goes_to_students_only(advisor, make_user):
+    colleague = make_user("wang")
+    Member.objects.create(user=colleague, role=Role.FACULTY)
+    admin = make_user("root", is_staff=True)
+    until = timezone.localdate() + timedelta(days=3)
+    for who in (colleague, admin):
+        with pytest.raises(ServiceError) as refused:
+            check_grant(advisor, who.username, until)
+        assert refused.value.field == "student" and "students only" in refused.value.message
+    newcomer = make_user("zhao")  # no member row yet: a student by default
+    assert check_grant(advisor, newcomer.username, until).student == newcomer
+    assert not ThesisGrant.objects.exists()

@@ -23,7 +23,7 @@ from scheduling.engine.reasons import Code
 from scheduling.events import quota_request_payload
 from scheduling.layer_sender import sender
 from scheduling.models import AuditEvent, Quota, Session
-from scheduling.models.policy import QuotaRequest, QuotaRequestState
+from scheduling.models.policy import PoolPolicy, QuotaRequest, QuotaRequestState
 from scheduling.services import Conflict, NotFound, ServiceError
 from scheduling.services.cycle import do_scheduling_cycle
 from scheduling.services.eligibility import Forbidden
@@ -266,3 +266,43 @@ def test_the_students_open_page_receives_the_answer_over_the_updates_socket(owne
         2.0,
         "ok",
     )
+
+
+def test_granted_hours_are_capped_per_person_per_week_across_courses(owner, teacher, make_user):
+    """Two people with answer rights cannot grant each other without limit: what one person
+    is granted in 7 days, all courses together, stops at the pool's cap."""
+    PoolPolicy.current()
+    PoolPolicy.objects.update(max_granted_gpu_hours_week=8)
+    other = Course.objects.create(code="cs202", title="Systems")
+    other.students.add(owner)
+    other.instructors.add(colleague := make_user("wu"))
+    do_answer(teacher, check_answer(teacher, ask(owner, hours=5).pk, "grant", None))
+    second = ask(owner, hours=5, course="cs202")
+    with pytest.raises(ServiceError) as refused:
+        check_answer(colleague, second.pk, "grant", None)
+    assert refused.value.field == "hours" and "at most 3" in refused.value.message
+    do_answer(colleague, check_answer(colleague, second.pk, "grant", 3))
+    assert extra_gpu_hours(timezone.now()) == {"ada": 8.0}
+    answered = AuditEvent.objects.filter(kind=AuditKind.QUOTA_ANSWERED).order_by("pk")
+    assert [e.data["week_cap"] for e in answered] == [8.0, 8.0]
+    third = ask(owner, hours=1)
+    with pytest.raises(ServiceError):
+        check_answer(teacher, third.pk, "grant", 1)
+    # A refusal is always possible, and the cap rechecks at the answer itself.
+    do_answer(teacher, check_answer(teacher, third.pk, "refuse", None, "Over the cap"))
+
+
+def test_the_cap_holds_when_two_answers_were_checked_before_either_was_stored(
+    owner, teacher, make_user
+):
+    PoolPolicy.current()
+    PoolPolicy.objects.update(max_granted_gpu_hours_week=6)
+    other = Course.objects.create(code="cs202", title="Systems")
+    other.students.add(owner)
+    other.instructors.add(colleague := make_user("wu"))
+    first = check_answer(teacher, ask(owner, hours=4).pk, "grant", None)
+    second = check_answer(colleague, ask(owner, hours=4, course="cs202").pk, "grant", None)
+    do_answer(teacher, first)
+    with pytest.raises(ServiceError):
+        do_answer(colleague, second)
+    assert QuotaRequest.objects.filter(state=QuotaRequestState.GRANTED).count() == 1

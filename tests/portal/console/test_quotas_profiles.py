@@ -10,6 +10,7 @@ from django.test import Client
 from people.models import Course
 from scheduling.choices import AuditKind, SessionState
 from scheduling.models import AuditEvent, DesktopProfile, Quota
+from scheduling.models.policy import PoolPolicy
 from scheduling.services.cycle import do_scheduling_cycle
 from scheduling.services.home_files import MB, quota_bytes_of
 from scheduling.services.sessions import check_submit, do_submit
@@ -295,3 +296,26 @@ def test_a_home_folder_quota_is_set_per_person_in_the_console_and_the_admin(admi
     )
     assert reply.status_code == 302
     assert quota_bytes_of(owner) == 100 * MB
+
+
+def test_the_weekly_cap_on_granted_hours_is_set_on_the_quotas_page_and_audited(admin_user, owner):
+    client = logged_in(admin_user)
+    page = client.get("/console/quotas/").content.decode()
+    assert 'name="max_granted_gpu_hours_week"' in page and 'value="100.0"' in page
+    refused = client.post("/console/quotas/grant-cap/", {"max_granted_gpu_hours_week": "-1"})
+    assert refused.status_code == 400
+    assert "from 0 to" in field_error(refused.content.decode(), "max_granted_gpu_hours_week")
+    saved = client.post("/console/quotas/grant-cap/", {"max_granted_gpu_hours_week": "24"})
+    assert saved.status_code == 302
+    assert PoolPolicy.current().max_granted_gpu_hours_week == 24
+    [event] = policy_events("poolpolicy")
+    assert event.actor == f"user:{admin_user.username}"
+    assert event.data["before"] == {"max_granted_gpu_hours_week": 100.0}
+    assert event.data["after"] == {"max_granted_gpu_hours_week": 24.0}
+    assert (
+        logged_in(owner)
+        .post("/console/quotas/grant-cap/", {"max_granted_gpu_hours_week": "999"})
+        .status_code
+        == 404
+    )
+    assert PoolPolicy.current().max_granted_gpu_hours_week == 24
