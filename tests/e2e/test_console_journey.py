@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from scheduling.choices import AuditKind
 from scheduling.models import Alert, AuditEvent, Quota, UsageRecord
+from scheduling.models.policy import PoolPolicy
 from scheduling.services.alert_changes import check_rule, do_save_rule
 from scheduling.services.alerts import evaluate_alerts
 from scheduling.services.audit import record
@@ -132,6 +133,18 @@ def test_admin_edits_a_quota_acknowledges_an_alert_reads_the_report_and_searches
         quota = Quota.objects.get(scope="user", key="ada")
         assert quota.max_gpu_hours_week == 12
         journey.step("quotas", phone=True)
+        # The weekly cap on granted GPU-hours: a refusal next to its field, then saved.
+        cap = page.locator("form:has(input[name=max_granted_gpu_hours_week])")
+        cap.locator("input[name=max_granted_gpu_hours_week]").fill("-5")
+        with page.expect_navigation():
+            cap.locator("button[type=submit]").click()
+        assert page.locator("#id_max_granted_gpu_hours_week_error").count() == 1
+        journey.step("grant-cap-refused", phone=True)
+        cap = page.locator("form:has(input[name=max_granted_gpu_hours_week])")
+        cap.locator("input[name=max_granted_gpu_hours_week]").fill("40")
+        with page.expect_navigation():
+            cap.locator("button[type=submit]").click()
+        assert PoolPolicy.current().max_granted_gpu_hours_week == 40
 
     # Alerts: the page listens; a rule that fires on any queue raises an alert, which
     # appears without a reload; the admin acknowledges it.
