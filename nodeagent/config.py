@@ -17,6 +17,12 @@ RuntimeChoice = Literal["docker", "simulated", "auto"]
 # (nodeagent/images/files/deskpool-save). DESKPOOL_AGENT_STOP_GRACE_S; at most this much.
 DEFAULT_STOP_GRACE_S = 20.0
 STOP_GRACE_MAX_S = 300.0
+# A home's quota when the portal sends none (an older portal): DESKPOOL_HOME_QUOTA_MB, the
+# portal's default too. 0: no quota (plain volumes, bounded by nothing but the node's disk).
+DEFAULT_HOME_QUOTA_MB = 10240
+# The cap of each of a desktop's temporary folders (/tmp, ...; tmpfs under a read-only root,
+# counted against its memory): DESKPOOL_DESKTOP_TMPFS_MB.
+DEFAULT_TMPFS_MB = 512
 _RUNTIME_CHOICES: tuple[RuntimeChoice, ...] = ("docker", "simulated", "auto")
 
 
@@ -53,6 +59,12 @@ class AgentConfig:
     # DESKPOOL_HOME_ROOT: a folder every node mounts (NFS) holding the students' homes, so a
     # desktop started on another node finds the same home. None: homes are per-node volumes.
     home_root: Path | None = None
+    # DESKPOOL_HOMES_DIR: where node-local homes are kept as disk-bounded images (None: the
+    # state folder's ``homes/<node>``); DESKPOOL_HOME_IMAGES=off: plain volumes, unbounded.
+    homes_dir: Path | None = None
+    home_images: bool = True
+    home_quota_mb: int = DEFAULT_HOME_QUOTA_MB
+    desktop_tmpfs_mb: int = DEFAULT_TMPFS_MB
     # The desktop gateway (issue 34), listening on publish_address. DESKPOOL_GATEWAY=off:
     # none (the registration then has no gateway_port). DESKPOOL_GATEWAY_PORT: 0 is any free
     # port (several agents on one machine, the demo); production fixes one that nginx knows.
@@ -92,6 +104,14 @@ class AgentConfig:
             values["desktop_blocked_networks"] = parse_networks(blocked)
         if home_root := env.get("DESKPOOL_HOME_ROOT"):
             values["home_root"] = parse_home_root(home_root)
+        if homes_dir := env.get("DESKPOOL_HOMES_DIR"):
+            values["homes_dir"] = parse_homes_dir(homes_dir)
+        if images := env.get("DESKPOOL_HOME_IMAGES"):
+            values["home_images"] = parse_on_off("DESKPOOL_HOME_IMAGES", images)
+        if quota := env.get("DESKPOOL_HOME_QUOTA_MB"):
+            values["home_quota_mb"] = parse_megabytes("DESKPOOL_HOME_QUOTA_MB", quota, 0)
+        if tmpfs := env.get("DESKPOOL_DESKTOP_TMPFS_MB"):
+            values["desktop_tmpfs_mb"] = parse_megabytes("DESKPOOL_DESKTOP_TMPFS_MB", tmpfs, 1)
         if gateway := env.get("DESKPOOL_GATEWAY"):
             values["gateway_enabled"] = parse_gateway(gateway)
         if gateway_port := env.get("DESKPOOL_GATEWAY_PORT"):
@@ -109,6 +129,15 @@ class AgentConfig:
     def sessions_dir(self) -> Path:
         """Parent of the per-session VNC password folders (absolute: Docker bind-mounts them)."""
         return self.state_dir.resolve() / "sessions" / self.node_name
+
+    def home_images_dir(self) -> Path | None:
+        """Where node-local homes are kept as images (beside the sessions folder unless
+        DESKPOOL_HOMES_DIR says); None with images off or homes under a shared root."""
+        if not self.home_images or self.home_root is not None:
+            return None
+        if self.homes_dir is not None:
+            return self.homes_dir
+        return self.state_dir.resolve() / "homes" / self.node_name
 
 
 def parse_runtime(value: str) -> RuntimeChoice:
@@ -136,10 +165,34 @@ def parse_publish_address(value: str) -> str:
 
 def parse_gateway(value: str) -> bool:
     """Validate ``DESKPOOL_GATEWAY``: ``on`` (the default) or ``off``."""
+    return parse_on_off("DESKPOOL_GATEWAY", value)
+
+
+def parse_on_off(name: str, value: str) -> bool:
+    """Validate a switch: ``on`` or ``off``."""
     choice = value.strip().lower()
     if choice not in ("on", "off"):
-        raise ConfigError(f"DESKPOOL_GATEWAY must be on or off, not {value!r}")
+        raise ConfigError(f"{name} must be on or off, not {value!r}")
     return choice == "on"
+
+
+def parse_megabytes(name: str, value: str, least: int) -> int:
+    """Validate a size in MB: a whole number, at least ``least``."""
+    try:
+        number = int(value.strip())
+    except ValueError:
+        number = least - 1
+    if number < least:
+        raise ConfigError(f"{name} must be a whole number of MB, at least {least}, not {value!r}")
+    return number
+
+
+def parse_homes_dir(value: str) -> Path:
+    """Validate ``DESKPOOL_HOMES_DIR``: an absolute path (made when missing)."""
+    path = Path(value.strip())
+    if not path.is_absolute():
+        raise ConfigError(f"DESKPOOL_HOMES_DIR must be an absolute path, not {value!r}")
+    return path
 
 
 def parse_gateway_port(value: str) -> int:

@@ -323,6 +323,12 @@ class DesiredSession(DesktopSpec):
     user: str
     vnc_password: str = Field(min_length=1, max_length=8, description="VNC cuts longer ones.")
     home_volume: str = Field(min_length=1, description="Docker volume, kept across sessions.")
+    home_quota_mb: int | None = Field(
+        default=None,
+        ge=0,
+        description="The home's quota in MB, which the node's disk enforces where it keeps homes "
+        "in images (0: none). Absent (an older portal): the node's DESKPOOL_HOME_QUOTA_MB.",
+    )
     placement: str = Field(
         default="",
         max_length=40,

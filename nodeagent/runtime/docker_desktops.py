@@ -22,26 +22,19 @@ import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.models.containers import Container
 
-from nodeagent.config import DEFAULT_STOP_GRACE_S
+from nodeagent.config import DEFAULT_STOP_GRACE_S, DEFAULT_TMPFS_MB
 from nodeagent.protocol import (
     LABEL_INSTALLATION,
     LABEL_MANAGED,
     LABEL_NODE,
     LABEL_PLACEMENT,
     LABEL_SESSION,
-    LABEL_USER,
     LABEL_WARM,
     DesiredSession,
     DesktopSpec,
 )
 from nodeagent.readiness import VNC_PASSWORD_LENGTH, DesktopNotReady, wait_for_desktop
-from nodeagent.runtime import home_mounts
-from nodeagent.runtime.base import (
-    ManagedContainer,
-    RuntimeUnavailable,
-    StartFailed,
-    home_folder_name,
-)
+from nodeagent.runtime.base import ManagedContainer, RuntimeUnavailable, StartFailed
 from nodeagent.runtime.claims import ClaimRecord, ClaimRecords
 from nodeagent.runtime.desktop_network import DESKTOP_SYSCTLS, ensure_network
 from nodeagent.runtime.desktop_ports import (
@@ -50,6 +43,7 @@ from nodeagent.runtime.desktop_ports import (
     audio_port,
     published_port,
 )
+from nodeagent.runtime.home_volumes import HomeVolumes
 from nodeagent.runtime.usage import cpu_limit, gpu_devices
 
 logger = logging.getLogger(__name__)
@@ -65,6 +59,9 @@ ReadinessCheck = Callable[..., object]
 # reclaiming its programs' pages for tens of seconds instead of OOM-killing anything.
 _AT_MEMORY_LIMIT = 0.9
 WILDCARD_ADDRESSES = ("0.0.0.0", "", "::")
+# Where the desktop images write outside the home (deskpool-start: its runtime folder, the X
+# socket, the session's programs' temporary files): tmpfs, each capped, under a read-only root.
+TMPFS_PATHS = ("/tmp", "/var/tmp")
 
 
 def docker_client() -> docker.DockerClient:
@@ -101,14 +98,28 @@ class DesktopContainers:
         blocked_networks: Sequence[str] = (),
         home_root: Path | None = None,
         installation: str = "",
+        homes_dir: Path | None = None,
+        default_quota_mb: int = 0,
+        tmpfs_mb: int = DEFAULT_TMPFS_MB,
     ) -> None:
         self.client = client
         # The portal's installation id (RegistrationAnswer): in every name and label made,
         # and the only containers found are those carrying it.
         self.installation = installation
-        # DESKPOOL_HOME_ROOT: homes are folders there (shared by the nodes), not engine volumes.
+        # DESKPOOL_HOME_ROOT: homes are folders there (shared by the nodes); else, with a
+        # homes folder (DESKPOOL_HOMES_DIR), images the disk bounds (home_volumes).
         self.home_root = home_root
-        self._warned_volumes: set[str] = set()
+        self.homes = HomeVolumes(
+            client,
+            node=node_name,
+            labels=self.own_labels,
+            home_root=home_root,
+            homes_dir=homes_dir,
+            default_quota_mb=default_quota_mb,
+        )
+        # The size cap (MB) of each of the desktop's writable temporary folders (tmpfs: it
+        # counts against the desktop's memory); its root filesystem is read-only.
+        self.tmpfs_mb = tmpfs_mb
         self.blocked_networks = tuple(blocked_networks)
         self.node = node_name
         self.sessions_dir = sessions_dir.resolve()
@@ -219,92 +230,25 @@ class DesktopContainers:
             raise StartFailed(f"cannot look up image {image}: {error}") from error
 
     def ensure_home_volume(self, session: DesiredSession) -> bool:
-        """Create the home volume unless it exists; True when this call created it.
+        """Create the home volume unless it exists; True when this call created it
+        (:meth:`ensure_volume`, with the session's quota)."""
+        return self.ensure_volume(session.home_volume, session.user, session.home_quota_mb)[1]
 
-        With a home root (``DESKPOOL_HOME_ROOT``, shared by the nodes) the volume is a bind of
-        ``<root>/<home_volume>``, made (uid 1000, 0700) when missing: a desktop on another
-        node with the same root finds the same files, and removing the volume (a failed
-        start) leaves them. A volume of that name made before the root was set is used as
-        it is (its files are on this node only).
-        """
-        return self.ensure_volume(session.home_volume, session.user)[1]
-
-    def ensure_volume(self, name: str, user: str = "") -> tuple[Any, bool]:
-        """:meth:`ensure_home_volume` by name (``user`` for its label): the volume, and
-        whether this call created it."""
-        try:
-            volume = self.client.volumes.get(name)
-        except NotFound:
-            volume = None
-        if volume is not None:
-            if self.home_root is not None:
-                self._warn_unshared(volume)
-            return volume, False
-        labels = {**self.own_labels(), **({LABEL_USER: user} if user else {})}
-        if self.home_root is None:
-            return self.client.volumes.create(name=name, labels=labels), True
-        folder = self.shared_home(name)
-        make_home_folder(folder)
-        options = {"type": "none", "o": "bind", "device": str(folder)}
-        created = self.client.volumes.create(
-            name=name, driver="local", driver_opts=options, labels=labels
-        )
-        return created, True
+    def ensure_volume(
+        self, name: str, user: str = "", quota_mb: int | None = None
+    ) -> tuple[Any, bool]:
+        """The one way a home is made (:meth:`HomeVolumes.ensure`): the volume ``name``
+        (``user`` for its label) bounded by ``quota_mb`` (None: the node's default; 0: none)
+        where the node keeps homes in images, and whether this call created it."""
+        return self.homes.ensure(name, user, quota_mb)
 
     def home_folder(self, name: str, *, create: bool) -> Path | None:
-        """Where the home volume ``name`` keeps its files on this host (the Files page's
-        home tasks): the volume's folder (:meth:`home_dir`); without a volume, the folder
-        under the home root, if any. None when there is no home yet, unless ``create``:
-        then it is made as a desktop's start would (:meth:`ensure_volume`), its folder
-        owned by the desktop user, mode 0700 (a new volume's folder is root's until a
-        desktop first mounts it; one that already holds a file keeps its owner)."""
-        try:
-            volume = self.client.volumes.get(name)
-        except NotFound:
-            volume = None
-        if volume is not None:
-            return self.home_dir(volume)
-        if self.home_root is not None:
-            folder = self.shared_home(name)
-            if folder.is_dir() or create:
-                make_home_folder(folder)  # the volume itself comes with the first desktop
-                return folder
-            return None
-        if not create:
-            return None
-        volume, created = self.ensure_volume(name)
-        folder = self.home_dir(volume)
-        if created:
-            os.chown(folder, home_mounts.DESKTOP_UID, home_mounts.DESKTOP_GID)
-            os.chmod(folder, 0o700)
-        return folder
-
-    def shared_home(self, volume_name: str) -> Path:
-        """The folder under the home root that holds the home volume ``volume_name``."""
-        assert self.home_root is not None
-        return self.home_root / home_folder_name(volume_name)
+        """Where the home volume ``name`` keeps its files here (:meth:`HomeVolumes.folder`)."""
+        return self.homes.folder(name, create=create)
 
     def home_dir(self, volume: Any) -> Path:
-        """Where a home volume's files are on this host: the bound folder of a bind volume
-        (its ``Mountpoint`` is only mounted while a container uses it), else ``Mountpoint``."""
-        options = volume.attrs.get("Options") or {}
-        if options.get("o") == "bind" and options.get("device"):
-            return Path(options["device"])
-        return Path(volume.attrs.get("Mountpoint") or "")
-
-    def _warn_unshared(self, volume: Any) -> None:
-        wanted = self.shared_home(volume.name)
-        if self.home_dir(volume) == wanted:
-            return
-        if volume.name not in self._warned_volumes:
-            self._warned_volumes.add(volume.name)
-            logger.warning(
-                "home volume %s on node %s is not a bind of %s (made before "
-                "DESKPOOL_HOME_ROOT was set): used as it is, its files stay on this node",
-                volume.name,
-                self.node,
-                wanted,
-            )
+        """Where a home volume's files are on this host (:meth:`HomeVolumes.home_dir`)."""
+        return self.homes.home_dir(volume)
 
     def write_password(self, directory: Path, password: str) -> None:
         # The parent is root-only (0700) so host users cannot read passwords; the container
@@ -351,6 +295,10 @@ class DesktopContainers:
             ),
             "sysctls": dict(DESKTOP_SYSCTLS),
             "environment": environment,
+            # Nothing a desktop writes outside its home reaches the node's disk: a read-only
+            # root, and capped temporary folders in memory (docs/security.md).
+            "read_only": True,
+            "tmpfs": {path: f"size={self.tmpfs_mb}m,mode=1777,exec" for path in TMPFS_PATHS},
         }
         # deskpool-save (the image's SIGTERM handler) fits the save hooks into this.
         environment["DESKPOOL_STOP_GRACE_S"] = str(self.stop_timeout)
@@ -442,25 +390,6 @@ class DesktopContainers:
         except APIError as error:
             if error.status_code != 409:  # 409: removal already in progress
                 raise
-
-
-def make_home_folder(folder: Path) -> None:
-    """Make a shared home folder (mode 0700, owned by the desktop user) unless it exists."""
-    try:
-        folder.mkdir(mode=0o700)
-    except FileExistsError:
-        if not folder.is_dir():
-            raise StartFailed(f"home folder {folder} exists and is not a folder") from None
-        return
-    try:
-        os.chmod(folder, 0o700)
-        os.chown(folder, home_mounts.DESKTOP_UID, home_mounts.DESKTOP_GID)
-    except OSError as error:
-        if folder.stat().st_uid != home_mounts.DESKTOP_UID:
-            raise StartFailed(
-                f"cannot give home folder {folder} to uid {home_mounts.DESKTOP_UID}: {error} "
-                "(an NFS export with root_squash: see docs/deploy.md)"
-            ) from error
 
 
 def archive(container: Container, path: str) -> bytes:

@@ -25,7 +25,7 @@ import docker
 from docker.errors import DockerException, NotFound
 from docker.models.containers import Container
 
-from nodeagent.config import DEFAULT_STOP_GRACE_S, AgentConfig
+from nodeagent.config import DEFAULT_STOP_GRACE_S, DEFAULT_TMPFS_MB, AgentConfig
 from nodeagent.protocol import (
     DESKTOP_HOME,
     DESKTOP_PASSWORD_MOUNT,
@@ -82,6 +82,9 @@ class DockerRuntime:
         blocked_networks: Sequence[str] = (),
         home_root: Path | None = None,
         installation: str = "",
+        homes_dir: Path | None = None,
+        default_quota_mb: int = 0,
+        tmpfs_mb: int = DEFAULT_TMPFS_MB,
     ) -> None:
         self._desktops = DesktopContainers(
             client,
@@ -94,6 +97,9 @@ class DockerRuntime:
             blocked_networks=blocked_networks,
             home_root=home_root,
             installation=installation,
+            homes_dir=homes_dir,
+            default_quota_mb=default_quota_mb,
+            tmpfs_mb=tmpfs_mb,
         )
         self._warm = DockerWarmDesktops(self._desktops)
         # NVML only where the engine can give containers a GPU at all.
@@ -114,6 +120,9 @@ class DockerRuntime:
                 *portal_addresses(config.portal_url),
             ),
             home_root=config.home_root,
+            homes_dir=config.home_images_dir(),
+            default_quota_mb=config.home_quota_mb,
+            tmpfs_mb=config.desktop_tmpfs_mb,
         )
 
     @property

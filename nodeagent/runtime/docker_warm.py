@@ -256,7 +256,9 @@ class DockerWarmDesktops:
         """Mount the student's home volume into the running warm desktop (a new volume is
         first seeded with the image's skeleton, as Docker seeds one at a cold start)."""
         desktops = self._desktops
-        volume, created = desktops.ensure_volume(session.home_volume, session.user)
+        volume, created = desktops.ensure_volume(
+            session.home_volume, session.user, session.home_quota_mb
+        )
         volume_dir = desktops.home_dir(volume)  # a shared home's folder, or the Mountpoint
         # Only an empty one: a shared home made on another node keeps what its owner deleted.
         if created and volume_dir.is_dir() and not any(volume_dir.iterdir()):

@@ -30,6 +30,7 @@ from .agent_wake import desired_version
 from .gateway_keys import gateway_access
 from .gateway_revocation import revoked_tickets
 from .health import do_record_session_failed, do_record_session_running
+from .home_files import MB, quota_bytes_of
 from .home_files_agent import desired_home_tasks
 from .lifecycle import Move, do_transition, do_transition_many
 from .warm import desired_warm
@@ -111,6 +112,8 @@ def _desired(s: Session) -> DesiredSession:
         ],
         vnc_password=s.vnc_password,
         home_volume=s.home_volume,
+        # The same quota the Files page holds the person to; the node's disk enforces it.
+        home_quota_mb=quota_bytes_of(s.user) // MB,
         placement=placement_id(s),
         # Claim that warm desktop instead of starting one; absent (not set) when none.
         **_warm_key(s),
