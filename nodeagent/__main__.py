@@ -1,4 +1,7 @@
-"""``python -m nodeagent [--fleet FILE] [--node NAME] [--once]``: run the Deskpool node agent."""
+"""``python -m nodeagent [--fleet FILE] [--node NAME] [--once]``: run the Deskpool node agent.
+
+``python -m nodeagent migrate-homes [--dry-run] [--remove-old]``: carry the homes of before
+the installation id over (:mod:`nodeagent.home_migration`, docs/deploy.md)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from nodeagent.agent import Agent, AgentExit
 from nodeagent.config import AgentConfig, ConfigError, parse_runtime
 from nodeagent.gateway.supervisor import GatewaySupervisor, gateway_command
 from nodeagent.gateway_link import GatewayLink
+from nodeagent.home_migration import main as migrate_homes
 from nodeagent.portal_client import PortalClient
 from nodeagent.probe import make_probe
 from nodeagent.probe.nvml import NvmlUnavailable
@@ -25,7 +29,8 @@ from nodeagent.runtime.base import DesktopRuntime
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m nodeagent",
-        description="Deskpool node agent. Configured by DESKPOOL_* variables; flags win.",
+        description="Deskpool node agent. Configured by DESKPOOL_* variables; flags win. "
+        "'python -m nodeagent migrate-homes --help': carry old homes over.",
     )
     parser.add_argument("--fleet", type=Path, help="simulated fleet YAML (DESKPOOL_FLEET_FILE)")
     parser.add_argument("--node", help="node name (DESKPOOL_NODE_NAME; default: hostname)")
@@ -81,6 +86,9 @@ def configure_logging(node_name: str, verbose: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["migrate-homes"]:
+        return migrate_homes(argv[1:])
     args = parse_args(argv)
     try:
         config = config_from(args)

@@ -183,6 +183,17 @@ def pool(register_node):
     return node
 
 
+@pytest.fixture(autouse=True)
+def _fresh_installation_id():
+    """Each test's database is another installation: the id the portal read once (homes'
+    names carry it) is read again, from this test's database."""
+    from scheduling.models.installation import forget_installation_id
+
+    forget_installation_id()
+    yield
+    forget_installation_id()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _no_warm_home_mounts_left(tmp_path_factory):
     """Warm desktops' homes are bind mounts under a test's tmp folder; an agent killed by a

@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import Protocol
 
 from nodeagent.failures import classify
-from nodeagent.protocol import DesiredSession, DesiredWarm, RuntimeKind, SessionUsage
+from nodeagent.protocol import (
+    LABEL_INSTALLATION,
+    DesiredSession,
+    DesiredWarm,
+    RuntimeKind,
+    SessionUsage,
+)
 
 _NAME_UNSAFE = re.compile(r"[^a-z0-9_.-]+")
 _NODE_PART_MAX = 40
@@ -123,6 +129,18 @@ class StartFailed(RuntimeError):
     def __init__(self, message: str, *, code: str = "") -> None:
         super().__init__(message)
         self.code = code or classify(message)
+
+
+def refuse_foreign_home(name: str, labels: dict[str, str] | None, installation: str) -> None:
+    """StartFailed when the home volume ``name`` (its ``labels``) belongs to another portal's
+    installation than ``installation`` (this agent's): a desktop never mounts another
+    installation's home, even one of the same name on a shared engine."""
+    owner = (labels or {}).get(LABEL_INSTALLATION, "")
+    if owner and owner != installation:
+        raise StartFailed(
+            f"home volume {name} belongs to another Deskpool installation ({owner}) on this "
+            f"Docker engine, not to this one ({installation or 'none'}): it is not mounted"
+        )
 
 
 def home_folder_name(volume_name: str) -> str:

@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from nodeagent.home_names import home_volume_name
 from people.models import visible_through
 
 from ..choices import (
@@ -23,6 +24,7 @@ from ..choices import (
     SessionState,
 )
 from ..presenters import render
+from .installation import installation_id
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User
@@ -50,8 +52,11 @@ class SessionQuerySet(models.QuerySet["Session"]):
 
 def home_volume_of(user: User) -> str:
     """A person's home: the Docker volume (or the folder under DESKPOOL_HOME_ROOT) every
-    desktop of theirs mounts, and the one their home tasks work in."""
-    return f"deskpool-home-{user.get_username()}"
+    desktop of theirs mounts, and the one their home tasks work in:
+    ``deskpool-<installation>-home-<user>`` (:func:`nodeagent.home_names.home_volume_name`;
+    the installation id is read once per process), so that two portals sharing a Docker
+    engine or a home root never mount each other's homes."""
+    return home_volume_name(installation_id(), user.get_username())
 
 
 class Session(models.Model):

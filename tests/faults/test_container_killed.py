@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from nodeagent.protocol import LABEL_USER
 from scheduling.services.nodes import do_create_join_token
 
 from ..conftest import TEST_IMAGE
@@ -53,4 +56,6 @@ def test_killed_container_shows_lost_with_exit_code_and_releases_the_slice(
         20,
         "the dead container to be removed",
     )
-    assert docker_engine.volumes.get(f"deskpool-home-{owner.username}")
+    homes = docker_engine.volumes.list(filters={"label": f"{LABEL_USER}={owner.username}"})
+    names = [home.name for home in homes]
+    assert any(re.fullmatch(rf"deskpool-[0-9a-f]{{12}}-home-{owner.username}", n) for n in names)

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from scheduling.choices import SessionState
 from scheduling.models import HomeTask, Node, Quota, Session
+from scheduling.models.sessions import home_volume_of
 from scheduling.services.agent_sessions import desired_state, do_report
 from scheduling.services.cycle import do_scheduling_cycle
 from scheduling.services.home_files import (
@@ -184,7 +185,7 @@ def test_the_desired_state_lists_only_this_nodes_pending_tasks(
     assert theirs.node == there
     listed = desired_state(here).home_tasks
     assert [t.model_dump() for t in listed] == [
-        {"id": mine.pk, "kind": "delete", "home_volume": "deskpool-home-ada", "path": "a.txt"},
+        {"id": mine.pk, "kind": "delete", "home_volume": home_volume_of(owner), "path": "a.txt"},
     ]
     assert [t.id for t in desired_state(there).home_tasks] == [theirs.pk]
 

@@ -9,8 +9,10 @@ from people.models import Member
 from scheduling.choices import AuditKind, SessionState
 from scheduling.engine.reasons import Code, Reason
 from scheduling.models import Allocation, AuditEvent, Node, Session
+from scheduling.models.sessions import home_volume_of
 from scheduling.services.agent_wake import desired_version
 from scheduling.services.cycle import do_scheduling_cycle
+from scheduling.services.installation import installation_id
 from scheduling.services.lifecycle import changes_desired, do_transition
 from scheduling.services.nodes import do_create_join_token
 from scheduling.services.sessions import check_submit, do_stop, do_submit
@@ -78,7 +80,11 @@ def test_placed_session_is_desired_then_reported_running_then_stopped(
     assert [d["session_id"] for d in desired] == [session.pk]
     assert desired[0]["gpu_devices"] == ["MIG-GPU-z-0"]
     assert len(desired[0]["vnc_password"]) == 8
-    assert desired[0]["home_volume"] == "deskpool-home-ada"
+    assert (
+        desired[0]["home_volume"]
+        == home_volume_of(owner)
+        == f"deskpool-{installation_id()}-home-ada"
+    )
 
     report = f"/api/agent/v1/sessions/{session.pk}/report/"
     assert agent(token).post(report, {"state": "STARTING"}, format="json").json() == {
