@@ -14,8 +14,13 @@ Every expected problem (a missing file, a link, a full home) is :class:`HomeFile
 whose message is an English sentence the Files page shows as it is.
 
 What a home holds (:meth:`HomeFolder.used_bytes`, against the quota): the sum of its regular
-files' sizes (``st_size``, what the person sees in a listing), found without following
-links; folders, links and hard links' extra names are not counted more than their files.
+files' sizes (``st_size``, what the person sees in a listing), but a sparse file's only as
+far as it has real blocks (an 11 GB file of holes takes no room, and the disk that bounds a
+home counts blocks: nodeagent/runtime/home_images.py), found without following links;
+folders, links and hard links' extra names are not counted more than their files.
+
+A write the disk refuses (a home image full: ENOSPC, or a file server's quota: EDQUOT) is
+:data:`HOME_FULL`, the sentence the Files page shows for a full home.
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CL
 TEMP_PREFIX = ".deskpool-upload-"
 _SHOWN_MAX = 80  # characters of a path a sentence shows (reasons are cut at 300)
 _CHUNK = 1024 * 1024
+
+
+HOME_FULL = "Your home folder is full: delete files before you upload more."
 
 
 class HomeFileError(Exception):
@@ -265,7 +273,7 @@ class HomeFolder:
                 except OSError:
                     continue
                 if stat.S_ISREG(info.st_mode):
-                    total += info.st_size
+                    total += min(info.st_size, info.st_blocks * 512)
         return total
 
 
@@ -330,8 +338,7 @@ class Upload:
             while view:
                 view = view[os.write(self._fd, view[:_CHUNK]) :]
         except OSError as error:
-            self.no_space = error.errno in (errno.ENOSPC, errno.EDQUOT)
-            raise HomeFileError(f"Cannot write {shown(self.path)}: {error.strerror}.") from None
+            raise self._write_error(error) from None
         self.written += len(data)
 
     def finish(self) -> None:
@@ -345,12 +352,18 @@ class Upload:
             os.fsync(self._fd)
             os.rename(self._temporary, self._name, src_dir_fd=self._parent, dst_dir_fd=self._parent)
         except OSError as error:
-            self.no_space = error.errno in (errno.ENOSPC, errno.EDQUOT)
-            raise HomeFileError(f"Cannot write {shown(self.path)}: {error.strerror}.") from None
+            raise self._write_error(error) from None
         self._temporary = ""
         with suppress(OSError):
             os.fsync(self._parent)  # the rename, on disk
         self._close()
+
+    def _write_error(self, error: OSError) -> HomeFileError:
+        """Why a write failed, as a sentence: :data:`HOME_FULL` when the disk has no room."""
+        self.no_space = error.errno in (errno.ENOSPC, errno.EDQUOT)
+        if self.no_space:
+            return HomeFileError(f"{HOME_FULL} ({shown(self.path)} was not saved.)")
+        return HomeFileError(f"Cannot write {shown(self.path)}: {error.strerror}.")
 
     def abort(self) -> None:
         """Remove the temporary file, unless :meth:`finish` renamed it."""

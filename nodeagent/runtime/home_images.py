@@ -56,11 +56,12 @@ class HomeSpace:
     """What a mounted home image holds and can hold, in bytes (its filesystem's blocks)."""
 
     used_bytes: int
-    size_bytes: int
+    size_bytes: int  # what its files may take (ext4's own blocks and reserve left out)
+    available_bytes: int
 
     @property
     def full(self) -> bool:
-        return self.size_bytes > 0 and self.used_bytes >= self.size_bytes * FULL_AT
+        return self.available_bytes <= self.size_bytes * (1 - FULL_AT)
 
 
 def image_path(homes_dir: Path, volume: str) -> Path:
@@ -235,9 +236,10 @@ def _check(image: Path) -> None:
 
 
 def _total_bytes(point: Path) -> int:
-    """What the filesystem mounted on ``point`` can hold (its blocks less ext4's own)."""
+    """What the files on the filesystem mounted on ``point`` may take: its blocks, less ext4's
+    own and the few it keeps back for its allocator (statvfs: ``f_bavail`` leaves them out)."""
     stats = os.statvfs(point)
-    return stats.f_blocks * stats.f_frsize
+    return (stats.f_blocks - stats.f_bfree + stats.f_bavail) * stats.f_frsize
 
 
 def carry_into(source: Path, point: Path) -> None:
@@ -250,8 +252,9 @@ def space(point: Path) -> HomeSpace | None:
     if not is_mounted(point):
         return None
     stats = os.statvfs(point)
-    size = stats.f_blocks * stats.f_frsize
-    return HomeSpace(used_bytes=size - stats.f_bfree * stats.f_frsize, size_bytes=size)
+    available = stats.f_bavail * stats.f_frsize
+    size = (stats.f_blocks - stats.f_bfree) * stats.f_frsize + available
+    return HomeSpace(used_bytes=size - available, size_bytes=size, available_bytes=available)
 
 
 def size_for(source: Path, quota_mb: int) -> int:
