@@ -30,9 +30,9 @@ from typing import Any
 import docker
 from docker.errors import DockerException, NotFound
 
-from nodeagent.protocol import LABEL_USER
+from nodeagent.protocol import LABEL_INSTALLATION, LABEL_USER
 from nodeagent.runtime import home_images, home_mounts
-from nodeagent.runtime.base import StartFailed, home_folder_name
+from nodeagent.runtime.base import StartFailed, home_folder_name, refuse_foreign_home
 from nodeagent.runtime.home_images import HomeImageError, HomeSpace
 
 logger = logging.getLogger(__name__)
@@ -164,9 +164,13 @@ class HomeVolumes:
 
     def _volume(self, name: str) -> Any:
         try:
-            return self.client.volumes.get(name)
+            volume = self.client.volumes.get(name)
         except NotFound:
             return None
+        # Never another portal's home (one engine, two installations): StartFailed.
+        own = self._labels().get(LABEL_INSTALLATION, "")
+        refuse_foreign_home(name, volume.attrs.get("Labels"), own)
+        return volume
 
     # -- finding -------------------------------------------------------------------------
 
