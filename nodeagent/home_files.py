@@ -50,6 +50,9 @@ _CHUNK = 1024 * 1024
 
 
 HOME_FULL = "Your home folder is full: delete files before you upload more."
+# A home this full of its quota counts as full (the Files page, the desktop page, the agent's
+# measure of a home image): the disk refuses writes a little before the last byte.
+HOME_FULL_AT = 0.98
 
 
 class HomeFileError(Exception):

@@ -32,6 +32,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodeagent.home_files import HOME_FULL_AT
 from nodeagent.runtime import home_mounts
 from nodeagent.runtime.base import StartFailed, home_folder_name
 
@@ -39,9 +40,6 @@ logger = logging.getLogger(__name__)
 
 IMAGE_SUFFIX = ".img"
 MB = 1024 * 1024
-# A home this full (of its filesystem's blocks) counts as full: the desktop and the Files
-# page say so (docs/lifecycle.md "Home files").
-FULL_AT = 0.98
 MOUNT_OPTIONS = "loop,nodev,nosuid,discard"
 _COMMAND_TIMEOUT_S = 600  # a carry-over copy of a large home takes a while
 _GROW_TRIES = 4
@@ -61,7 +59,7 @@ class HomeSpace:
 
     @property
     def full(self) -> bool:
-        return self.available_bytes <= self.size_bytes * (1 - FULL_AT)
+        return self.available_bytes <= self.size_bytes * (1 - HOME_FULL_AT)
 
 
 def image_path(homes_dir: Path, volume: str) -> Path:

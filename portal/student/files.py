@@ -45,6 +45,7 @@ from scheduling.services.home_files import (
     FilesRefused,
     checked_path,
     files_place,
+    home_full,
     megabytes,
     start_task,
     task_for,
@@ -155,7 +156,7 @@ def place_context(place: FilesPlace) -> dict[str, Any]:
         # The meter's figures in whole MB (its value must not pass its maximum).
         "meter_max": max(1, place.quota_bytes // 1024),
         "meter_value": min(used or 0, place.quota_bytes) // 1024,
-        "full": bool(place.quota_bytes and used is not None and used >= place.quota_bytes),
+        "full": home_full(used, place.quota_bytes),
     }
 
 

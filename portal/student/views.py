@@ -33,6 +33,7 @@ from scheduling.services.catalogue import profile_offers
 from scheduling.services.eligibility import eligible_courses, eligible_purposes
 from scheduling.services.extend import do_extend, profile_room
 from scheduling.services.gateway_tickets import gateway_url
+from scheduling.services.home_files import home_is_full
 from scheduling.services.home_place import home_place
 from scheduling.services.idle import LIMIT_WARNINGS, do_resume
 from scheduling.services.quota_view import quota_left
@@ -263,6 +264,8 @@ def desktop(request: HttpRequest, person: User, session_id: int) -> HttpResponse
             "has_sound": has_sound,
             "config": config,
             "stop_answer": ANSWERS["stop"],
+            # Last measured full: programs in the desktop cannot save (the disk refuses).
+            "home_full": home_is_full(session.user),
         },
     )
     # The page opens the gateway's sockets and the drawer PUTs uploads to it: allowed where
@@ -333,6 +336,7 @@ def _desktop_words() -> dict[str, str]:
             "This desktop stops in about %(minutes)s min to make room for a higher-priority "
             "request: save your work now. It goes back to the queue with its place kept."
         ),
+        "home_full": _("Your home folder is full: delete files before you upload more."),
         "upload_failed": _(
             "The file did not reach the portal. Check your connection, then upload it again."
         ),

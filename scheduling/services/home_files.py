@@ -22,6 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from nodeagent.home_files import HOME_FULL_AT
 from nodeagent.protocol_files import HOME_PATH_MAX, home_path
 from nodeagent.wire_types import REASON_MAX_CHARS
 
@@ -78,6 +79,18 @@ def quota_bytes_of(user: User) -> int:
     )
     megabytes = limits.get(user.get_username(), limits.get("*", settings.HOME_QUOTA_MB))
     return int(megabytes) * MB
+
+
+def home_full(used_bytes: int | None, quota_bytes: int) -> bool:
+    """Whether a home that held ``used_bytes`` when last measured is full of its quota (at
+    HOME_FULL_AT of it: the node's disk refuses writes a little before the last byte)."""
+    return bool(quota_bytes and used_bytes is not None and used_bytes >= quota_bytes * HOME_FULL_AT)
+
+
+def home_is_full(user: User) -> bool:
+    """Whether the person's home was full when last measured (the desktop page says so)."""
+    usage = HomeUsage.objects.filter(user=user).first()
+    return usage is not None and home_full(usage.used_bytes, quota_bytes_of(user))
 
 
 def megabytes(size: int) -> str:

@@ -248,6 +248,7 @@ setUpUpload({
   note: $("drawer-upload-note"),
   csrf: config.csrf_token,
   failed: words.upload_failed,
+  full: words.home_full,
 });
 
 if (config.has_sound) {

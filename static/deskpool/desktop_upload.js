@@ -21,9 +21,10 @@ function put(url, ticket, file, onProgress) {
       } catch {
         reason = "";
       }
-      resolve({ ok: request.status === 201, reason });
+      // 507: the node's disk has no room (the home's image is full).
+      resolve({ ok: request.status === 201, reason, full: request.status === 507 });
     };
-    request.onerror = () => resolve({ ok: false, reason: "" });
+    request.onerror = () => resolve({ ok: false, reason: "", full: false });
     request.send(file);
   });
 }
@@ -42,10 +43,15 @@ export async function uploadFile({ action, csrf, file, folder = "", onProgress =
   const sent = await put(grant.url, grant.ticket, file, (percent) =>
     onProgress(percent, grant.sending),
   );
-  return { ok: sent.ok, message: sent.ok ? grant.done : sent.reason, reload: grant.reload };
+  return {
+    ok: sent.ok,
+    message: sent.ok ? grant.done : sent.reason,
+    reload: grant.reload,
+    full: sent.full,
+  };
 }
 
-export function setUpUpload({ form, note, csrf, failed, after = null }) {
+export function setUpUpload({ form, note, csrf, failed, full = "", after = null }) {
   if (!form) return;
   const send = form.querySelector("button[type=submit]");
   const input = form.querySelector("input[type=file]");
@@ -65,7 +71,8 @@ export function setUpUpload({ form, note, csrf, failed, after = null }) {
           note.textContent = `${sending} ${percent}%`;
         },
       });
-      note.textContent = outcome.message || failed;
+      // A full home in the person's language (the gateway's reason is English).
+      note.textContent = (outcome.full && full) || outcome.message || failed;
       if (outcome.ok) {
         form.reset();
         if (after) after(outcome);

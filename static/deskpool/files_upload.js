@@ -9,6 +9,7 @@ if (form) {
     note: document.getElementById("files-upload-note"),
     csrf: form.querySelector("input[name=csrfmiddlewaretoken]").value,
     failed: form.dataset.failed,
+    full: form.dataset.full,
     after: (outcome) => window.location.assign(outcome.reload),
   });
 }

@@ -1,0 +1,77 @@
+"""A full home says so (issue 36, item 2): the node's disk bounds a home by its quota
+(tests/nodeagent/test_home_quota.py), the portal sends that quota with each desired session,
+and the Files page and the desktop page tell the person when their home was last measured
+full (at HOME_FULL_AT of the quota: the disk refuses writes a little before the last byte)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from scheduling.models import HomeUsage, Node, Quota
+from scheduling.services.agent_sessions import desired_sessions
+from scheduling.services.home_files import MB, home_full
+from tests.portal.student.test_files_page import home_node, signed_in  # noqa: F401
+from tests.portal.student.test_limit_pages import desktop_page
+from tests.scheduling.test_lifecycle import run_desktop
+
+pytestmark = [pytest.mark.django_db]
+
+FULL_FILES = '<p id="files-full" class="error">Your home folder is full: delete files before'
+FULL_DESKTOP = (
+    '<p id="desktop-home-full" class="notice error" role="alert">Your home folder is full: '
+    "programs in this desktop cannot save until you delete files (Controls, then Files).</p>"
+)
+
+
+def measured(user, used_bytes: int) -> None:  # type: ignore[no-untyped-def]
+    HomeUsage.objects.update_or_create(
+        user=user, defaults={"used_bytes": used_bytes, "node_hostname": "node-1"}
+    )
+
+
+def test_full_is_at_98_percent_of_the_quota_and_never_without_one() -> None:
+    assert home_full(98 * MB, 100 * MB)
+    assert not home_full(97 * MB, 100 * MB)
+    assert not home_full(None, 100 * MB)
+    assert not home_full(10**12, 0)  # no quota: never full
+
+
+def test_the_files_page_says_a_home_is_full(owner, home_node, settings) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    settings.HOME_QUOTA_MB = 100
+    client = signed_in(owner)
+    measured(owner, 90 * MB)
+    assert FULL_FILES not in client.get("/files/").content.decode()
+    measured(owner, 99 * MB)  # the disk refused the last writes
+    html = client.get("/files/").content.decode()
+    assert FULL_FILES in html
+    # The upload's refusal by the node's disk (507) is said in the page's language.
+    assert re.search(
+        r'data-full="Your home folder is full: delete files before you upload more\."', html
+    )
+
+
+def test_the_desktop_page_says_a_home_is_full(owner, profile, pool, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.HOME_QUOTA_MB = 100
+    session = run_desktop(owner, profile)
+    client = signed_in(owner)
+    assert FULL_DESKTOP not in desktop_page(client, session)
+    measured(owner, 100 * MB)
+    html = desktop_page(client, session)
+    assert FULL_DESKTOP in html
+    config = re.search(r'<script id="page-config" type="application/json">(.*?)</script>', html)
+    assert config and "Your home folder is full: delete files before you upload more." in (
+        config.group(1)
+    )
+
+
+def test_the_desired_session_carries_the_persons_home_quota(owner, profile, pool, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.HOME_QUOTA_MB = 2048
+    session = run_desktop(owner, profile)
+    node = Node.objects.get(pk=session.node_id)
+    [desired] = desired_sessions(node)
+    assert desired.home_quota_mb == 2048
+    Quota.objects.create(scope="user", key=owner.get_username(), max_home_mb=300)
+    [desired] = desired_sessions(node)
+    assert desired.home_quota_mb == 300
