@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
+from nodeagent.addresses import node_hostname
 from nodeagent.agent import Agent, AgentExit
 from nodeagent.config import AgentConfig, ConfigError, parse_runtime
 from nodeagent.gateway.supervisor import GatewaySupervisor, gateway_command
@@ -94,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from(args)
     except ConfigError as error:
         print(f"deskpool agent: {error}", file=sys.stderr)
+        return 2
+    try:
+        node_hostname(config.node_name)
+    except ValueError as error:
+        print(f"deskpool agent: the node name {config.node_name!r} {error}", file=sys.stderr)
         return 2
     configure_logging(config.node_name, args.verbose)
     log = logging.getLogger("nodeagent")

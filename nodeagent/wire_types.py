@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from .addresses import node_address
+from .addresses import node_address, node_hostname
 
 # A report's ``reason`` is shown to the user and stored in 300 characters; the agent cuts
 # longer ones (the portal answers a longer one with 400).
@@ -54,6 +54,8 @@ PcieLevel = Annotated[
 
 
 NodeAddress = Annotated[str, AfterValidator(node_address)]
+# A node's name: an RFC 1123 hostname or an IP address, as written (no HTML, newline, ...).
+NodeHostname = Annotated[str, AfterValidator(node_hostname)]
 
 
 def _refuse_nul(value: Any) -> Any:

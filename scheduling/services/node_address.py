@@ -19,7 +19,7 @@ import socket
 from django.conf import settings
 from django.utils.translation import gettext as _
 
-from nodeagent.addresses import node_address
+from nodeagent.addresses import node_address, node_hostname
 
 from . import ServiceError
 
@@ -38,6 +38,24 @@ def _resolved(host: str) -> list[IpAddress]:
         return []
     # sockaddr[0] of an IPv6 answer may carry a scope (fe80::1%eth0): keep the address.
     return sorted({ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in found}, key=str)
+
+
+def check_node_hostname(hostname: str, *, field: str = "hostname") -> str:
+    """A node's hostname as given (a join token's host, a node's name in the admin) when it
+    is an RFC 1123 hostname or an IP address (:func:`nodeagent.addresses.node_hostname`, the
+    check the agent's registration passes too); ServiceError saying what it must be if not."""
+    try:
+        return node_hostname(hostname)
+    except ValueError:
+        raise ServiceError(
+            _(
+                "%(hostname)s is not a hostname. Give the node's hostname (letters, digits and "
+                "hyphens, in parts separated by dots, such as gpu-a01.campus.edu) or its IP "
+                "address."
+            )
+            % {"hostname": repr(hostname[:80])},
+            field=field,
+        ) from None
 
 
 def check_node_address(address: str) -> str:

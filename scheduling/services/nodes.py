@@ -29,7 +29,7 @@ from . import Conflict, ServiceError
 from .audit import record
 from .kick import schedule_soon
 from .metric_history import record_heartbeat_metrics
-from .node_address import check_node_address
+from .node_address import check_node_address, check_node_hostname
 from .session_activity import record_usage_many
 
 
@@ -45,6 +45,8 @@ def check_join_token(hostname: str, *, any_host: bool, hours: float, may_replace
         raise ServiceError(
             _("Either enter a hostname or tick “any host”, not both."), field="hostname"
         )
+    if hostname:
+        check_node_hostname(hostname)
     if not 1 <= hours <= 24 * 30:
         raise ServiceError(_("Enter a lifetime between 1 and 720 hours (30 days)."), field="hours")
     if may_replace and not hostname:
