@@ -23,7 +23,7 @@ from nodeagent.runtime.docker_runtime import DockerRuntime
 from nodeagent.runtime.simulated_runtime import SimulatedRuntime
 from tests.nodeagent.test_agent_loop import TinyPortal, make_agent
 
-HOME = "deskpool-home-alice"
+HOME = "deskpool-aaaa11112222-home-alice"  # home_volume_name("aaaa11112222", "alice")
 
 
 def task(task_id: int, kind: str, path: str = "", **fields: Any) -> HomeTask:

@@ -85,7 +85,7 @@ def test_unreachable_portal_is_portal_unavailable() -> None:
 SESSION = {
     "session_id": 1, "user": "ada", "course": "", "image": "deskpool/tiny:latest", "cpus": 1,
     "memory_mb": 512, "pids_limit": 256, "shm_mb": 64, "gpu_devices": [], "vnc_password": "pw",
-    "home_volume": "deskpool-home-ada",
+    "home_volume": "deskpool-aaaa11112222-home-ada",
 }  # fmt: skip
 WARM = {k: v for k, v in SESSION.items() if k not in ("session_id", "user", "vnc_password",
                                                        "home_volume")}  # fmt: skip

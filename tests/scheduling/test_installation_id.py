@@ -14,7 +14,8 @@ from nodeagent.config import AgentConfig
 from nodeagent.portal_client import PortalClient
 from nodeagent.probe.simulated import SimulatedProbe, load_fleet
 from scheduling.models import PoolPolicy
-from scheduling.services.installation import installation_id
+from scheduling.models.sessions import home_volume_of
+from scheduling.services.installation import forget_installation_id, installation_id
 from scheduling.services.nodes import do_create_join_token
 from tests.nodeagent.test_agent_loop import DEMO_FLEET, REGISTERED
 
@@ -28,6 +29,17 @@ def test_the_id_is_made_once_and_kept():
     assert re.fullmatch(r"[0-9a-f]{12}", first)
     assert installation_id() == first
     assert PoolPolicy.current().installation_id == first
+
+
+def test_homes_carry_it_without_a_query_each(owner, django_assert_num_queries):
+    """Every desired session names its home: the id is read once per process."""
+    assert home_volume_of(owner) == f"deskpool-{installation_id()}-home-ada"
+    with django_assert_num_queries(0):
+        assert home_volume_of(owner) == f"deskpool-{installation_id()}-home-ada"
+    # Another database (a test's, a restored one) is read again once told.
+    forget_installation_id()
+    PoolPolicy.objects.update(installation_id="cccc55556666")
+    assert home_volume_of(owner) == "deskpool-cccc55556666-home-ada"
 
 
 def test_every_registration_answer_carries_it():
