@@ -203,8 +203,8 @@ SENTENCES: dict[Code, Callable[[Mapping[str, Any]], str]] = {
     Code.NO_FIT: _no_fit,
     Code.POOL_BLOCK: lambda p: (
         _(
-            "The pool is %(busy)s busy, above the %(limit)s limit for hobby desktops. "
-            "Try again later."
+            "The pool is %(busy)s busy, at or above its block level of %(limit)s: no new "
+            "hobby desktops until it is below. Try again later."
         )
         % {"busy": _percent(p.get("utilisation")), "limit": _percent(p.get("limit"))}
     ),

@@ -48,6 +48,7 @@ from scheduling.services.idle_policies import (
     do_delete_idle_policy,
     do_save_idle_policy,
 )
+from scheduling.services.node_address import check_node_address, check_node_hostname
 
 
 class AuditedAdmin(NumbersAdmin):
@@ -61,8 +62,21 @@ class AuditedAdmin(NumbersAdmin):
         )
 
 
+class NodeForm(ServiceChecked, forms.ModelForm):
+    """A node's hostname and address pass the checks its registration passes: a hostname
+    or an IP address, the address in the management network (the admin's ``get_form`` makes
+    the form's ``Meta``)."""
+
+    def check(self, data: dict[str, Any]) -> None:
+        if "hostname" in data:
+            check_node_hostname(data["hostname"])
+        if "address" in data:
+            data["address"] = check_node_address(data["address"])
+
+
 @admin.register(Node)
 class NodeAdmin(AuditedAdmin):
+    form = NodeForm
     list_display = [
         "hostname",
         "address",
@@ -265,10 +279,9 @@ class PoolPolicyAdmin(AuditedAdmin):
         "temperature_limit_c",
         "protected_minutes",
         "grace_minutes",
-        "alert_level",
         "updated_at",
     ]
-    readonly_fields = ["alert_level", "updated_at"]
+    readonly_fields = ["updated_at"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return not PoolPolicy.objects.exists()  # one row

@@ -201,9 +201,13 @@ class PoolSerializer(serializers.Serializer):
     slices_total = serializers.IntegerField()
     slices_in_use = serializers.IntegerField()
     utilisation = serializers.FloatField(help_text="Share of the pool in use, 0 to 1.")
-    alert_level = serializers.CharField()
-    warn_percent = serializers.IntegerField()
-    block_percent = serializers.IntegerField()
+    alert_level = serializers.CharField(
+        help_text='ok, warn or block: the level of the "Pool usage" alert rule\'s open alert.'
+    )
+    warn_percent = serializers.FloatField(help_text='The "Pool usage" rule\'s warning level.')
+    block_percent = serializers.FloatField(
+        help_text='The "Pool usage" rule\'s critical level: new hobby requests are refused.'
+    )
 
 
 class BookingCreateSerializer(serializers.Serializer):

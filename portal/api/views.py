@@ -26,13 +26,13 @@ from portal.api.serializers import (
 )
 from portal.kit.client_address import client_address_of
 from portal.kit.person import PersonMixin
-from scheduling.models import Allocation, DesktopProfile, Gpu, Node, PoolPolicy, Session
+from scheduling.models import Allocation, DesktopProfile, Gpu, Node, Session
 from scheduling.services.extend import do_extend
 from scheduling.services.feasibility import unavailable_words
 from scheduling.services.gateway_tickets import TOKEN_MARKER, check_gateway_open, do_issue_ticket
 from scheduling.services.home_transfers import check_transfer_on, do_issue_transfer_ticket
 from scheduling.services.idle import do_resume
-from scheduling.services.pool import pool_utilisation
+from scheduling.services.pool import pool_state, pool_utilisation
 from scheduling.services.sessions import check_submit, do_stop, do_submit
 
 # A person's submits and stops are rate limited (scheduling/services/rate_limits.py).
@@ -190,15 +190,15 @@ class PoolView(APIView):
         data = NodeSerializer(nodes, many=True, context={"held": held}).data
         total = sum(len(g["slices"]) for n in data for g in n["gpus"])
         busy = pool_utilisation()
-        policy = PoolPolicy.current()
+        levels, level = pool_state()  # the "Pool usage" alert rule: the admission threshold
         return Response(
             {
                 "nodes": data,
                 "slices_total": total,
                 "slices_in_use": len(held),
                 "utilisation": round(busy, 4),
-                "alert_level": policy.alert_level,
-                "warn_percent": policy.warn_percent,
-                "block_percent": policy.block_percent,
+                "alert_level": level,
+                "warn_percent": levels.warn_percent,
+                "block_percent": levels.block_percent,
             }
         )

@@ -30,6 +30,7 @@ from portal.console.audit_search import (
 from portal.console.ops_forms import AlertRuleForm, AuditSearchForm, ReportForm
 from portal.kit.person import signed_in
 from scheduling.models import Alert, AlertRule, AlertState
+from scheduling.models.alerts import Metric
 from scheduling.services import NotFound, ServiceError
 from scheduling.services.accounting import Row, report_csv, row_fields, totals, usage_report
 from scheduling.services.alert_changes import (
@@ -39,6 +40,7 @@ from scheduling.services.alert_changes import (
     do_resolve,
     do_save_rule,
 )
+from scheduling.services.alerts import ensure_default_rules
 
 RECENT_RESOLVED = 20
 CHART_WIDTH = 400  # the SVG's user units; it scales to the page
@@ -67,6 +69,7 @@ def _alerts_context() -> dict[str, Any]:
 @require_GET
 def alerts(request: HttpRequest) -> HttpResponse:
     """The current and recently resolved alerts, with Acknowledge and Resolve; the rules."""
+    ensure_default_rules()  # the "Pool usage" rule (the admission threshold) is always there
     context = {
         **_alerts_context(),
         "rules": AlertRule.objects.all(),
@@ -131,7 +134,12 @@ def alert_rule(request: HttpRequest, rule_id: int | None = None) -> HttpResponse
             messages.success(request, _("Rule “%(name)s” saved.") % {"name": saved.name})
             return redirect("console-alerts")
         status = 400
-    return render(request, "console/alerts_rule.html", {"form": form, "rule": rule}, status=status)
+    context = {
+        "form": form,
+        "rule": rule,
+        "admission": rule is not None and rule.metric == Metric.POOL_USAGE,
+    }
+    return render(request, "console/alerts_rule.html", context, status=status)
 
 
 # -- reports ---------------------------------------------------------------------------------

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 
 class PoolPolicy(models.Model):
-    """The admin's scheduling knobs: one row (``PoolPolicy.current()``)."""
+    """The admin's scheduling knobs: one row (``PoolPolicy.current()``). The admission
+    threshold is not here: it is the "Pool usage" alert rule (``services.pool.admission``)."""
 
-    warn_percent = models.PositiveIntegerField(
-        default=80, help_text="Alert when this share of GPU capacity is in use."
-    )
-    block_percent = models.PositiveIntegerField(
-        default=90, help_text="Refuse new hobby requests above this share."
-    )
     temperature_limit_c = models.FloatField(
         default=85.0, help_text="No new work on a GPU at or above this temperature."
     )
@@ -42,7 +36,6 @@ class PoolPolicy(models.Model):
         default=100.0,
         help_text="Extra GPU-hours granted answers may give one person over 7 days, in all.",
     )
-    alert_level = models.CharField(max_length=10, default="ok", editable=False)
     # This portal's id, made once (``services.installation``): its agents name and label their
     # containers, volumes and networks with it, so two portals can share one Docker engine.
     installation_id = models.CharField(max_length=16, blank=True, default="", editable=False)
@@ -52,13 +45,7 @@ class PoolPolicy(models.Model):
         verbose_name_plural = "pool policy"
 
     def __str__(self) -> str:
-        return f"pool policy (warn {self.warn_percent}%, block {self.block_percent}%)"
-
-    def clean(self) -> None:
-        if not 0 < self.warn_percent <= self.block_percent <= 100:
-            raise ValidationError(
-                "Thresholds must satisfy 0 < warning <= block <= 100 (percent of GPU capacity)."
-            )
+        return "pool policy"
 
     @classmethod
     def current(cls) -> PoolPolicy:

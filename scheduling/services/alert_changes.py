@@ -184,6 +184,20 @@ def check_rule(user: User, data: dict[str, Any], rule: AlertRule | None = None) 
             % {"metric": Metric(metric).label, "allowed": allowed},
             field="scope",
         )
+    if rule is not None and rule.metric == Metric.POOL_USAGE and metric != Metric.POOL_USAGE:
+        raise Invalid(
+            _("This rule is the pool's admission threshold: its metric stays pool usage."),
+            field="metric",
+        )
+    if metric == Metric.POOL_USAGE:
+        others = AlertRule.objects.filter(metric=Metric.POOL_USAGE)
+        if rule is not None:
+            others = others.exclude(pk=rule.pk)
+        if others.exists():
+            raise Invalid(
+                _("The pool has one pool usage rule, its admission threshold: edit that one."),
+                field="metric",
+            )
     warning = _number(merged, "warning", _("warning level"))
     critical = _number(merged, "critical", _("critical level"))
     recovery = _number(merged, "recovery", _("recovery level"))
@@ -200,6 +214,12 @@ def check_rule(user: User, data: dict[str, Any], rule: AlertRule | None = None) 
                 else _("Levels cannot be negative."),
                 field=name_,
             )
+    if metric == Metric.POOL_USAGE and (warning is None or critical is None):
+        raise Invalid(
+            _("The pool usage rule needs both levels: new hobby requests are refused at the "
+              "critical level."),
+            field="warning" if warning is None else "critical",
+        )  # fmt: skip
     if warning is not None and critical is not None and not warning < critical:
         raise Invalid(_("The critical level must be above the warning level."), field="critical")
     raise_at = warning if warning is not None else critical

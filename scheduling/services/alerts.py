@@ -41,7 +41,7 @@ from ..models.alerts import GPU_METRICS, OPEN_ALERT_STATES, Metric, Scope
 from ..rules.alert_rules import CRITICAL, Event, Levels, Track, step
 from .audit import record
 from .email_notices import notify
-from .pool import pool_utilisation
+from .pool import DEFAULT_BLOCK_PERCENT, DEFAULT_WARN_PERCENT, pool_utilisation
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +50,9 @@ DEFAULT_RACK_POWER_W = 0.0  # a GPU that reports no draw adds nothing
 
 
 def default_rules() -> list[dict[str, Any]]:
-    """The rules a new pool starts with (docs/alerts.md). GPU temperature and pool usage start
-    at the pool policy's levels (its temperature limit; its warning and block levels)."""
+    """The rules a new pool starts with (docs/alerts.md). GPU temperature starts at the pool
+    policy's temperature limit; pool usage at the default admission levels (its rule is the
+    pool's one admission threshold: ``services.pool.admission``)."""
     lost = float(settings.NODE_LOST_AFTER_S)
     policy = PoolPolicy.current()
     return [
@@ -69,8 +70,8 @@ def default_rules() -> list[dict[str, Any]]:
         dict(name="Rack power", metric=Metric.RACK_POWER, scope=Scope.RACK,
              warning=90.0, critical=100.0, recovery=80.0),
         dict(name="Pool usage", metric=Metric.POOL_USAGE, scope=Scope.POOL,
-             warning=float(policy.warn_percent), critical=float(policy.block_percent),
-             recovery=max(0.0, policy.warn_percent - 10.0)),
+             warning=DEFAULT_WARN_PERCENT, critical=DEFAULT_BLOCK_PERCENT,
+             recovery=DEFAULT_WARN_PERCENT - 10.0),
         dict(name="Queue length", metric=Metric.QUEUE_LENGTH, scope=Scope.POOL,
              warning=10.0, critical=20.0, recovery=5.0),
         GPU_CLAIM_RULE,
@@ -95,11 +96,15 @@ START_FAILURE_RULE: dict[str, Any] = dict(
 
 
 def ensure_default_rules() -> None:
-    """Create the default rules when there are none at all (a new pool)."""
-    if AlertRule.objects.exists():
+    """Create the default rules when there are none at all (a new pool), or only the "Pool
+    usage" one (migration 0031 makes it from an older pool's policy before any other)."""
+    if AlertRule.objects.exclude(metric=Metric.POOL_USAGE).exists():
         return
+    has_pool_usage = AlertRule.objects.filter(metric=Metric.POOL_USAGE).exists()
     with transaction.atomic():
         for fields in default_rules():
+            if fields["metric"] == Metric.POOL_USAGE and has_pool_usage:
+                continue
             AlertRule.objects.get_or_create(name=fields["name"], defaults=fields)
 
 

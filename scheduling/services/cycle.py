@@ -2,7 +2,7 @@
 
 The pieces: :mod:`.timers` (grace periods, time limits), :mod:`.snapshot` (the pool as the
 engine sees it), :mod:`.warm` (warm desktops claimed, dropped and started on the plan's
-booking holds) and :mod:`.placement` (placements, queue, preemptions, alert).
+booking holds) and :mod:`.placement` (placements, queue, preemptions).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .. import engine
 from ..locks import lock_sessions
 from . import warm
 from .eligibility import demote_ineligible
-from .placement import apply_alert, apply_placements, apply_preemption, apply_queue
+from .placement import apply_placements, apply_preemption, apply_queue
 from .snapshot import build_snapshot
 from .timers import finish_grace_periods, stop_overdue
 
@@ -71,7 +71,6 @@ def do_scheduling_cycle(now: datetime | None = None) -> CycleResult:
         for preemption in result.preemptions:
             apply_preemption(preemption)
         apply_queue(result.queue)
-        apply_alert(result.alert)
     warm.top_up_warm(snapshot, result, now)
     for note in result.notes:
         log.warning("cycle: %s %s", note.code, dict(note.params))

@@ -30,10 +30,10 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from ..choices import WAITING_STATES, Purpose, SessionState, SliceKind
-from ..models import Alert, Gpu, Node, PoolPolicy, Session, Slice
+from ..models import Alert, Gpu, Node, Session, Slice
 from ..models.alerts import OPEN_ALERT_STATES, AlertLevel
 from ..models.alerts import Metric as AlertMetric
-from .pool import pool_utilisation
+from .pool import POOL_LEVELS, pool_state, pool_utilisation
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,6 @@ CYCLE_BUCKETS: tuple[float, ...] = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5
 # The Redis hash that holds the cycle histogram: one field per bucket, plus sum and count.
 CYCLE_HISTOGRAM_KEY = "deskpool:metrics:cycle_seconds"
 
-ALERT_LEVELS = ("ok", "warn", "block")
 NODE_HEALTH = ("healthy", "cordoned", "late", "silent")
 MIB = 1024 * 1024
 KIB = 1024
@@ -283,7 +282,8 @@ def _slices() -> Iterator[Metric]:
 
 
 def _pool() -> Iterator[Metric]:
-    policy = PoolPolicy.current()
+    """Utilisation, and the "Pool usage" rule's levels and open alert (services.pool)."""
+    levels, current = pool_state()  # one query
     yield GaugeMetricFamily(
         "deskpool_pool_utilisation_ratio",
         "Share of the pool's GPU capacity held by sessions, 0 to 1 (what admission uses).",
@@ -292,16 +292,16 @@ def _pool() -> Iterator[Metric]:
     level = GaugeMetricFamily(
         "deskpool_pool_alert_level",
         "The pool's alert level: 0 ok, 1 warn, 2 block.",
-        value=ALERT_LEVELS.index(policy.alert_level) if policy.alert_level in ALERT_LEVELS else 0,
+        value=POOL_LEVELS.index(current),
     )
     state = _gauge("deskpool_pool_alert", "1 for the pool's current alert level.", ["level"])
-    for word in ALERT_LEVELS:
-        state.add_metric([word], 1 if policy.alert_level == word else 0)
+    for word in POOL_LEVELS:
+        state.add_metric([word], 1 if current == word else 0)
     thresholds = _gauge(
         "deskpool_pool_threshold_ratio", "The pool's alert thresholds, 0 to 1.", ["level"]
     )
-    thresholds.add_metric(["warn"], policy.warn_percent / 100)
-    thresholds.add_metric(["block"], policy.block_percent / 100)
+    thresholds.add_metric(["warn"], levels.warn_percent / 100)
+    thresholds.add_metric(["block"], levels.block_percent / 100)
     yield from (level, state, thresholds)
 
 

@@ -1,6 +1,7 @@
-"""Applying the engine's plan: placements, the queue's positions and reasons, preemptions,
-and the pool alert. Each change is its own transaction; one that lost a race is skipped and
-the next cycle sees the pool as it is."""
+"""Applying the engine's plan: placements, the queue's positions and reasons, preemptions.
+(The pool's alert is the "Pool usage" alert rule's, evaluated by ``services.alerts``; the
+plan's ``alert`` is not stored.) Each change is its own transaction; one that lost a race is
+skipped and the next cycle sees the pool as it is."""
 
 from __future__ import annotations
 
@@ -17,8 +18,7 @@ from django.utils import timezone
 from .. import engine
 from ..choices import WAITING_STATES, AuditKind, SessionState
 from ..engine.reasons import Code, Reason
-from ..events import broadcast_pool_alert, broadcast_session
-from ..locks import lock_policy
+from ..events import broadcast_session
 from ..models import Allocation, Session
 from ..presenters import stored
 from . import Conflict
@@ -268,28 +268,3 @@ def apply_preemption(p: engine.Preemption) -> bool:
     except Conflict as error:
         log.info("preemption of session %s skipped: %s", p.victim_id, error)
         return False
-
-
-def apply_alert(alert: engine.Alert | None) -> None:
-    """Record and announce a change of the pool's alert level."""
-    if alert is None:
-        return
-    with transaction.atomic():
-        policy = lock_policy()
-        if policy.alert_level == alert.level:
-            return
-        previous = policy.alert_level
-        policy.alert_level = alert.level
-        policy.save(update_fields=["alert_level"])
-        record(
-            AuditKind.POOL_ALERT,
-            "scheduler",
-            data={
-                "level": alert.level,
-                "previous": previous,
-                "utilisation": round(alert.utilisation, 4),
-                **stored(alert.reason),
-            },
-        )
-        broadcast_pool_alert(alert)
-    log.warning("pool alert %s -> %s (%s)", previous, alert.level, alert.reason.code)

@@ -1,14 +1,31 @@
-"""The pool's utilisation, read with one aggregate query (no engine snapshot), and the
-console's overview of where the pool stands."""
+"""The pool's utilisation, read with one aggregate query (no engine snapshot), the pool's one
+admission threshold, and the console's overview of where the pool stands.
+
+The admission threshold is the "Pool usage" alert rule (metric ``pool_usage``, scope ``pool``;
+one per pool, edited on the console's alerts page, each edit audited as ``alert.rule_changed``):
+its warning level is the pool's warning, its critical level the level at which new hobby
+requests are refused (``engine.admission_block``), and its open alert is the pool's alert level.
+Admission, the alert, ``/metrics``, the API and the console all read it from here
+(docs/scheduling.md, docs/alerts.md).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Q, Sum
+from django.db.models import OuterRef, Q, Subquery, Sum
 
 from ..choices import ON_NODE_STATES, WAITING_STATES
-from ..models import Allocation, Node, PoolPolicy, Session, Slice
+from ..models import Alert, AlertRule, Allocation, Node, Session, Slice
+from ..models.alerts import AlertLevel, Metric, Scope
+
+# The levels of a pool without a "Pool usage" rule (a new pool, before its default rules are
+# made): percent of the pool's GPU capacity in use.
+DEFAULT_WARN_PERCENT = 80.0
+DEFAULT_BLOCK_PERCENT = 90.0
+# The pool's alert level, in the words of the API and /metrics, from the rule's open alert.
+POOL_LEVELS = ("ok", "warn", "block")
+_LEVEL_OF_ALERT = {AlertLevel.WARNING: "warn", AlertLevel.CRITICAL: "block"}
 
 
 def pool_utilisation() -> float:
@@ -30,6 +47,50 @@ def pool_utilisation() -> float:
 
 
 @dataclass(frozen=True)
+class Admission:
+    """The pool's admission threshold: the "Pool usage" rule's levels, in percent."""
+
+    warn_percent: float
+    block_percent: float
+    rule_id: int | None  # None: no such rule (the defaults apply)
+
+
+def admission_rule() -> AlertRule | None:
+    """The pool's one "Pool usage" rule (the first, should there ever be more), with the
+    level of its open alert as ``open_level`` (None: none open); one query."""
+    rules = AlertRule.objects.filter(metric=Metric.POOL_USAGE, scope=Scope.POOL)
+    open_alert = Alert.objects.open().filter(rule=OuterRef("pk")).order_by("-pk")
+    rules = rules.annotate(open_level=Subquery(open_alert.values("level")[:1]))
+    return rules.order_by("pk").first()
+
+
+def pool_state() -> tuple[Admission, str]:
+    """The warning and block levels that admission, the alert and /metrics use, and the pool's
+    alert level (``ok``, ``warn`` or ``block``: the level of the rule's open alert).
+
+    Enabled or not, the rule's levels hold (disabling it stops its alert and e-mails only); a
+    level left blank (only data older than migration 0031 can have one) is the default."""
+    rule = admission_rule()
+    if rule is None:
+        return Admission(DEFAULT_WARN_PERCENT, DEFAULT_BLOCK_PERCENT, None), "ok"
+    block = rule.critical if rule.critical is not None else DEFAULT_BLOCK_PERCENT
+    warn = rule.warning if rule.warning is not None else min(DEFAULT_WARN_PERCENT, block)
+    level = getattr(rule, "open_level", None)
+    word = "ok" if level is None else _LEVEL_OF_ALERT.get(AlertLevel(level), "ok")
+    return Admission(warn, block, rule.pk), word
+
+
+def admission() -> Admission:
+    """The pool's admission threshold (:func:`pool_state`)."""
+    return pool_state()[0]
+
+
+def pool_alert_level() -> str:
+    """``ok``, ``warn`` or ``block``: the level of the "Pool usage" rule's open alert."""
+    return pool_state()[1]
+
+
+@dataclass(frozen=True)
 class PoolOverview:
     nodes: int
     waiting: int
@@ -43,5 +104,5 @@ def pool_overview() -> PoolOverview:
         nodes=Node.objects.count(),
         waiting=Session.objects.filter(state__in=WAITING_STATES).count(),
         utilisation=pool_utilisation(),
-        alert_level=PoolPolicy.current().alert_level,
+        alert_level=pool_alert_level(),
     )

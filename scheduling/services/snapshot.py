@@ -5,7 +5,8 @@ running), racks and NVLink, the free slices (every slice without a live
 :class:`~scheduling.models.Allocation`, whoever holds it), the sessions holding capacity, the
 queue, the bookings within the hold horizon, the quotas with what is in use, the policy, and
 the target workload of the fragmentation score. Each waiting request carries the nodes that
-keep its person's home (``home_place.home_nodes``).
+keep its person's home (``home_place.home_nodes``), each booking those that keep its class's
+homes (``home_place.booking_home_nodes``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from ..models import (
     Slice,
     WarmDesktop,
 )
-from .home_place import home_nodes
+from .home_place import booking_home_nodes, home_nodes
+from .pool import admission
 from .quota_requests import extra_gpu_hours
 from .usage import Usage, collect_usage, department_of
 
@@ -72,9 +74,10 @@ def warm_node_use() -> dict[int, tuple[float, int]]:
 
 
 def engine_policy(policy: PoolPolicy) -> engine.Policy:
+    levels = admission()  # the "Pool usage" rule's levels: the one admission threshold
     return engine.Policy(
-        warn_utilisation=policy.warn_percent / 100,
-        block_utilisation=policy.block_percent / 100,
+        warn_utilisation=levels.warn_percent / 100,
+        block_utilisation=levels.block_percent / 100,
         # The GPU temperature alert rule's level, where there is one (docs/alerts.md).
         temperature_limit_c=AlertRule.temperature_limit_c(policy.temperature_limit_c),
         protected_runtime_s=int(policy.protected_minutes * 60),
@@ -345,6 +348,12 @@ def build_snapshot(now: datetime | None = None) -> engine.Snapshot:
     homes = home_nodes(waiting)  # where each person's home is kept, when not shared
     queue = tuple(_request(s, usage, pool_models, homes.get(s.pk, ())) for s in waiting)
     horizon = now + timedelta(hours=policy.booking_hold_hours)
+    held_for = list(
+        Booking.objects.filter(
+            cancelled_at=None, ends_at__gt=now, starts_at__lte=horizon
+        ).select_related("course", "profile")
+    )
+    class_homes = booking_home_nodes(held_for)  # where the class's homes are kept
     bookings = tuple(
         engine.Booking(
             booking_id=b.pk,
@@ -359,10 +368,9 @@ def build_snapshot(now: datetime | None = None) -> engine.Snapshot:
                 course=b.course.code,
                 booking_id=b.pk,
             ),
+            home_nodes=class_homes.get(b.pk, ()),
         )
-        for b in Booking.objects.filter(
-            cancelled_at=None, ends_at__gt=now, starts_at__lte=horizon
-        ).select_related("course", "profile")
+        for b in held_for
     )
     return engine.Snapshot(
         nodes=nodes,

@@ -14,19 +14,22 @@ from rest_framework.test import APIClient
 from people.models import Course, ThesisGrant
 from scheduling.choices import AuditKind, SessionState
 from scheduling.models import (
+    Alert,
+    AlertRule,
     Allocation,
     AuditEvent,
     Booking,
     DesktopProfile,
     Gpu,
-    PoolPolicy,
     Quota,
     Session,
     Slice,
 )
 from scheduling.services import ServiceError
+from scheduling.services.alerts import ensure_default_rules, evaluate_alerts
 from scheduling.services.cycle import do_scheduling_cycle
 from scheduling.services.lifecycle import do_transition
+from scheduling.services.pool import pool_alert_level
 from scheduling.services.sessions import check_submit, do_submit
 from scheduling.services.snapshot import quota_row, quota_rows
 
@@ -114,20 +117,23 @@ def test_no_preemption_inside_the_protected_runtime(make_user, owner, profile, p
 def test_above_the_block_threshold_hobby_is_refused_but_thesis_queues(
     make_user, owner, profile, pool
 ):
-    policy = PoolPolicy.current()
-    policy.warn_percent, policy.block_percent = 40, 50
-    policy.save()
+    # The one admission threshold: the "Pool usage" alert rule's levels.
+    ensure_default_rules()
+    AlertRule.objects.filter(metric="pool_usage").update(warning=40, critical=50, recovery=30)
     fill(make_user, profile, 8)  # the eight MIG slices: 8 x 142 of 2136 milli = 53%
     with pytest.raises(ServiceError) as refused:
         check_submit(owner, profile.pk, "hobby", None)
-    assert "above the 50% limit for hobby" in refused.value.message
+    assert "at or above its block level of 50%" in refused.value.message
     # The refusal says to come back later; it does not invite a higher purpose.
     assert "thesis" not in refused.value.message and "coursework" not in refused.value.message
     assert submit(owner, profile, "thesis").state == S.QUEUED
-    alerts = AuditEvent.objects.filter(kind=AuditKind.POOL_ALERT)
-    assert [a.data["level"] for a in alerts] == ["block"]
+    # The same levels raise the rule's alert: critical at once (the pool's level: block).
+    evaluate_alerts()
+    [alert] = Alert.objects.open().filter(rule__metric="pool_usage")
+    assert alert.level == "critical" and pool_alert_level() == "block"
     do_scheduling_cycle()
-    assert AuditEvent.objects.filter(kind=AuditKind.POOL_ALERT).count() == 1  # no repeat
+    evaluate_alerts()
+    assert Alert.objects.filter(rule__metric="pool_usage").count() == 1  # no repeat
 
 
 def test_quotas_block_at_placement_with_a_reason_and_at_submit(make_user, owner, profile, pool):

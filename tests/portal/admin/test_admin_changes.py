@@ -111,21 +111,24 @@ def test_cancelling_in_the_admin_drops_the_warm_desktops_and_their_holds(
 def test_a_policy_edit_in_the_admin_is_audited(admin_client):
     policy = PoolPolicy.current()
     fields = {
-        "warn_percent": 70,
-        "block_percent": 85,
         "temperature_limit_c": 85.0,
-        "protected_minutes": 15,
-        "grace_minutes": 5,
+        "protected_minutes": 20,
+        "grace_minutes": 7,
         "aging_minutes_per_gpu_hour": 15.0,
         "usage_half_life_days": 7.0,
         "booking_hold_hours": 24.0,
+        "max_granted_gpu_hours_week": 100.0,
     }
-    answer = admin_client.post(f"/admin/scheduling/poolpolicy/{policy.pk}/change/", fields)
+    url = f"/admin/scheduling/poolpolicy/{policy.pk}/change/"
+    # The admission threshold is the "Pool usage" alert rule's, edited in the console only.
+    page = admin_client.get(url).content.decode()
+    assert 'name="warn_percent"' not in page and 'name="block_percent"' not in page
+    answer = admin_client.post(url, fields)
     assert answer.status_code == 302
     policy.refresh_from_db()
-    assert (policy.warn_percent, policy.block_percent) == (70, 85)
+    assert (policy.protected_minutes, policy.grace_minutes) == (20, 7)
     [event] = AuditEvent.objects.filter(kind=AuditKind.POLICY_CHANGED)
-    assert event.data["changed"] == {"warn_percent": "70", "block_percent": "85"}
+    assert event.data["changed"] == {"protected_minutes": "20", "grace_minutes": "7"}
 
 
 def test_join_tokens_are_not_made_in_the_admin(admin_client):

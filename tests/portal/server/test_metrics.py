@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from portal import settings as portal_settings
 from scheduling.choices import Purpose, SessionState
-from scheduling.models import Alert, AlertRule, Allocation, Gpu, Node, PoolPolicy, Session, Slice
+from scheduling.models import Alert, AlertRule, Allocation, Gpu, Node, Session, Slice
 from scheduling.services import metrics as metrics_service
 from scheduling.services.metrics import observe_cycle_duration, render_metrics
 
@@ -99,7 +99,11 @@ def known_state(pool, owner, stranger, profile, make_user):
     held = Slice.objects.filter(gpu__uuid="GPU-a").order_by("slot").first()
     assert held is not None
     Allocation.objects.create(session=running, node=pool, slice=held)
-    PoolPolicy.objects.create(alert_level="warn")
+    # The pool's level is the "Pool usage" rule's open alert; its thresholds are the rule's.
+    usage = AlertRule.objects.create(
+        name="Pool usage", metric="pool_usage", scope="pool", warning=70, critical=85
+    )
+    Alert.objects.create(rule=usage, subject="pool", level="warning", value=72)
     rule = AlertRule.objects.create(
         name="metrics test: GPU temperature", metric="gpu_temperature", scope="gpu", warning=80
     )
@@ -165,7 +169,7 @@ def test_metrics_read_back_the_database(known_state, cycle_key):
     assert [s.labels["uuid"] for s in found["deskpool_gpu_temperature_celsius"].samples] == [
         "GPU-a"
     ]
-    # The pool: utilisation is the held slice's part of the pool, the alert level as stored.
+    # The pool: utilisation is the held slice's part of the pool, the level the rule's alert.
     total = sum(Slice.objects.values_list("milli", flat=True))
     utilisation = sample(found, "deskpool_pool_utilisation_ratio")
     assert utilisation == pytest.approx(held.milli / total)
@@ -173,12 +177,17 @@ def test_metrics_read_back_the_database(known_state, cycle_key):
     assert sample(found, "deskpool_pool_alert_level") == 1
     assert sample(found, "deskpool_pool_alert", level="warn") == 1
     assert sample(found, "deskpool_pool_alert", level="ok") == 0
+    assert sample(found, "deskpool_pool_threshold_ratio", level="warn") == pytest.approx(0.7)
+    assert sample(found, "deskpool_pool_threshold_ratio", level="block") == pytest.approx(0.85)
     # Open alerts by the rule's metric, level and state (the resolved one is not counted).
     alerts = {"metric": "gpu_temperature"}
     assert sample(found, "deskpool_alerts", **alerts, level="warning", state="firing") == 1
     assert sample(found, "deskpool_alerts", **alerts, level="critical", state="acknowledged") == 1
     assert sample(found, "deskpool_alerts", **alerts, level="warning", state="acknowledged") == 0
-    assert sum(s.value for s in found["deskpool_alerts"].samples) == 2
+    assert (
+        sample(found, "deskpool_alerts", metric="pool_usage", level="warning", state="firing") == 1
+    )
+    assert sum(s.value for s in found["deskpool_alerts"].samples) == 3
     # Cycle durations, from the histogram every process adds to.
     cycle = "deskpool_scheduling_cycle_duration_seconds"
     assert found[cycle].type == "histogram"
