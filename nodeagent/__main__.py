@@ -19,11 +19,12 @@ from nodeagent.config import AgentConfig, ConfigError, parse_runtime
 from nodeagent.gateway.supervisor import GatewaySupervisor, gateway_command
 from nodeagent.gateway_link import GatewayLink
 from nodeagent.home_migration import main as migrate_homes
+from nodeagent.home_migration import warn_old_homes
 from nodeagent.portal_client import PortalClient
 from nodeagent.probe import make_probe
 from nodeagent.probe.nvml import NvmlUnavailable
 from nodeagent.probe.simulated import FleetError
-from nodeagent.runtime import RuntimeUnavailable, make_runtime
+from nodeagent.runtime import RuntimeUnavailable, docker_client, make_runtime
 from nodeagent.runtime.base import DesktopRuntime
 
 
@@ -111,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(error, NvmlUnavailable):
             log.error("no NVIDIA driver here: pass --fleet FILE to run a simulated node")
         return 2
+    if runtime.kind == "docker":
+        warn_old_homes(docker_client(), config.node_name, config.home_root)
     client = PortalClient(config.portal_url)
     gateway = gateway_for(config, client, once=args.once, runtime=runtime)
     agent = Agent(config, client=client, probe=probe, runtime=runtime, gateway=gateway)

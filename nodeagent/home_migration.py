@@ -125,21 +125,7 @@ class HomeMigration:
     # -- what there is -----------------------------------------------------------------
 
     def old_homes(self) -> dict[str, str]:
-        """``old name -> user`` of every old home: this node's engine volumes and the
-        shared root's folders."""
-        found: dict[str, str] = {}
-        # This node's agent made them (several nodes' agents may share one engine).
-        mine = {"name": LEGACY_HOME_PREFIX, "label": f"{LABEL_NODE}={self.homes.node}"}
-        for volume in self.client.volumes.list(filters=mine):
-            if (user := legacy_home_user(volume.name)) is not None:
-                found[volume.name] = user
-        root = self.homes.home_root
-        if root is not None:
-            for entry in sorted(root.iterdir()):
-                user = legacy_home_user(entry.name)
-                if user is not None and entry.is_dir() and not entry.is_symlink():
-                    found[entry.name] = user
-        return dict(sorted(found.items()))
+        return find_old_homes(self.client, self.homes.node, self.homes.home_root)
 
     def _volume(self, name: str) -> Any:
         try:
@@ -308,6 +294,42 @@ class HomeMigration:
                 row.outcome = "old volume removed"
             rows.append(row)
         return rows
+
+
+def find_old_homes(
+    client: docker.DockerClient, node: str, home_root: Path | None
+) -> dict[str, str]:
+    """``old name -> user`` of every home of before the installation id: this node's engine
+    volumes (several nodes' agents may share one engine) and the shared root's folders."""
+    found: dict[str, str] = {}
+    mine = {"name": LEGACY_HOME_PREFIX, "label": f"{LABEL_NODE}={node}"}
+    for volume in client.volumes.list(filters=mine):
+        if (user := legacy_home_user(volume.name)) is not None:
+            found[volume.name] = user
+    if home_root is not None:
+        for entry in sorted(home_root.iterdir()):
+            user = legacy_home_user(entry.name)
+            if user is not None and entry.is_dir() and not entry.is_symlink():
+                found[entry.name] = user
+    return dict(sorted(found.items()))
+
+
+def warn_old_homes(client: docker.DockerClient, node: str, home_root: Path | None) -> None:
+    """Say at the agent's start when homes of before wait to be carried over: until they
+    are, their people's desktops start with an empty home."""
+    try:
+        count = len(find_old_homes(client, node, home_root))
+    except (DockerException, OSError) as error:
+        logger.warning("could not look for homes of before the installation id: %s", error)
+        return
+    if count:
+        logger.warning(
+            "node %s has %d home(s) named deskpool-home-<user>, from before homes carried the "
+            "installation id: their people's desktops start with an empty home until the "
+            "node's admin runs 'python -m nodeagent migrate-homes' (docs/deploy.md)",
+            node,
+            count,
+        )
 
 
 def table(rows: list[Row]) -> Iterator[str]:

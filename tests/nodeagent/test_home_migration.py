@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 from docker.errors import NotFound
 
 from nodeagent.__main__ import main
-from nodeagent.home_migration import HomeMigration, MigrationRecord, Row
+from nodeagent.home_migration import HomeMigration, MigrationRecord, Row, warn_old_homes
 from nodeagent.home_names import home_volume_name
 from nodeagent.protocol import DESKTOP_HOME, LABEL_INSTALLATION, LABEL_MANAGED, LABEL_NODE
 from nodeagent.runtime import StartFailed
@@ -366,3 +367,15 @@ def test_the_command_prints_a_summary(
     assert "copied and checked" in capsys.readouterr().out
     assert (tmp_path / "state" / f"home-migration-{node_name}.json").exists()
     assert main(["migrate-homes", "--node", node_name, "--installation", "no/such"]) == 2
+
+
+def test_the_agent_says_at_its_start_when_old_homes_wait(
+    docker_client, tiny_image, node_name, caplog, old_user
+) -> None:  # type: ignore[no-untyped-def]
+    with caplog.at_level(logging.WARNING, logger="nodeagent.home_migration"):
+        warn_old_homes(docker_client, node_name, None)
+        assert caplog.text == ""
+        old_home(docker_client, node_name, old_user)
+        warn_old_homes(docker_client, node_name, None)
+    assert f"node {node_name} has 1 home(s) named deskpool-home-<user>" in caplog.text
+    assert "python -m nodeagent migrate-homes" in caplog.text
