@@ -280,6 +280,13 @@ class SessionUsage(AgentMessage):
         description="The container's CPU use in percent of its CPU limit (of the node's CPUs "
         "without a limit), between two readings.",
     )
+    home_used_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="What its home holds, in bytes of the disk that bounds it (a home image's "
+        "statvfs); None where the node does not bound its homes. The portal records it as "
+        "the home's last measure (a full home says so on the desktop page).",
+    )
 
 
 class Heartbeat(AgentMessage):

@@ -92,6 +92,7 @@ class ManagedContainer:
     audio_port: int | None = None  # published sound port, when its image serves sound
     cpu_limit: float | None = None  # its CPU limit in CPUs (--cpus), when it has one
     gpu_devices: tuple[str, ...] = ()  # the GPU or MIG UUIDs it sees (real GPUs only)
+    home_volume: str = ""  # the home volume it mounts ("" unknown): its usage is measured
 
     def exit_reason(self) -> str:
         """Why a container is not running, in words for the portal and the user.

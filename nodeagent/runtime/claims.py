@@ -31,6 +31,7 @@ class ClaimRecord(BaseModel):
     placement: str = ""
     user: str = ""
     course: str = ""
+    home_volume: str = ""  # the home mounted into it (its usage is measured; older: absent)
 
 
 class ClaimRecords:
@@ -46,6 +47,7 @@ class ClaimRecords:
             placement=session.placement,
             user=session.user,
             course=session.course,
+            home_volume=session.home_volume,
         )
         self._directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         temporary = self._directory / f".{key}.json.new"

@@ -24,6 +24,7 @@ from docker.models.containers import Container
 
 from nodeagent.config import DEFAULT_STOP_GRACE_S, DEFAULT_TMPFS_MB
 from nodeagent.protocol import (
+    DESKTOP_HOME,
     LABEL_INSTALLATION,
     LABEL_MANAGED,
     LABEL_NODE,
@@ -183,7 +184,9 @@ class DesktopContainers:
                 return None
             session_id = claim.session_id
             placement = claim.placement
+            home_volume = claim.home_volume
         else:
+            home_volume = mounted_home(container.attrs)
             try:
                 session_id = int(container.labels.get(LABEL_SESSION, ""))
             except ValueError:
@@ -205,6 +208,7 @@ class DesktopContainers:
             memory_limit_mb=memory_limit_mb(container.attrs),
             cpu_limit=cpu_limit(container.attrs),
             gpu_devices=gpu_devices(container.attrs) if self.gpu_enabled else (),
+            home_volume=home_volume,
         )
 
     def exit_reason(self, container: Container) -> str | None:
@@ -396,6 +400,14 @@ def archive(container: Container, path: str) -> bytes:
     """A folder of the container's image (or filesystem) as tar bytes."""
     stream, _ = container.get_archive(path)
     return b"".join(stream)
+
+
+def mounted_home(attrs: dict[str, Any]) -> str:
+    """The name of the home volume a container mounts ("" when none is)."""
+    for mount in attrs.get("Mounts") or []:
+        if mount.get("Destination") == DESKTOP_HOME and mount.get("Type") == "volume":
+            return str(mount.get("Name") or "")
+    return ""
 
 
 def memory_limit_mb(attrs: dict[str, Any]) -> int | None:

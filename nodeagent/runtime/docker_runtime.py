@@ -267,7 +267,17 @@ class DockerRuntime:
     # -- the warm pool (docker_warm) -----------------------------------------------------
 
     def usage(self, containers: Sequence[ManagedContainer]) -> list[SessionUsage]:
-        return self._usage.read(containers)
+        """Each running desktop's GPU and CPU use, and what its home holds where the disk
+        bounds it (a statvfs of its image: cheap)."""
+        homes = {c.session_id: c.home_volume for c in containers if c.home_volume}
+        found = []
+        for usage in self._usage.read(containers):
+            volume = homes.get(usage.session_id)
+            space = self._desktops.homes.space(volume) if volume else None
+            if space is not None:
+                usage = usage.model_copy(update={"home_used_bytes": space.used_bytes})
+            found.append(usage)
+        return found
 
     def list_warm(self) -> list[WarmContainer]:
         return self._warm.find()

@@ -62,7 +62,7 @@ class HomeVolumes:
         self._warned: set[str] = set()
         if home_root is not None:
             logger.warning(
-                "homes of node %s are folders under DESKPOOL_HOME_ROOT %s: this node does not "
+                "homes of node %s are folders of the shared home root %s: this node does not "
                 "bound their size; the file server's quota must (docs/deploy.md)",
                 node,
                 home_root,

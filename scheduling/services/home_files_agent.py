@@ -8,6 +8,7 @@ it did not exist; a task no longer PENDING is Conflict (the agent drops it).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -19,7 +20,7 @@ from nodeagent.protocol_files import HomeTaskReport
 from nodeagent.wire_types import cut_reason
 
 from ..choices import AuditKind
-from ..models import HomeTask, HomeTaskKind, HomeTaskState, HomeUsage, Node
+from ..models import HomeTask, HomeTaskKind, HomeTaskState, HomeUsage, Node, Session
 from ..models.sessions import home_volume_of
 from . import Conflict, NotFound, ServiceError
 from .audit import record
@@ -50,6 +51,30 @@ def desired_home_tasks(node: Node) -> list[WireHomeTask]:
         )
         for task in tasks
     ]
+
+
+def record_home_usage(node: Node, used: Mapping[int, int], at: datetime) -> None:
+    """What each session's home holds (session id -> bytes) as its node measured it with the
+    heartbeat (a disk-bounded home's statvfs): its owner's :class:`HomeUsage`, the last
+    measure the Files page and the desktop page read. The caller passes only the node's own
+    sessions. Three queries however many sessions."""
+    if not used:
+        return
+    owners = dict(Session.objects.filter(pk__in=used).values_list("pk", "user_id"))
+    by_user = {owners[pk]: size for pk, size in used.items() if pk in owners}
+    rows = list(HomeUsage.objects.filter(user_id__in=by_user))
+    for row in rows:
+        row.used_bytes, row.node_hostname, row.measured_at = by_user[row.user_id], node.hostname, at
+    HomeUsage.objects.bulk_update(rows, ["used_bytes", "node_hostname", "measured_at"])
+    missing = set(by_user) - {row.user_id for row in rows}
+    HomeUsage.objects.bulk_create(
+        [
+            HomeUsage(user_id=user, used_bytes=size, node_hostname=node.hostname, measured_at=at)
+            for user, size in by_user.items()
+            if user in missing
+        ],
+        ignore_conflicts=True,
+    )
 
 
 def _pending(node: Node, task_id: int) -> HomeTask:

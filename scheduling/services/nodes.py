@@ -27,6 +27,7 @@ from ..models import Gpu, JoinToken, Node, Session, Slice, hash_token
 from ..models.pool import join_token_expiry
 from . import Conflict, ServiceError
 from .audit import record
+from .home_files_agent import record_home_usage
 from .kick import schedule_soon
 from .metric_history import record_heartbeat_metrics
 from .node_address import check_node_address, check_node_hostname
@@ -397,11 +398,15 @@ def record_node_usage(node: Node, usage: Sequence[SessionUsage], at: datetime) -
     the node runs. A node speaks only for itself: figures about a session that is not
     running on this node are ignored."""
     figures = {entry.session_id: entry for entry in usage}
-    own = Session.objects.filter(node=node, pk__in=figures, state__in=OPENABLE_STATES)
-    record_usage_many(
-        {pk: (figures[pk].gpu_pct, figures[pk].cpu_pct) for pk in own.values_list("pk", flat=True)},
-        at,
+    own = list(
+        Session.objects.filter(node=node, pk__in=figures, state__in=OPENABLE_STATES).values_list(
+            "pk", flat=True
+        )
     )
+    record_usage_many({pk: (figures[pk].gpu_pct, figures[pk].cpu_pct) for pk in own}, at)
+    # What their homes hold, where the node's disk bounds them: a full home says so.
+    homes = {pk: figures[pk].home_used_bytes for pk in own}
+    record_home_usage(node, {pk: used for pk, used in homes.items() if used is not None}, at)
 
 
 __all__ = [

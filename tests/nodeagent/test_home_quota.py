@@ -129,6 +129,9 @@ def test_a_desktop_cannot_write_past_its_quota_and_keeps_what_it_wrote(
     space = home_images.space(point)
     assert space is not None and space.full
     assert QUOTA_MB * MB <= space.size_bytes <= (QUOTA_MB + 4) * MB
+    # The heartbeat's usage carries what the home holds: the portal says the home is full.
+    [usage] = runtime.usage(runtime.list_managed())
+    assert usage.session_id == 9601 and usage.home_used_bytes == space.used_bytes
 
 
 @pytest.mark.docker

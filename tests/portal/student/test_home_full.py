@@ -8,10 +8,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.utils import timezone
 
-from scheduling.models import HomeUsage, Node, Quota
+from nodeagent.protocol import SessionUsage
+from scheduling.models import HomeUsage, Node, Quota, Session
 from scheduling.services.agent_sessions import desired_sessions
 from scheduling.services.home_files import MB, home_full
+from scheduling.services.nodes import record_node_usage
 from tests.portal.student.test_files_page import home_node, signed_in  # noqa: F401
 from tests.portal.student.test_limit_pages import desktop_page
 from tests.scheduling.test_lifecycle import run_desktop
@@ -75,3 +78,31 @@ def test_the_desired_session_carries_the_persons_home_quota(owner, profile, pool
     Quota.objects.create(scope="user", key=owner.get_username(), max_home_mb=300)
     [desired] = desired_sessions(node)
     assert desired.home_quota_mb == 300
+
+
+def test_the_heartbeat_measures_the_home_and_the_desktop_page_says_it_is_full(
+    owner, stranger, profile, pool, settings
+) -> None:  # type: ignore[no-untyped-def]
+    settings.HOME_QUOTA_MB = 100
+    session = run_desktop(owner, profile)
+    node = Node.objects.get(pk=session.node_id)
+    other = run_desktop(stranger, profile)
+    Session.objects.filter(pk=other.pk).update(node=None)  # not this node's: ignored
+    record_node_usage(
+        node,
+        [
+            SessionUsage(session_id=session.pk, cpu_pct=1.0, home_used_bytes=100 * MB),
+            SessionUsage(session_id=other.pk, home_used_bytes=100 * MB),
+        ],
+        timezone.now(),
+    )
+    usage = HomeUsage.objects.get(user=owner)
+    assert (usage.used_bytes, usage.node_hostname) == (100 * MB, node.hostname)
+    assert not HomeUsage.objects.filter(user=stranger).exists()
+    assert FULL_DESKTOP in desktop_page(signed_in(owner), session)
+    # Files deleted: the next heartbeat's measure takes the notice away.
+    record_node_usage(
+        node, [SessionUsage(session_id=session.pk, home_used_bytes=MB)], timezone.now()
+    )
+    assert HomeUsage.objects.get(user=owner).used_bytes == MB
+    assert FULL_DESKTOP not in desktop_page(signed_in(owner), session)
