@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             log.error("no NVIDIA driver here: pass --fleet FILE to run a simulated node")
         return 2
     if runtime.kind == "docker":
-        warn_old_homes(docker_client(), config.node_name, config.home_root)
+        warn_old_homes(docker_client(), config)
     client = PortalClient(config.portal_url)
     gateway = gateway_for(config, client, once=args.once, runtime=runtime)
     agent = Agent(config, client=client, probe=probe, runtime=runtime, gateway=gateway)

@@ -314,21 +314,35 @@ def find_old_homes(
     return dict(sorted(found.items()))
 
 
-def warn_old_homes(client: docker.DockerClient, node: str, home_root: Path | None) -> None:
-    """Say at the agent's start when homes of before wait to be carried over: until they
-    are, their people's desktops start with an empty home."""
+def record_of(config: AgentConfig) -> MigrationRecord:
+    """The node's migration record, ``<state dir>/home-migration-<node>.json``."""
+    return MigrationRecord(config.state_dir.resolve() / f"home-migration-{config.node_name}.json")
+
+
+def warn_old_homes(client: docker.DockerClient, config: AgentConfig) -> None:
+    """Say at the agent's start when homes of before wait to be carried over (until they
+    are, their people's desktops start with an empty home), or wait to be removed."""
     try:
-        count = len(find_old_homes(client, node, home_root))
+        old = find_old_homes(client, config.node_name, config.home_root)
     except (DockerException, OSError) as error:
         logger.warning("could not look for homes of before the installation id: %s", error)
         return
-    if count:
+    record = record_of(config)
+    waiting = [name for name in old if record.state(name) != "done"]
+    if waiting:
         logger.warning(
             "node %s has %d home(s) named deskpool-home-<user>, from before homes carried the "
             "installation id: their people's desktops start with an empty home until the "
             "node's admin runs 'python -m nodeagent migrate-homes' (docs/deploy.md)",
-            node,
-            count,
+            config.node_name,
+            len(waiting),
+        )
+    elif old:
+        logger.info(
+            "node %s keeps %d old home volume(s) already carried over: "
+            "'python -m nodeagent migrate-homes --remove-old' removes them",
+            config.node_name,
+            len(old),
         )
 
 
@@ -397,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     node = config.node_name
     installation = args.installation or known_installation(client, node)
-    if not installation or not installation.isalnum():
+    if not installation or not (installation.isascii() and installation.isalnum()):
         print(
             "migrate-homes: give the portal's installation id with --installation ID (on the "
             "portal: python manage.py shell -c 'from scheduling.services.installation import "
@@ -407,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     runtime = DockerRuntime.from_config(config, client)
     runtime.use_installation(installation)
-    record = MigrationRecord(config.state_dir.resolve() / f"home-migration-{node}.json")
+    record = record_of(config)
     migration = HomeMigration(runtime._desktops, record, image=args.image, dry_run=args.dry_run)
     rows = migration.remove_old() if args.remove_old else migration.run()
     print(f"installation {installation}, node {node}" + (" (dry run)" if args.dry_run else ""))

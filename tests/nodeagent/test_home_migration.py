@@ -21,7 +21,14 @@ import pytest
 from docker.errors import NotFound
 
 from nodeagent.__main__ import main
-from nodeagent.home_migration import HomeMigration, MigrationRecord, Row, warn_old_homes
+from nodeagent.config import AgentConfig
+from nodeagent.home_migration import (
+    HomeMigration,
+    MigrationRecord,
+    Row,
+    record_of,
+    warn_old_homes,
+)
 from nodeagent.home_names import home_volume_name
 from nodeagent.protocol import DESKTOP_HOME, LABEL_INSTALLATION, LABEL_MANAGED, LABEL_NODE
 from nodeagent.runtime import StartFailed
@@ -370,12 +377,18 @@ def test_the_command_prints_a_summary(
 
 
 def test_the_agent_says_at_its_start_when_old_homes_wait(
-    docker_client, tiny_image, node_name, caplog, old_user
+    docker_client, tiny_image, node_name, homes, caplog, tmp_path, old_user
 ) -> None:  # type: ignore[no-untyped-def]
-    with caplog.at_level(logging.WARNING, logger="nodeagent.home_migration"):
-        warn_old_homes(docker_client, node_name, None)
+    config = AgentConfig(node_name=node_name, state_dir=tmp_path / "state")
+    with caplog.at_level(logging.INFO, logger="nodeagent.home_migration"):
+        warn_old_homes(docker_client, config)
         assert caplog.text == ""
         old_home(docker_client, node_name, old_user)
-        warn_old_homes(docker_client, node_name, None)
-    assert f"node {node_name} has 1 home(s) named deskpool-home-<user>" in caplog.text
-    assert "python -m nodeagent migrate-homes" in caplog.text
+        warn_old_homes(docker_client, config)
+        assert f"node {node_name} has 1 home(s) named deskpool-home-<user>" in caplog.text
+        assert "python -m nodeagent migrate-homes" in caplog.text
+        caplog.clear()
+        HomeMigration(homes, record_of(config)).run()
+        warn_old_homes(docker_client, config)
+    assert "has 1 home" not in caplog.text
+    assert "1 old home volume(s) already carried over" in caplog.text
