@@ -81,7 +81,7 @@ def main() -> None:
                     name = f"deskpool-bench-home-{uuid.uuid4().hex[:8]}"
                     made = timed(desktops.ensure_volume, name, "bench", args.quota_mb)
                     figures.setdefault(f"make a home ({kind})", []).append(made)
-                    wanted = session(run * 2 + (kind == "image"), args.quota_mb)
+                    wanted = session(run * 2 + 1 + (kind == "image"), args.quota_mb)
                     started = timed(runtime.start, wanted)
                     figures.setdefault(f"cold start ({kind} home)", []).append(started)
                     runtime.stop(wanted.session_id)
