@@ -32,6 +32,7 @@ from nodeagent.home_migration import (
 from nodeagent.home_names import home_volume_name
 from nodeagent.protocol import DESKTOP_HOME, LABEL_INSTALLATION, LABEL_MANAGED, LABEL_NODE
 from nodeagent.runtime import StartFailed
+from nodeagent.runtime.desktop_network import ensure_network
 from nodeagent.runtime.docker_desktops import DesktopContainers
 from nodeagent.runtime.docker_runtime import DockerRuntime
 from tests.nodeagent.conftest import TINY_IMAGE
@@ -374,6 +375,11 @@ def test_the_command_prints_a_summary(
     assert "copied and checked" in capsys.readouterr().out
     assert (tmp_path / "state" / f"home-migration-{node_name}.json").exists()
     assert main(["migrate-homes", "--node", node_name, "--installation", "no/such"]) == 2
+    # Without --installation: the one id on the node's desktop network.
+    assert main(["migrate-homes", "--node", node_name]) == 2
+    ensure_network(docker_client, node_name, (), OURS)
+    assert main(["migrate-homes", "--node", node_name, "--dry-run"]) == 0
+    assert f"installation {OURS}, node {node_name} (dry run)" in capsys.readouterr().out
 
 
 def test_the_agent_says_at_its_start_when_old_homes_wait(
