@@ -58,7 +58,7 @@ def median_ms(runs: int, step: Callable[[], object]) -> tuple[float, float, floa
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    base = Path(tempfile.mkdtemp(prefix="deskpool-home-bench-", dir=args.root))
+    base = Path(tempfile.mkdtemp(prefix="deskpool-bench-home-", dir=args.root))
     home = base / "home"
     home.mkdir()
     try:
