@@ -15,6 +15,7 @@ from django.utils.translation import gettext as _
 from people.models import Course
 
 from ..choices import ON_NODE_STATES, AuditKind, SliceKind
+from ..locks import lock_policy
 from ..models import DesktopProfile, Quota
 from ..models.policy import PoolPolicy, QuotaScope
 from . import ServiceError
@@ -117,7 +118,7 @@ def check_grant_cap(hours: float | None) -> float:
 def do_save_grant_cap(actor: str, hours: float) -> PoolPolicy:
     """Set the pool's cap; audited (``policy.changed`` with before and after)."""
     with transaction.atomic():
-        policy = PoolPolicy.objects.select_for_update().get(pk=PoolPolicy.current().pk)
+        policy = lock_policy()
         before = {"max_granted_gpu_hours_week": policy.max_granted_gpu_hours_week}
         policy.max_granted_gpu_hours_week = hours
         policy.save(update_fields=["max_granted_gpu_hours_week", "updated_at"])
