@@ -294,6 +294,21 @@ def mount_all(homes_dir: Path) -> list[str]:
     return mounted
 
 
+def release_all(folder: Path) -> None:
+    """Unmount every home image's mount point found under ``folder`` (any depth: a test's or
+    a demo's state folder), keeping the images; one that fails is logged."""
+    if not folder.is_dir():
+        return
+    for image in sorted(folder.rglob(f"*{IMAGE_SUFFIX}")):
+        point = image.with_name(image.name[: -len(IMAGE_SUFFIX)])
+        while is_mounted(point):
+            try:
+                _run("umount", str(point))
+            except HomeImageError as error:
+                logger.error("%s", error)
+                break
+
+
 def remove(homes_dir: Path, volume: str) -> None:
     """Unmount ``volume``'s image and delete it and its mount point (tests; a home the node
     no longer keeps). Never deletes through a mount."""

@@ -67,6 +67,14 @@ class HomeVolumes:
                 node,
                 home_root,
             )
+        elif self.homes_dir is not None and os.geteuid() != 0:
+            logger.warning(
+                "the agent of node %s does not run as root: it cannot mount home images, and "
+                "its homes are plain volumes that NOTHING BUT THE DISK BOUNDS (run it as root, "
+                "or set DESKPOOL_HOME_IMAGES=off to say so; docs/deploy.md)",
+                node,
+            )
+            self.homes_dir = None
         elif self.homes_dir is not None:
             mounted = home_images.mount_all(self.homes_dir)
             if mounted:

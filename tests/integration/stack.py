@@ -18,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+from nodeagent.runtime import home_images
 from nodeagent.runtime.desktop_network import remove_networks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -304,3 +305,7 @@ class Stack:
                             volume.remove(force=True)
                 with suppress(Exception):  # the node's desktop network (nodeagent.runtime)
                     remove_networks(client, node)
+        # The agents' home images (nodeagent.runtime.home_images) stay mounted while an agent
+        # runs: unmounted here, so that no loop device outlives the stack and nothing deletes
+        # through a mount.
+        home_images.release_all(self.workdir / "agent-state")
