@@ -210,6 +210,19 @@ def _no_warm_home_mounts_left(tmp_path_factory):
             home_mounts.release(Path(point))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_home_images_left_mounted(tmp_path_factory):
+    """Home images (nodeagent/runtime/home_images.py: the loop-mounted ext4 homes an agent
+    makes) stay mounted while their agent runs; one a test left behind (an agent killed, a
+    stack not closed) is unmounted at the end, so that no loop device outlives the tests and
+    pytest's clean-up never deletes through a mount. tests/nodeagent/test_home_quota.py
+    checks after each of its tests that no loop device of it is left."""
+    yield
+    from nodeagent.runtime import home_images
+
+    home_images.release_all(tmp_path_factory.getbasetemp())
+
+
 @pytest.fixture
 def smtp_inbox():
     """A real SMTP server (aiosmtpd) on 127.0.0.1 with Django's SMTP backend pointed at it;
