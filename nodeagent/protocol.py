@@ -281,11 +281,7 @@ class SessionUsage(AgentMessage):
         "without a limit), between two readings.",
     )
     home_used_bytes: int | None = Field(
-        default=None,
-        ge=0,
-        description="What its home holds, in bytes of the disk that bounds it (a home image's "
-        "statvfs); None where the node does not bound its homes. The portal records it as "
-        "the home's last measure (a full home says so on the desktop page).",
+        default=None, ge=0, description="Its disk-bounded home's use (statvfs); None: not bounded."
     )
 
 
@@ -331,10 +327,7 @@ class DesiredSession(DesktopSpec):
     vnc_password: str = Field(min_length=1, max_length=8, description="VNC cuts longer ones.")
     home_volume: str = Field(min_length=1, description="Docker volume, kept across sessions.")
     home_quota_mb: int | None = Field(
-        default=None,
-        ge=0,
-        description="The home's quota in MB, which the node's disk enforces where it keeps homes "
-        "in images (0: none). Absent (an older portal): the node's DESKPOOL_HOME_QUOTA_MB.",
+        default=None, ge=0, description="Home quota in MB, disk-enforced (0: none; absent: node's)."
     )
     placement: str = Field(
         default="",
