@@ -14,7 +14,7 @@ from collections import defaultdict
 from datetime import timedelta
 
 from .model import BookingHold, FreeSlice, Placement, Plan, QueuedRequest, expected_duration_s
-from .placement import best, tightest
+from .placement import best, homeward, tightest
 from .pool import Cycle, Hold, Shape
 from .reasons import Code, Reason
 
@@ -25,8 +25,10 @@ def hold_bookings(cycle: Cycle, result: Plan) -> None:
     A seat is covered, without holding anything, by a slice of a running session expected to
     end before the booking starts (the cycle stops desktops at their time limit), each such
     slice once. The seats left are held on free capacity, tightest slices first, so that a
-    class of 8 GB seats does not hold whole GPUs while small slices are free. Seats that do
-    not fit get a ``Code.BOOKING_SHORT`` note.
+    class of 8 GB seats does not hold whole GPUs while small slices are free; as a tie-break,
+    on the nodes that keep homes of the class's students (``Booking.home_nodes``, one seat per
+    home: :func:`~.placement.homeward`, :func:`~.placement.tightest`). Seats that do not fit
+    get a ``Code.BOOKING_SHORT`` note.
     """
     now, policy = cycle.now, cycle.policy
     seated: dict[int, int] = defaultdict(int)
@@ -58,10 +60,16 @@ def hold_bookings(cycle: Cycle, result: Plan) -> None:
                     promised.add(s.slice_id)
                     need -= 1
         held = 0
+        homes = dict(b.home_nodes)  # node: the class's homes there still without a seat
         for _ in range(need):
-            cand = tightest(cycle, shape) if shape.gpu_count == 1 else best(cycle, shape)
+            if shape.gpu_count == 1:
+                cand = tightest(cycle, shape, homes)
+            else:
+                cand = homeward(cycle, shape, best(cycle, shape), homes)
             if cand is None:
                 break
+            if homes.get(cand.node_id):
+                homes[cand.node_id] -= 1
             cycle.take(cand.node_id, cand.slices, shape.cpus, shape.memory_mb, start=False)
             cycle.holds[b.booking_id].append(
                 Hold(b, cand.node_id, cand.slices, shape.cpus, shape.memory_mb)

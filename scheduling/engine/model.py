@@ -144,6 +144,10 @@ class Booking:
     starts_at: datetime
     ends_at: datetime
     shape: QueuedRequest  # session_id is ignored
+    # The nodes that keep homes of the course's students to themselves, each with how many
+    # of them still want a seat there (most first): the booking's holds, and so its warm
+    # desktops, prefer them (``holds.hold_bookings``, a tie-break: ``placement.HOME_WEIGHT``).
+    home_nodes: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

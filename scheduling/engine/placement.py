@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from .model import FreeSlice, NodeState
@@ -45,6 +45,12 @@ HEAVY_WEIGHT = 40.0  # long whole-GPU work on a high-power rack (and light work 
 START_WAVE = 10
 START_WEIGHT = 2.5
 START_CAP = 10
+# A booking's hold (a seat, where its warm desktop will run) goes to a node that keeps homes
+# of the class's students when that node scores within HOME_WEIGHT tie units of the best
+# (:func:`homeward`); for one-GPU shapes, held on the tightest slice, a home node wins among
+# equally tight slices. More than a backlog of eight waves or 10 degrees of GPU temperature,
+# half a full rack's penalty, nothing next to one fragmentation level (1e6).
+HOME_WEIGHT = 20.0
 NEG = float("-inf")
 
 
@@ -298,8 +304,35 @@ def multi_node(cycle: Cycle, shape: Shape) -> list[tuple[int, tuple[FreeSlice, .
     return None
 
 
-def tightest(cycle: Cycle, shape: Shape) -> Candidate | None:
-    """The smallest usable free slice for a one-GPU shape (first in node order on a tie)."""
+def homeward(
+    cycle: Cycle, shape: Shape, cand: Candidate | None, homes: Mapping[int, int]
+) -> Candidate | None:
+    """``cand`` (:func:`best`'s), or the best placement on a node of ``homes`` (node: how
+    many homes still want a seat there) scoring within HOME_WEIGHT tie units of it, the node
+    with most homes first. Healthy, open nodes only; nothing that does not fit."""
+    if cand is None or not homes:
+        return cand
+    position = cycle.position
+    nodes = [n for n, count in homes.items() if count > 0 and n in position]
+    for node_id in sorted(nodes, key=lambda n: (-homes[n], position[n])):
+        if node_id == cand.node_id:
+            return cand
+        known = cycle.candidates.get((shape, node_id))
+        if known is not None and known[0] == cycle.version[node_id]:
+            home: Candidate | None = known[1]
+        else:
+            home = evaluate(cycle, shape, node_id)
+        if home is not None and home.score >= cand.score - HOME_WEIGHT:
+            return home
+    return cand
+
+
+def tightest(
+    cycle: Cycle, shape: Shape, homes: Mapping[int, int] | None = None
+) -> Candidate | None:
+    """The smallest usable free slice for a one-GPU shape; on a tie the node with most
+    ``homes`` (node: homes still wanting a seat there), then the first in node order."""
+    homes = homes or {}
     found: tuple[tuple, int, FreeSlice] | None = None
     for node_id in cycle.order:
         if cycle.cpus[node_id] < shape.cpus or cycle.memory[node_id] < shape.memory_mb:
@@ -308,7 +341,14 @@ def tightest(cycle: Cycle, shape: Shape) -> Candidate | None:
         for s in cycle.per_gpu(shape, node_id):
             if not cycle.power_ok(node, (s,)):
                 continue
-            key = (s.milli, s.memory_mb, cycle.position[node_id], s.gpu_id, s.slice_id)
+            key = (
+                s.milli,
+                s.memory_mb,
+                -homes.get(node_id, 0),
+                cycle.position[node_id],
+                s.gpu_id,
+                s.slice_id,
+            )
             if found is None or key < found[0]:
                 found = (key, node_id, s)
             break  # per_gpu is sorted by size: the node's first usable one is its smallest

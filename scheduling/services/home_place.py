@@ -9,14 +9,14 @@ requeue) starts with a different, empty one.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import Count, OuterRef, QuerySet, Subquery
 
-from ..choices import TERMINAL_STATES, SessionState
-from ..models import Node, Session, UsageRecord
+from ..choices import ON_NODE_STATES, TERMINAL_STATES, SessionState
+from ..models import Booking, Node, Session, UsageRecord, WarmDesktop
 
 
 @dataclass(frozen=True)
@@ -105,3 +105,48 @@ def _local_nodes(hosts: Iterable[str | None], local: dict[str, int]) -> tuple[in
     """The ids of the hosts that keep homes to themselves, in order, each once (a run on
     several nodes, whose record names them all, matches none)."""
     return tuple(dict.fromkeys(local[h] for h in hosts if h and h in local))
+
+
+def booking_home_nodes(bookings: Sequence[Booking]) -> dict[int, tuple[tuple[int, int], ...]]:
+    """For each booking, the nodes that keep homes of its course's enrolled students to
+    themselves, each with how many of those homes still want a seat there, most first (ties:
+    node id); bookings with none are left out. A student's home is where their latest
+    desktop ran (2. of :func:`home_nodes`), on a node that does not share homes. A node's
+    count is lowered by the booking's seats already there: its warm desktops and its sessions
+    holding capacity. Four queries, however many bookings and students. The engine holds
+    the bookings' seats on these nodes first (``engine.Booking.home_nodes``), so the warm
+    desktops start where the students' homes are."""
+    if not bookings:
+        return {}
+    local = dict(Node.objects.filter(home_root_shared=False).values_list("hostname", "pk"))
+    if not local:
+        return {}
+    ids = [b.pk for b in bookings]
+    counts: dict[int, Counter[int]] = defaultdict(Counter)
+    # One row per (booking, enrolled student): the host of the student's latest run.
+    for booking_id, host in (
+        Booking.objects.filter(pk__in=ids, course__students__isnull=False)
+        .annotate(host=_last_run(user=OuterRef("course__students")))
+        .values_list("pk", "host")
+    ):
+        if host in local:
+            counts[booking_id][local[host]] += 1
+    seated = (
+        WarmDesktop.objects.filter(booking_id__in=ids).values_list("booking_id", "node_id"),
+        Session.objects.filter(
+            booking_id__in=ids, state__in=ON_NODE_STATES, node__isnull=False
+        ).values_list("booking_id", "node_id"),
+    )
+    for rows in seated:
+        for booking_id, node_id, n in rows.annotate(n=Count("pk")).values_list(
+            "booking_id", "node_id", "n"
+        ):
+            if booking_id in counts:
+                counts[booking_id][node_id] -= n
+    return {
+        booking_id: tuple(
+            sorted(((n, k) for n, k in nodes.items() if k > 0), key=lambda nk: (-nk[1], nk[0]))
+        )
+        for booking_id, nodes in counts.items()
+        if any(k > 0 for k in nodes.values())
+    }

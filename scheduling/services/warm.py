@@ -190,26 +190,61 @@ def claim_warm(snapshot: engine.Snapshot, now: datetime) -> set[int]:
     over the running container. Without a READY one a request still gets the hold of a
     STARTING or FAILED one of its booking (no key: the agent stops that warm desktop and
     starts the session's afresh), so warm desktops never keep a class from its capacity.
-    The claims are decided first, then applied together (:func:`claim_many`).
+    Who gets one goes by arrival (and quotas); which one, by :func:`seat`: a student whose
+    home a node keeps gets a warm desktop there when one of the best state left is. The
+    claims are decided first, then applied together (:func:`claim_many`).
     """
-    rank = {WarmState.READY: 0, WarmState.STARTING: 1, WarmState.FAILED: 2}
     rows: dict[int, list[WarmDesktop]] = defaultdict(list)
     for warm in sorted(
-        WarmDesktop.objects.all(), key=lambda w: (rank[WarmState(w.state)], w.ready_at or now, w.pk)
+        WarmDesktop.objects.all(), key=lambda w: (_rank(w), w.ready_at or now, w.pk)
     ):
         rows[warm.booking_id].append(warm)
     if not rows:
         return set()
     quotas = engine.index_quotas(snapshot.quotas)
     extra: dict[tuple[str, str], int] = defaultdict(int)
-    picks: list[tuple[int, WarmDesktop]] = []
+    seated: dict[int, list[engine.QueuedRequest]] = defaultdict(list)
     booked = [r for r in snapshot.queue if r.booking_id in rows]
     for r in sorted(booked, key=lambda r: (r.submitted_at, r.session_id)):
-        if not rows[r.booking_id or 0] or engine.quota_block(r, quotas, extra):
+        booking_id = r.booking_id or 0
+        if len(seated[booking_id]) >= len(rows[booking_id]):
             continue
-        picks.append((r.session_id, rows[r.booking_id or 0].pop(0)))
+        if engine.quota_block(r, quotas, extra):
+            continue
+        seated[booking_id].append(r)
         engine.count_session(r, quotas, extra)
-    return claim_many(picks)
+    return claim_many([pick for b, some in seated.items() for pick in seat(some, rows[b])])
+
+
+def _rank(warm: WarmDesktop) -> int:
+    """READY first (claimed running), then STARTING, then FAILED."""
+    return {WarmState.READY: 0, WarmState.STARTING: 1, WarmState.FAILED: 2}[WarmState(warm.state)]
+
+
+def seat(
+    requests: Sequence[engine.QueuedRequest], rows: Sequence[WarmDesktop]
+) -> list[tuple[int, WarmDesktop]]:
+    """Which warm desktop of a booking each request gets (``rows`` in the order of
+    :func:`claim_warm`, at least as many): first, in arrival order, each request whose
+    person's home a node keeps (``QueuedRequest.home_nodes``, in their order) takes one on
+    that node, if one there is of the best state left (READY over STARTING: the home is a
+    tie-break, not worth a cold start); then the others take the rest in order."""
+    free = list(rows)
+    picks: dict[int, WarmDesktop] = {}
+    for r in requests:
+        if not r.home_nodes or not free:
+            continue
+        best = _rank(free[0])
+        for node_id in r.home_nodes:
+            home = next((w for w in free if w.node_id == node_id and _rank(w) == best), None)
+            if home is not None:
+                free.remove(home)
+                picks[r.session_id] = home
+                break
+    for r in requests:
+        if r.session_id not in picks:
+            picks[r.session_id] = free.pop(0)
+    return [(r.session_id, picks[r.session_id]) for r in requests]
 
 
 def claim_many(picks: Sequence[tuple[int, WarmDesktop]]) -> set[int]:
