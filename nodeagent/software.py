@@ -48,7 +48,8 @@ PROGRAMS: dict[str, Program] = {
 
 # The programs of each image, in the order a description names them.
 IMAGE_PROGRAMS: dict[str, tuple[str, ...]] = {
-    DESKTOP_IMAGE: ("terminal",),
+    # Pinyin input is in every desktop image (Dockerfile.desktop), studio's included.
+    DESKTOP_IMAGE: ("terminal", "pinyin"),
     STUDIO_IMAGE: ("terminal", "firefox", "pytorch", "jupyter", "blender", "pinyin"),
     STUDIO_CUDA_IMAGE: ("terminal", "firefox", "pytorch-cuda", "jupyter", "blender", "pinyin"),
 }

@@ -11,8 +11,14 @@ published on 127.0.0.1), then:
   a security-type list that offers VNC authentication (type 2);
 * if the ``cryptography`` package is importable, also answers the VNC challenge:
   the mounted password must pass and a wrong one must fail;
-* prints the time from ``docker run`` to the handshake, the container's memory
-  after it settles, and how long ``docker stop`` takes (SIGTERM must suffice);
+* claims the desktop as the agent claims a warm one (``deskpool-claim --language zh-hans``
+  after a new password is written into the mounted folder): the new password must pass,
+  the old one fail, the X session must run again (a new process group) under Xvnc still
+  up, in zh_CN.UTF-8 where the image's label ``deskpool.languages`` names zh-hans, else in
+  the image's C.UTF-8; an image that names zh-hans must also hold the zh_CN and en_US
+  locales, a CJK font and fcitx5's pinyin;
+* prints the time from ``docker run`` to the handshake, the claim's time, the container's
+  memory after it settles, and how long ``docker stop`` takes (SIGTERM must suffice);
 * removes the container, the volume and the password folder, whatever happened.
 
 Exit status 0 when everything passed, 1 otherwise. Needs ``websockets``.
@@ -47,6 +53,19 @@ DESKTOP_PASSWORD_MOUNT = "/run/deskpool/vnc"
 DESKTOP_HOME = "/home/desktop"
 
 VNC_AUTH = 2
+CLAIM_LANGUAGE = "zh-hans"
+CLAIM_LOCALE = "zh_CN.UTF-8"
+# What an image whose deskpool.languages names zh-hans holds (run as a shell test).
+CHINESE_CHECKS = {
+    "zh_CN and en_US locales": "locale -a | grep -qx zh_CN.utf8 && locale -a | grep -qx en_US.utf8",
+    "a CJK font": 'test -n "$(fc-list :lang=zh family)"',
+    "fcitx5 with pinyin": "command -v fcitx5 && test -e /usr/share/fcitx5/inputmethod/pinyin.conf",
+}
+# The X session's leader (deskpool-start writes its pid) and its LANG, once it runs.
+SESSION_LANG = (
+    "s=$(cat /tmp/deskpool-runtime/session) && kill -0 $s && "
+    "echo $s $(tr '\\0' '\\n' < /proc/$s/environ | sed -n 's/^LANG=//p')"
+)
 
 
 class CheckFailed(Exception):
@@ -127,6 +146,50 @@ async def wait_for_handshake(url: str, password: str, deadline: float, cid: str)
             raise CheckFailed("container exited before the handshake")
         await asyncio.sleep(0.05)
     raise CheckFailed(f"no handshake before the timeout (last error: {last_error!r})")
+
+
+def check_claim(image: str, cid: str, url: str, vnc_dir: Path, old_password: str) -> None:
+    """Claim the running desktop as the agent claims a warm one (see the module docstring)."""
+    languages = docker(
+        "image", "inspect", "-f", '{{index .Config.Labels "deskpool.languages"}}', image
+    ).split()
+    chinese = CLAIM_LANGUAGE in languages
+    for what, test in CHINESE_CHECKS.items() if chinese else ():
+        if subprocess.run(
+            ["docker", "exec", cid, "sh", "-c", test], capture_output=True
+        ).returncode:
+            raise CheckFailed(f"the image names {CLAIM_LANGUAGE} but lacks {what}")
+    xvnc = docker("exec", cid, "sh", "-c", "cat /tmp/.X1-lock").strip()
+    before = docker("exec", cid, "sh", "-c", SESSION_LANG).split()
+    password = "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(8))
+    (vnc_dir / "passwd.new").write_text(password + "\n")
+    os.chmod(vnc_dir / "passwd.new", 0o444)
+    os.replace(vnc_dir / "passwd.new", vnc_dir / "passwd")
+    t0 = time.monotonic()
+    docker("exec", cid, "/usr/local/bin/deskpool-claim", "--language", CLAIM_LANGUAGE)
+    t_claim = time.monotonic() - t0
+    new_auth = asyncio.run(handshake(url, password))[2]
+    old_auth = asyncio.run(handshake(url, old_password))[2]
+    after: list[str] = []
+    for _ in range(100):  # deskpool-start starts the session again at once
+        after = docker("exec", cid, "sh", "-c", SESSION_LANG, check=False).split()
+        if after and after != before:
+            break
+        time.sleep(0.05)
+    lang = after[1] if len(after) > 1 else "?"
+    print(
+        f"claim:       deskpool-claim --language {CLAIM_LANGUAGE} in {t_claim:.2f} s; "
+        f"new password {new_auth}, old {old_auth}; session {before[:1]} -> {after[:1]}, "
+        f"LANG={lang}{'; locales, CJK font, pinyin present' if chinese else ''}"
+    )
+    if vnc_auth_response is not None and (new_auth != "OK" or not old_auth.startswith("FAILED")):
+        raise CheckFailed("after the claim the new password must pass and the old one fail")
+    if not after or after[:1] == before[:1]:
+        raise CheckFailed("the claim did not start the X session again")
+    if docker("exec", cid, "sh", "-c", "cat /tmp/.X1-lock").strip() != xvnc:
+        raise CheckFailed("Xvnc did not stay up through the claim")
+    if lang != (CLAIM_LOCALE if chinese else "C.UTF-8"):
+        raise CheckFailed(f"the claimed session runs in {lang}")
 
 
 def main() -> int:
@@ -216,6 +279,10 @@ def main() -> int:
             print(f"wrong pass:  {'refused' if wrong_auth.startswith('FAILED') else wrong_auth}")
             if not wrong_auth.startswith("FAILED"):
                 raise CheckFailed("a wrong VNC password was accepted")
+
+        # Before the settling: the claim starts the X session again, and an XFCE session
+        # still starting refuses the polite logout that `docker stop` asks for.
+        check_claim(args.image, cid, url, vnc_dir, password)
 
         time.sleep(args.settle)
         if docker("inspect", "-f", "{{.State.Running}}", cid) != "true":

@@ -5,8 +5,10 @@ A warm desktop is started before anyone asks: a random password in its own passw
 skeleton) mounted with rslave propagation, labels ``deskpool.warm=<key>`` and
 ``deskpool.booking``. A claim mounts the student's home volume on that folder
 (:mod:`~nodeagent.runtime.home_mounts`: it shows up in the running desktop), writes the
-session's password into the password folder, runs deskpool-passwd in the container (Xvnc
-re-reads its password file at every authentication), records the claim
+session's password into the password folder, runs deskpool-claim in the container (one exec:
+Xvnc re-reads its password file at every authentication, and with the session's language the
+X session is started again as the student's: their locale and input method, their home's
+settings; Xvnc stays up), records the claim
 (:mod:`~nodeagent.runtime.claims`: labels cannot change, and a restarted agent must still
 know whose desktop it is) and logs in through websockify with the session's password: that
 proves the new password is in force (the warm one no longer opens the desktop) before the
@@ -74,8 +76,9 @@ WARM_HOMES_DIR_NAME = "warm-homes"  # under the sessions folder: warm desktops' 
 SKELETON = "/etc/skel"  # the image's skeleton home, copied into new homes
 ORPHAN_AFTER_S = 300.0  # a warm home folder without its container this old is removed
 UNCLAIMED_STOP_GRACE_S = 2  # an unclaimed warm desktop's stop: no user, nothing to save
-# In the desktop images: applies a password written into the mounted folder after the start.
-APPLY_PASSWORD_COMMAND = ["/usr/local/bin/deskpool-passwd"]
+# In the desktop images: applies a password written into the mounted folder after the start
+# and, given --language, starts the X session again as the claimer's (claim_command).
+CLAIM_COMMAND = ["/usr/local/bin/deskpool-claim"]
 SKELETONS_KEPT = 8  # image skeletons kept for claims (a node runs a few images)
 LOGIN_RETRY_S = 0.2
 _WARM_KEY = re.compile(WARM_KEY_PATTERN)
@@ -179,11 +182,11 @@ class DockerWarmDesktops:
             container = self._running(key)
             self._attach_home(key, container, session)
             desktops.replace_password(self.password_dir(key), session.vnc_password)
-            applied = container.exec_run(APPLY_PASSWORD_COMMAND)
+            applied = container.exec_run(claim_command(session))
             if applied.exit_code != 0:
                 output = (applied.output or b"").decode(errors="replace").strip()
                 raise StartFailed(
-                    f"warm desktop {key}: the new password was not applied "
+                    f"warm desktop {key}: the claim was not applied "
                     f"(exit code {applied.exit_code}: {output[:120]})"
                 )
             desktops.claims.write(key, session)
@@ -291,6 +294,13 @@ class DockerWarmDesktops:
                 if time.time() - folder.stat().st_mtime > ORPHAN_AFTER_S:
                     logger.warning("removing the home folder of gone warm desktop %s", folder.name)
                     home_mounts.release(folder)
+
+
+def claim_command(session: DesiredSession) -> list[str]:
+    """deskpool-claim for ``session``: its password, and its X session restarted under its
+    language ("" too: the image's default; the restart also makes the session read the
+    student's home, mounted just before)."""
+    return [*CLAIM_COMMAND, "--language", session.language]
 
 
 def wait_for_login(

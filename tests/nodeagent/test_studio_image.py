@@ -1,5 +1,5 @@
-"""The desktop images hold what nodeagent.software says, and a desktop speaks its person's
-language.
+"""The desktop images hold what nodeagent.software says, and a desktop (deskpool/desktop and
+deskpool/studio) speaks its person's language.
 
 Every program listed for an image answers its version command inside that image (the
 profiles name only listed programs: tests/portal/test_seed_profiles.py). A session started
@@ -19,7 +19,13 @@ from nodeagent.protocol import DESKTOP_HOME
 from nodeagent.reconcile import Reconciler
 from nodeagent.runtime import container_name
 from nodeagent.runtime.docker_runtime import DockerRuntime
-from nodeagent.software import IMAGE_PROGRAMS, PROGRAMS, STUDIO_CUDA_IMAGE, STUDIO_IMAGE
+from nodeagent.software import (
+    DESKTOP_IMAGE,
+    IMAGE_PROGRAMS,
+    PROGRAMS,
+    STUDIO_CUDA_IMAGE,
+    STUDIO_IMAGE,
+)
 from tests.nodeagent.conftest import wait_for_image
 
 pytestmark = [pytest.mark.docker]
@@ -131,16 +137,19 @@ def input_methods(container, bus: str) -> tuple[list[str], list[str]]:  # type: 
     return strings.findall(group), strings.findall(available)
 
 
+@pytest.mark.parametrize("image", [DESKTOP_IMAGE, STUDIO_IMAGE])
 @pytest.mark.parametrize(
     ("language", "locale"), [("zh-hans", "zh_CN.UTF-8"), ("en", "en_US.UTF-8"), ("", "C.UTF-8")]
 )
-def test_a_studio_desktop_runs_in_its_persons_language_with_pinyin(  # type: ignore[no-untyped-def]
-    docker_client, node_name, sessions_dir: Path, fake_portal, make_session, language, locale
+def test_a_desktop_runs_in_its_persons_language_with_pinyin(  # type: ignore[no-untyped-def]
+    docker_client, node_name, sessions_dir: Path, fake_portal, make_session, language, locale, image
 ) -> None:
-    wait_for_image(docker_client, STUDIO_IMAGE, "studio")
+    """Both desktop images, the CPU-only one too (Dockerfile.desktop holds the locales, the
+    font and fcitx5; studio builds on it). A warm desktop's claim: test_warm_language.py."""
+    wait_for_image(docker_client, image, "studio" if image == STUDIO_IMAGE else "desktop")
     session_id = 6301 + ["zh-hans", "en", ""].index(language)
     session = make_session(
-        session_id, image=STUDIO_IMAGE, memory_mb=1536, cpus=1.0, pids_limit=1024
+        session_id, image=image, memory_mb=1536, cpus=1.0, pids_limit=1024
     ).model_copy(update={"language": language})
     runtime = DockerRuntime(
         docker_client, node_name=node_name, sessions_dir=sessions_dir, ready_timeout_s=120

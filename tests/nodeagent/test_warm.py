@@ -296,7 +296,7 @@ def test_a_claim_makes_six_engine_calls_and_proves_the_new_password(
         f"GET /containers/{name}/json",  # the warm container: labels, state, ports, limits
         f"GET /volumes/{first.home_volume}",  # a first-time student's home: not there ...
         "POST /volumes/create",  # ... made, seeded with the skeleton kept from the start
-        f"POST /containers/{warm.container_id}/exec",  # deskpool-passwd ...
+        f"POST /containers/{warm.container_id}/exec",  # deskpool-claim ...
         "POST /exec/<exec>/start",
         "GET /exec/<exec>/json",  # ... and its exit code
     ]
@@ -335,7 +335,7 @@ def test_claim_fails_when_the_new_password_does_not_open_the_desktop(
     warm = docker_runtime.start_warm(desired_warm("c3-1", image=tiny_image))
     warm_password = (sessions_dir / "wc3-1" / "passwd").read_text().strip()
     assert login(warm.port, warm_password) == "OK"  # a working desktop, on its own password
-    monkeypatch.setattr(docker_warm, "APPLY_PASSWORD_COMMAND", ["true"])  # applies nothing
+    monkeypatch.setattr(docker_warm, "CLAIM_COMMAND", ["true"])  # applies nothing
     session = make_session(7501, image=tiny_image, vnc_password="unusedpw", warm_key="c3-1")
 
     started = time.monotonic()
