@@ -8,9 +8,12 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from nodeagent.protocol import SessionUsage
+from scheduling.choices import SessionState
 from scheduling.models import HomeUsage, Node, Quota, Session
 from scheduling.services.agent_sessions import desired_sessions
 from scheduling.services.home_files import MB, home_full
@@ -106,3 +109,30 @@ def test_the_heartbeat_measures_the_home_and_the_desktop_page_says_it_is_full(
     )
     assert HomeUsage.objects.get(user=owner).used_bytes == MB
     assert FULL_DESKTOP not in desktop_page(signed_in(owner), session)
+
+
+def test_the_homes_of_30_sessions_cost_the_heartbeat_as_many_queries_as_of_3(
+    make_user, profile, pool
+) -> None:  # type: ignore[no-untyped-def]
+    node = Node.objects.get(pk=pool.pk)
+
+    def heartbeat_queries(count: int) -> int:
+        sessions = [
+            Session.objects.create(
+                user=make_user(f"h{count}-{index}"),
+                profile=profile,
+                state=SessionState.RUNNING,
+                node=node,
+            )
+            for index in range(count)
+        ]
+        usage = [SessionUsage(session_id=s.pk, home_used_bytes=s.pk * MB) for s in sessions]
+        HomeUsage.objects.create(user=sessions[0].user, used_bytes=0)  # one there, the rest new
+        with CaptureQueriesContext(connection) as queries:
+            record_node_usage(node, usage, timezone.now())
+        users = [s.user_id for s in sessions]
+        recorded = HomeUsage.objects.filter(user__in=users).values_list("used_bytes", flat=True)
+        assert sorted(recorded) == sorted(s.pk * MB for s in sessions)
+        return len(queries.captured_queries)
+
+    assert heartbeat_queries(3) == heartbeat_queries(30)
