@@ -256,8 +256,9 @@ def space(point: Path) -> HomeSpace | None:
 
 
 def size_for(source: Path, quota_mb: int) -> int:
-    """The image size (MB) that holds ``source``'s files whole: the quota, or what they take
-    and a little more (a home over its quota is carried in full, and is full)."""
+    """What the image's files must be able to take (MB) to hold ``source``'s whole: the quota,
+    or what they take and a little more (a home over its quota is carried in full, with
+    little room left; the Files page refuses uploads until files are deleted)."""
     used = 0
     for root, dirs, files in os.walk(source):
         for name in (*dirs, *files):
@@ -265,8 +266,9 @@ def size_for(source: Path, quota_mb: int) -> int:
                 used += os.lstat(os.path.join(root, name)).st_blocks * 512
             except OSError:
                 continue
-    # ext4's own blocks (journal, inode tables) take a few per cent.
-    return max(quota_mb, int(used * 1.1) // MB + 16)
+    # Folders' and extent trees' blocks on top (ext4's journal and inode tables are not
+    # counted: grow() fits what the files may take).
+    return max(quota_mb, int(used * 1.02) // MB + 4)
 
 
 def prepare_dir(homes_dir: Path) -> None:

@@ -285,3 +285,26 @@ def test_a_claimed_warm_desktop_gets_the_bounded_home(
     assert node_containers(docker_client, node_name) == []
     assert home_images.is_mounted(point)  # the image stays mounted for the next session
     assert (point / "notes.txt").read_text() == "notes\n"
+
+
+@pytest.mark.docker
+def test_an_older_volume_larger_than_its_quota_is_carried_whole_and_is_full(
+    docker_client, node_name, sessions_dir, homes_dir
+) -> None:  # type: ignore[no-untyped-def]
+    name = f"deskpool-test-home-{node_name}"
+    labels = {LABEL_MANAGED: "true", LABEL_NODE: node_name}
+    old = docker_client.volumes.create(name, labels=labels)
+    work = Path(old.attrs["Mountpoint"]) / "dataset.bin"
+    work.write_bytes(os.urandom(80 * MB))  # more than the 64 MB quota: written before it held
+    digest = hashlib.sha256(work.read_bytes()).hexdigest()
+
+    desktops = desktops_with_images(docker_client, node_name, sessions_dir, homes_dir)
+    volume, created = desktops.ensure_volume(name, "alice", QUOTA_MB)
+    point = home_images.mount_point(homes_dir, name)
+    assert not created and desktops.home_dir(volume) == point
+    assert hashlib.sha256((point / "dataset.bin").read_bytes()).hexdigest() == digest
+    space = home_images.space(point)
+    assert space is not None and space.used_bytes >= 80 * MB
+    # The next start with the same quota shrinks nothing: the file is still whole.
+    desktops.ensure_volume(name, "alice", QUOTA_MB)
+    assert hashlib.sha256((point / "dataset.bin").read_bytes()).hexdigest() == digest
