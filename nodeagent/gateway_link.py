@@ -189,7 +189,8 @@ class GatewayLink:
         self.gateway = gateway
         self.forwarder = forwarder or EventForwarder(gateway, client)
         self.home_folder = home_folder
-        self._home_dirs: dict[str, str] = {}  # a volume's folder does not move: asked once
+        # A volume's folder, asked once while its desktop runs here.
+        self._home_dirs: dict[str, str] = {}
         self._lock = threading.Lock()
         self._node_id = 0
         self._desired: DesiredState | None = None
@@ -225,6 +226,10 @@ class GatewayLink:
             if self._desired is None:
                 return
             state = gateway_state(self._node_id, self._desired, running(), self._home_dir)
+            # Asked again once its desktop is gone: a home carried into a disk-bounded image
+            # at its next start lives elsewhere then (nodeagent/runtime/home_volumes.py).
+            shown = {s.home_volume for s in state.sessions}
+            self._home_dirs = {v: d for v, d in self._home_dirs.items() if v in shown}
             self.gateway.update(state)
 
     def _home_dir(self, volume: str) -> str:
