@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from nodeagent.config import AgentConfig
+from nodeagent.course_files import CourseFolders
 from nodeagent.credentials import (
     NodeCredential,
     forget_credential,
@@ -39,6 +40,7 @@ from nodeagent.protocol import (
 )
 from nodeagent.reconcile import Reconciler
 from nodeagent.runtime import DesktopRuntime
+from nodeagent.runtime.course_mounts import courses_root
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +108,13 @@ class Agent:
         )
         # The Files page's home tasks, beside the reconciler (nodeagent.home_tasks).
         self.home_tasks = HomeTaskRunner(runtime, client)
+        # Course folders' node copies, pulled before each step (nodeagent.course_files).
+        self.courses = CourseFolders(
+            client,
+            courses_root(config.sessions_dir()),
+            installation=lambda: str(getattr(runtime, "installation", "")),
+            in_use=getattr(runtime, "course_sources", set),
+        )
         self.stopping = threading.Event()
         self.backoff = Backoff(cap_s=MAX_RETRY_S)
 
@@ -265,6 +274,7 @@ class Agent:
             if desired is None:
                 continue
             try:
+                self.courses.sync(desired.sessions)
                 summary = self.reconciler.step(desired.sessions, desired.warm)
                 if not summary.is_quiet():
                     logger.info("reconcile: %s", summary)
@@ -284,6 +294,7 @@ class Agent:
         try:
             desired = self.client.desired()
             self.home_tasks.offer(desired.home_tasks)
+            self.courses.sync(desired.sessions)
             summary = self.reconciler.step(desired.sessions, desired.warm)
             if not summary.is_quiet():
                 logger.info("reconcile: %s", summary)

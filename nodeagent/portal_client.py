@@ -7,6 +7,7 @@ not match is :class:`BadAnswer`, and the agent leaves its desktops alone.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import httpx
@@ -27,12 +28,14 @@ from nodeagent.protocol import (
     WarmReport,
     to_wire,
 )
+from nodeagent.protocol_courses import CourseManifest
 from nodeagent.protocol_files import HomeTaskAnswer, HomeTaskReport
 from nodeagent.protocol_gateway import GatewayEventBatch, GatewayEventsAnswer
 
 API_PREFIX = "/api/agent/v1/"
 A = TypeVar("A", bound=BaseModel)  # the answer's protocol model
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
+COURSE_FILE_CHUNK = 1024 * 1024
 WAIT_GRACE_S = 15.0  # a wait's answer may come this much later than its timeout
 
 
@@ -127,6 +130,24 @@ class PortalClient:
     def report_home_task(self, task_id: int, report: HomeTaskReport) -> HomeTaskAnswer:
         """How a home task ended. Conflict: the portal no longer waits for it (drop it)."""
         return self._request("POST", f"home-tasks/{task_id}/report/", HomeTaskAnswer, report)
+
+    # -- course folders (nodeagent.protocol_courses) -------------------------------------
+
+    def course_manifest(self, course_id: int) -> CourseManifest:
+        return self._request("GET", f"courses/{course_id}/manifest/", CourseManifest)
+
+    def course_file(self, course_id: int, sha256: str, out: Callable[[bytes], object]) -> None:
+        """Stream one file of a course folder into ``out``, chunk by chunk."""
+        path = f"courses/{course_id}/files/{sha256}/"
+        try:
+            with self._http.stream("GET", path, headers=self._headers()) as response:
+                if response.status_code != 200:
+                    response.read()
+                    _raise_for_status(response, _json_of(response))
+                for chunk in response.iter_bytes(COURSE_FILE_CHUNK):
+                    out(chunk)
+        except httpx.TransportError as error:
+            raise _unreachable(error) from error
 
     # -- the desktop gateway (nodeagent.protocol_gateway) --------------------------------
 

@@ -45,6 +45,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 
 from .addresses import NODE_ADDRESS_MAX
+from .protocol_courses import CourseFolders
 from .protocol_files import HomeTask
 from .protocol_gateway import GatewayAccess, RevokedTicket
 from .wire_types import (  # noqa: F401 - REASON_MAX_CHARS: the agent and tests read it here
@@ -349,6 +350,7 @@ class DesiredSession(DesktopSpec):
     revoked_tickets: list[RevokedTicket] = Field(
         default_factory=list, description="Its tickets whose holder lost the right (gateway)."
     )
+    courses: CourseFolders = []  # read-only at /courses/<code> (protocol_courses)
 
 
 class DesiredWarm(DesktopSpec):

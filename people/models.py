@@ -69,6 +69,7 @@ class Course(models.Model):
             ("view_live_class", _("See the live class")),
             ("manage_class_desktops", _("Start and stop students' desktops")),
             ("answer_quota_requests", _("Answer quota requests")),
+            ("manage_course_files", _("Put files into the course folder")),
         ]
 
     def __str__(self) -> str:

@@ -372,6 +372,16 @@ if HOME_QUOTA_MB < 0:
     raise ImproperlyConfigured("DESKPOOL_HOME_QUOTA_MB must be 0 (no quota) or more")
 if HOME_TASK_TIMEOUT_S <= 0:
     raise ImproperlyConfigured("DESKPOOL_HOME_TASK_TIMEOUT_S must be more than 0")
+# Course folders (docs/course-files.md): their files on the portal host's disk, content
+# addressed (never in the database); a course's cap (the console may set another per course)
+# and one file's limit, in MB (1024 * 1024 bytes).
+COURSE_FILES_ROOT = Path(
+    env.str("DESKPOOL_COURSE_FILES_ROOT", default=str(VAR_DIR / "course-files"))
+)
+COURSE_FOLDER_MB = env.int("DESKPOOL_COURSE_FOLDER_MB", default=1024)
+COURSE_FILE_MAX_MB = env.int("DESKPOOL_COURSE_FILE_MAX_MB", default=512)
+if COURSE_FOLDER_MB < 1 or COURSE_FILE_MAX_MB < 1:
+    raise ImproperlyConfigured("DESKPOOL_COURSE_FOLDER_MB and _FILE_MAX_MB must be 1 or more")
 # Warm pool: a class booking starting within this many minutes (or running) gets desktops
 # started ahead on the slices held for it, one for every seat not yet taken (a number caps
 # them per booking; 0 turns the warm pool off); a warm start that fails is tried again (new

@@ -140,5 +140,10 @@ class AuditKind(models.TextChoices):
     HOME_UPLOADED = "home.uploaded", _("Home file uploaded")
     HOME_DOWNLOADED = "home.downloaded", _("Home file downloaded")
     HOME_DELETED = "home.deleted", _("Home file deleted")
+    # course folders (docs/course-files.md): a file put into or deleted from a course's
+    # folder (data: course, path, size, sha256), the folder's cap set on the console
+    COURSE_FILE_UPLOADED = "course.file_uploaded", _("Course file uploaded")
+    COURSE_FILE_DELETED = "course.file_deleted", _("Course file deleted")
+    COURSE_FOLDER_CAP_CHANGED = "course.folder_cap_changed", _("Course folder cap changed")
     # an admin rotated a node's gateway ticket key (data: the key ids, old and new; never a key)
     NODE_GATEWAY_KEY_ROTATED = "node.gateway_key_rotated", _("Gateway key rotated")

@@ -12,7 +12,14 @@ from contextlib import contextmanager
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 
-from .models import JoinToken, Node, PoolPolicy, Session, WarmDesktop
+from .models import CourseFolder, JoinToken, Node, PoolPolicy, Session, WarmDesktop
+
+
+def lock_course_folder(course_id: int) -> CourseFolder:
+    """A course's folder row (created first if there is none): its uploads and deletions,
+    and its cap, queue here (docs/course-files.md)."""
+    CourseFolder.objects.get_or_create(course_id=course_id)
+    return CourseFolder.objects.select_for_update().get(course_id=course_id)
 
 
 def lock_node(node_id: int) -> Node | None:

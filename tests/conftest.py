@@ -204,8 +204,14 @@ def _no_warm_home_mounts_left(tmp_path_factory):
 
     base = str(tmp_path_factory.getbasetemp())
     with open("/proc/self/mountinfo", encoding="utf-8") as f:
-        points = {line.split(" ")[4] for line in f if "/warm-homes/" in line}
-    for point in sorted(points):
+        # and course folders (docs/course-files.md): warm desktops' and the node copies
+        # sealed read-only for them; the deepest first
+        points = {
+            line.split(" ")[4]
+            for line in f
+            if any(part in line for part in ("/warm-homes/", "/warm-courses/", "/courses/"))
+        }
+    for point in sorted(points, reverse=True):
         if point.startswith(base):
             home_mounts.release(Path(point))
 

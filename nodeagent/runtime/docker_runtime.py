@@ -40,6 +40,7 @@ from nodeagent.protocol import (
 )
 from nodeagent.readiness import wait_for_desktop
 from nodeagent.runtime.base import ManagedContainer, StartFailed, WarmContainer, container_name
+from nodeagent.runtime.course_mounts import course_volumes, mounted_sources
 from nodeagent.runtime.desktop_network import portal_addresses
 from nodeagent.runtime.docker_desktops import (
     START_ERRORS,
@@ -224,6 +225,7 @@ class DockerRuntime:
             volumes={
                 session.home_volume: {"bind": DESKTOP_HOME, "mode": "rw"},
                 str(attempt.password_dir): {"bind": DESKTOP_PASSWORD_MOUNT, "mode": "ro"},
+                **course_volumes(desktops.sessions_dir, desktops.installation, session.courses),
             },
         )
         args["environment"]["DESKPOOL_SESSION_ID"] = str(session_id)
@@ -263,6 +265,14 @@ class DockerRuntime:
 
     def home_folder(self, home_volume: str, *, create: bool) -> Path | None:
         return self._desktops.home_folder(home_volume, create=create)
+
+    # -- course folders (course_mounts) --------------------------------------------------
+
+    def course_sources(self) -> set[Path]:
+        """Course copies its desktops mount now (kept when older versions are pruned)."""
+        desktops = self._desktops
+        labels = [f"{k}={v}" for k, v in desktops.own_labels().items()]
+        return mounted_sources(desktops.client, desktops.sessions_dir, labels)
 
     # -- the warm pool (docker_warm) -----------------------------------------------------
 

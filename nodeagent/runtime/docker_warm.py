@@ -53,7 +53,7 @@ from nodeagent.protocol import (
 )
 from nodeagent.readiness import DesktopNotReady, keep_trying
 from nodeagent.rfb_login import RfbError, log_in_upstream
-from nodeagent.runtime import home_mounts
+from nodeagent.runtime import course_mounts, home_mounts
 from nodeagent.runtime.base import (
     ManagedContainer,
     StartFailed,
@@ -154,7 +154,10 @@ class DockerWarmDesktops:
                 name=warm_container_name(desktops.node, key, desktops.installation),
                 labels=labels,
                 volumes={str(password_dir): {"bind": DESKTOP_PASSWORD_MOUNT, "mode": "ro"}},
-                mounts=[Mount(DESKTOP_HOME, str(home), type="bind", propagation="rslave")],
+                mounts=[
+                    Mount(DESKTOP_HOME, str(home), type="bind", propagation="rslave"),
+                    course_mounts.warm_mount(desktops.sessions_dir, key),  # /courses
+                ],
             )
             args["environment"]["DESKPOOL_WARM_KEY"] = key
             container = desktops.client.containers.create(**args)
@@ -181,6 +184,9 @@ class DockerWarmDesktops:
         try:
             container = self._running(key)
             self._attach_home(key, container, session)
+            course_mounts.attach_warm(
+                desktops.sessions_dir, desktops.installation, key, session.courses
+            )
             desktops.replace_password(self.password_dir(key), session.vnc_password)
             applied = container.exec_run(claim_command(session))
             if applied.exit_code != 0:
@@ -246,6 +252,7 @@ class DockerWarmDesktops:
                 grace_s=None if claimed else UNCLAIMED_STOP_GRACE_S,
             )
         home_mounts.release(self.home(key))  # unmounts first: the volume is kept
+        course_mounts.release_warm(self._desktops.sessions_dir, key)
         shutil.rmtree(self.password_dir(key), ignore_errors=True)
         self._desktops.claims.remove(key)
 

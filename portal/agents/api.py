@@ -340,4 +340,6 @@ urlpatterns = [
     path("", include("portal.agents.home_tasks")),
     # The desktop gateway's reports (issue 34): POST gateway-events/.
     path("", include("portal.agents.gateway_events")),
+    # Course folders (docs/course-files.md): GET courses/<id>/manifest/, files/<sha256>/.
+    path("", include("portal.agents.course_files")),
 ]

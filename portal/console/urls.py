@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from portal.console import idle, ops, overview, pool, queue
+from portal.console import course_folders, idle, ops, overview, pool, queue
 
 urlpatterns: list[URLPattern] = [
     path("", overview.overview, name="console"),
@@ -52,5 +52,12 @@ urlpatterns: list[URLPattern] = [
     path("alerts/rules/new/", ops.alert_rule, name="console-alert-rule-new"),
     path("alerts/rules/<int:rule_id>/", ops.alert_rule, name="console-alert-rule"),
     path("reports/", ops.reports, name="console-reports"),
+    # course folders' caps (docs/course-files.md)
+    path("course-folders/", course_folders.course_folders, name="console-course-folders"),
+    path(
+        "course-folders/<int:course_id>/cap/",
+        course_folders.course_folder_cap,
+        name="console-course-folder-cap",
+    ),
     path("audit/", ops.audit, name="console-audit"),
 ]

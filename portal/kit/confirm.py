@@ -48,6 +48,9 @@ QUESTIONS = {
     "delete_file": gettext_lazy(
         "Delete %(name)s from your home folder? A deleted file or folder cannot be brought back."
     ),
+    "delete_course_file": gettext_lazy(
+        "Delete %(name)s from the course folder? Students' desktops no longer show it."
+    ),
 }
 
 # The button that sends the form again, confirmed.
@@ -60,6 +63,7 @@ ANSWERS = {
     "remove_ta": gettext_lazy("Remove"),
     "delete_quota": gettext_lazy("Delete the quota"),
     "delete_file": gettext_lazy("Delete"),
+    "delete_course_file": gettext_lazy("Delete"),
 }
 
 

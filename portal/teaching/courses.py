@@ -36,6 +36,7 @@ from scheduling.services.classroom import (
     do_stop_all,
     do_stop_class_session,
 )
+from scheduling.services.course_files import folder_view
 from scheduling.services.quota_requests import pending_to_answer
 from scheduling.services.roster import do_import_roster, do_remove_student
 from scheduling.services.teaching import (
@@ -83,6 +84,8 @@ def _detail(
     if role.answer_quota_requests:
         waiting = pending_to_answer(request.user).filter(course=course).count()
         context["quota_requests_here"] = waiting
+    if role.teacher or role.manage_course_files:
+        context["course_folder"] = folder_view(course)  # docs/course-files.md
     if role.teacher:
         context.setdefault("import_form", RosterImportForm(course=course))
         context.setdefault("add_form", AddStudentForm(course=course))

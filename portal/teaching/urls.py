@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from portal.teaching import bookings, courses, grants
+from portal.teaching import bookings, course_files, courses, grants
 
 COURSE = "courses/<slug:code>/"
 
@@ -27,6 +27,9 @@ urlpatterns: list[URLPattern] = [
         courses.stop_session,
         name="course-stop-session",
     ),
+    # the course folder (docs/course-files.md)
+    path(f"{COURSE}files/upload/", course_files.upload, name="course-files-upload"),
+    path(f"{COURSE}files/<int:file_id>/delete/", course_files.delete, name="course-files-delete"),
     # a course's lab bookings
     path(f"{COURSE}book/", bookings.book, name="booking-new"),
     path(f"{COURSE}calendar/", bookings.calendar, name="booking-calendar"),

@@ -12,6 +12,7 @@ from .bookings import (
     default_profile_of,
     set_default_profile,
 )
+from .course_files import CourseFile, CourseFolder
 from .gateway import GatewayTicket, GatewayTicketQuerySet, TicketPurpose, TicketVia
 from .home_files import HomeTask, HomeTaskKind, HomeTaskState, HomeUsage
 from .lifecycle import IdlePolicy, LifecycleNotices, SessionActivity
@@ -34,6 +35,8 @@ __all__ = [
     "BookingQuerySet",
     "BookingSeries",
     "CourseDesktop",
+    "CourseFile",
+    "CourseFolder",
     "DesktopProfile",
     "GatewayTicket",
     "GatewayTicketQuerySet",

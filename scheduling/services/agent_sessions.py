@@ -20,6 +20,7 @@ from nodeagent.protocol import (
     DesktopLanguage,
     SessionReport,
 )
+from nodeagent.protocol_courses import CourseFolderRef
 
 from ..choices import ON_NODE_STATES, TERMINAL_STATES, SessionState
 from ..engine.reasons import Code, Reason
@@ -27,6 +28,7 @@ from ..locks import lock_sessions, one_snapshot
 from ..models import Allocation, Node, Session
 from . import Conflict, NotFound, ServiceError
 from .agent_wake import desired_version
+from .course_files_agent import folders_of_people
 from .gateway_keys import gateway_access
 from .gateway_revocation import revoked_tickets
 from .health import do_record_session_failed, do_record_session_running
@@ -92,11 +94,13 @@ def desired_sessions(node: Node) -> list[DesiredSession]:
         .prefetch_related("allocations__slice")
         .order_by("pk")
     )
-    return [_desired(s) for s in sessions]
+    found = list(sessions)
+    folders = folders_of_people({s.user_id for s in found})  # docs/course-files.md
+    return [_desired(s, folders.get(s.user_id, [])) for s in found]
 
 
-def _desired(s: Session) -> DesiredSession:
-    return DesiredSession(
+def _desired(s: Session, courses: list[CourseFolderRef]) -> DesiredSession:
+    desired = DesiredSession(
         session_id=s.pk,
         user=s.user.get_username(),
         course=s.course.code if s.course else "",
@@ -119,6 +123,8 @@ def _desired(s: Session) -> DesiredSession:
         **_warm_key(s),
         language=_language(s),
     )
+    # Absent when none (as an older portal sends it): the course folders to mount.
+    return desired.model_copy(update={"courses": courses}) if courses else desired
 
 
 def _warm_key(s: Session) -> dict[str, Any]:

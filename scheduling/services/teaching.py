@@ -40,6 +40,7 @@ TA_PERMISSIONS: dict[str, object] = {
     "view_live_class": gettext_lazy("See the live class"),
     "manage_class_desktops": gettext_lazy("Start and stop students' desktops"),
     "answer_quota_requests": gettext_lazy("Answer quota requests"),
+    "manage_course_files": gettext_lazy("Put files into the course folder"),
 }
 
 
@@ -52,6 +53,7 @@ class CourseRole:
     view_live_class: bool
     manage_class_desktops: bool
     answer_quota_requests: bool
+    manage_course_files: bool = False  # the course folder (docs/course-files.md)
 
     @property
     def is_ta(self) -> bool:
@@ -84,7 +86,7 @@ def course_role(user: User | AnonymousUser, course: Course) -> CourseRole | None
     if not user.is_authenticated:
         return None
     if user.is_staff or course.instructors.filter(pk=user.pk).exists():
-        return CourseRole(course, True, True, True, True)
+        return CourseRole(course, True, True, True, True, True)
     granted = set(get_perms(user, course))
     if not granted & TA_PERMISSIONS.keys():
         return None
@@ -94,6 +96,7 @@ def course_role(user: User | AnonymousUser, course: Course) -> CourseRole | None
         "view_live_class" in granted,
         "manage_class_desktops" in granted,
         "answer_quota_requests" in granted,
+        "manage_course_files" in granted,
     )
 
 

@@ -20,7 +20,7 @@ from nodeagent.protocol import (
     WarmReport,
     to_wire,
 )
-from nodeagent.runtime import home_mounts
+from nodeagent.runtime import course_mounts, home_mounts
 from nodeagent.runtime.desktop_network import remove_networks
 
 TINY_IMAGE = "deskpool/tiny:latest"
@@ -96,6 +96,12 @@ def sessions_dir(tmp_path: Path) -> Iterator[Path]:
     if homes.is_dir():
         for home in homes.iterdir():
             home_mounts.release(home)
+    # And its /courses folder (runtime.course_mounts), with the course folders bound in it.
+    courses = path / "warm-courses"
+    if courses.is_dir():
+        for folder in courses.iterdir():
+            if folder.is_dir():
+                course_mounts.release_warm(path, folder.name)
 
 
 def desired_session(

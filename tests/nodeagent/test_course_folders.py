@@ -1,0 +1,160 @@
+"""Course folders on the real Docker engine (docs/course-files.md): the agent pulls a course's
+folder from the portal's own views (in process, PostgreSQL), checks it, and mounts it
+read-only at /courses/<code> into the desktop of an enrolled student, cold started or a
+claimed warm desktop; a student of another course has no such path. A new version of the
+folder is pulled once, linking the files it had, and a version a desktop still mounts is kept.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.handlers.wsgi import WSGIHandler
+
+from nodeagent.course_files import CourseFolders
+from nodeagent.portal_client import PortalClient
+from nodeagent.reconcile import Reconciler
+from nodeagent.runtime.course_mounts import courses_root, current_copy, warm_folder
+from nodeagent.runtime.docker_runtime import DockerRuntime
+from nodeagent.runtime.home_mounts import mount_count
+
+from ..conftest import gpu_inventory
+from .conftest import desired_session, desired_warm
+
+pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+NOTES = b"Week 1: read chapter 2.\n"
+
+
+def converge(reconciler: Reconciler, desired: list, warm: tuple = ()) -> None:  # type: ignore[type-arg]
+    reconciler.step(desired, list(warm))
+    assert reconciler.wait_idle(90), "reconcile actions did not finish"
+
+
+def run(container, *command: str, user: str = "1000") -> tuple[int, str]:  # type: ignore[no-untyped-def]
+    done = container.exec_run(list(command), user=user)
+    return done.exit_code, done.output.decode(errors="replace")
+
+
+@pytest.fixture
+def portal(settings, tmp_path, make_user, register_node, profile):  # type: ignore[no-untyped-def]
+    """cs101 (its folder holds notes.txt) with alice enrolled, art200 with bob; both run a
+    desktop on the node; the node's agent client talks to this portal's views."""
+    from people.models import Course
+    from scheduling.choices import SessionState
+    from scheduling.models import Session
+    from scheduling.models.installation import installation_id
+    from scheduling.services.course_files import check_upload, do_upload
+    from scheduling.services.teaching import course_role
+
+    settings.COURSE_FILES_ROOT = tmp_path / "portal-course-files"
+    installation_id()  # made here: the desired state is read in a read-only snapshot
+    teacher, alice, bob = make_user("prof"), make_user("alice"), make_user("bob")
+    course = Course.objects.create(code="cs101", title="GPUs")
+    course.instructors.add(teacher)
+    course.students.add(alice)
+    Course.objects.create(code="art200", title="Painting").students.add(bob)
+
+    def upload(name: str, data: bytes) -> None:
+        plan = check_upload(course_role(teacher, course), [SimpleUploadedFile(name, data)])
+        do_upload(teacher, plan)
+
+    upload("notes.txt", NOTES)
+    node, token = register_node("gpu-1", [gpu_inventory("GPU-1", 0, mig_slices=2)])
+    for user in (alice, bob):
+        Session.objects.create(
+            user=user, profile=profile, purpose="hobby", state=SessionState.RUNNING,
+            node=node, vnc_password="pw345678",
+        )  # fmt: skip
+    client = PortalClient(
+        "http://testserver", node_token=token, transport=httpx.WSGITransport(app=WSGIHandler())
+    )
+    return client, course, upload
+
+
+def test_an_enrolled_students_desktops_see_the_folder_read_only_and_others_do_not(
+    portal, docker_client, tiny_image, node_name, sessions_dir, fake_portal
+) -> None:  # type: ignore[no-untyped-def]
+    client, course, upload = portal
+    runtime = DockerRuntime(
+        docker_client, node_name=node_name, sessions_dir=sessions_dir, ready_timeout_s=30
+    )
+    folders = CourseFolders(client, courses_root(sessions_dir), in_use=runtime.course_sources)
+    wanted = {s.user: s for s in client.desired().sessions}
+    assert [r.code for r in wanted["alice"].courses] == ["cs101"]
+    assert wanted["bob"].courses == []
+    folders.sync(list(wanted.values()))
+    copy = current_copy(courses_root(sessions_dir), "", course.pk)
+    assert copy is not None and (copy / "notes.txt").read_bytes() == NOTES
+
+    reconciler = Reconciler(runtime, fake_portal)
+    alice = desired_session(6101, image=tiny_image, user="alice")
+    alice = alice.model_copy(update={"courses": wanted["alice"].courses})
+    bob = desired_session(6102, image=tiny_image, user="bob", course="art200")
+    converge(reconciler, [alice, bob])
+    assert fake_portal.states(6101) == ["STARTING", "RUNNING"]
+    containers = {
+        c.labels["deskpool.user"]: c for c in runtime_containers(docker_client, node_name)
+    }
+
+    # Alice's desktop reads the file at the fixed path; writing there fails: read-only.
+    assert run(containers["alice"], "cat", "/courses/cs101/notes.txt") == (0, NOTES.decode())
+    code, output = run(containers["alice"], "sh", "-c", "echo x > /courses/cs101/new.txt", user="0")
+    assert code != 0 and "Read-only file system" in output
+    code, output = run(containers["alice"], "rm", "-f", "/courses/cs101/notes.txt", user="0")
+    assert code != 0 and "Read-only file system" in output
+    # Bob, of another course, has no such path.
+    assert run(containers["bob"], "test", "-e", "/courses/cs101")[0] != 0
+
+    # A new version: only the new file comes; notes.txt is linked, not fetched again; the
+    # version Alice's running desktop mounts is kept beside it.
+    upload("week2.txt", b"Week 2\n")
+    folders.sync(client.desired().sessions)
+    newer = current_copy(courses_root(sessions_dir), "", course.pk)
+    assert newer is not None and newer != copy
+    assert sorted(p.name for p in newer.iterdir()) == ["notes.txt", "week2.txt"]
+    assert (newer / "notes.txt").stat().st_ino == (copy / "notes.txt").stat().st_ino
+    assert (copy / "notes.txt").read_bytes() == NOTES  # still mounted: not pruned
+
+    converge(reconciler, [])
+    folders.prune(copy.parent)
+    assert not copy.exists() and newer.is_dir()  # no desktop mounts the old one now
+
+
+def runtime_containers(docker_client, node_name: str) -> list:  # type: ignore[no-untyped-def,type-arg]
+    labels = ["deskpool.managed=true", f"deskpool.node={node_name}"]
+    return docker_client.containers.list(all=True, filters={"label": labels})
+
+
+def test_a_claimed_warm_desktop_gets_the_students_course_folder(
+    portal, docker_client, tiny_image, node_name, sessions_dir, fake_portal
+) -> None:  # type: ignore[no-untyped-def]
+    client, course, _ = portal
+    runtime = DockerRuntime(
+        docker_client, node_name=node_name, sessions_dir=sessions_dir, ready_timeout_s=30
+    )
+    folders = CourseFolders(client, courses_root(sessions_dir), in_use=runtime.course_sources)
+    wanted = {s.user: s for s in client.desired().sessions}
+    folders.sync(list(wanted.values()))
+    reconciler = Reconciler(runtime, fake_portal)
+    converge(reconciler, [], (desired_warm("cf-1", image=tiny_image),))
+    [container] = runtime_containers(docker_client, node_name)
+    assert run(container, "ls", "-A", "/courses") == (0, "")  # the empty mount point
+
+    alice = desired_session(6201, image=tiny_image, user="alice", warm_key="cf-1")
+    alice = alice.model_copy(update={"courses": wanted["alice"].courses})
+    converge(reconciler, [alice])
+    assert fake_portal.states(6201) == ["STARTING", "RUNNING"]
+    assert run(container, "cat", "/courses/cs101/notes.txt") == (0, NOTES.decode())
+    code, output = run(container, "sh", "-c", "echo x > /courses/cs101/new.txt", user="0")
+    assert code != 0 and "Read-only file system" in output
+    copy = current_copy(courses_root(sessions_dir), "", course.pk)
+    assert copy is not None and copy in runtime.course_sources()
+
+    # The session ends: its mounts go, then the folders; the node's copy stays.
+    converge(reconciler, [])
+    folder: Path = warm_folder(sessions_dir, "cf-1")
+    assert not folder.exists() and mount_count(folder / "cs101") == 0
+    assert (copy / "notes.txt").read_bytes() == NOTES
