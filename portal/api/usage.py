@@ -15,6 +15,7 @@ from drf_spectacular.utils import (
     extend_schema_view,
 )
 from rest_framework import mixins, renderers, serializers, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -36,6 +37,7 @@ from scheduling.services.accounting import (
     row_fields,
     usage_report,
 )
+from scheduling.services.prices import check_correct, check_end, do_correct, do_end
 
 
 def hours_field() -> serializers.DecimalField:
@@ -147,6 +149,12 @@ class ReportRowSerializer(serializers.Serializer):
     booked_gpu_hours = hours_field()
     cost = serializers.DecimalField(max_digits=20, decimal_places=2, read_only=True)
     currency = serializers.CharField()
+    price_lines = serializers.CharField(
+        help_text=_(
+            "The price lines that priced the row: '#<id> <price> <currency>/<unit>: <cost>', "
+            "by id, separated by '; '."
+        )
+    )
 
 
 class UsageReportView(APIView):
@@ -218,8 +226,23 @@ class PriceRuleCreateSerializer(serializers.Serializer):
     note = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
 
 
+class PriceEndSerializer(serializers.Serializer):
+    valid_until = serializers.DateField(help_text=_("The line's new last day (inclusive)."))
+
+
+class PriceCorrectSerializer(serializers.Serializer):
+    price = serializers.DecimalField(max_digits=12, decimal_places=4, required=False)
+    currency = serializers.CharField(max_length=3, required=False)
+    note = serializers.CharField(max_length=300, required=False, allow_blank=True)
+    valid_from = serializers.DateField(required=False)
+    valid_until = serializers.DateField(required=False, allow_null=True)
+
+
 @extend_schema_view(list=extend_schema(summary="The internal price list (admins)"))
 class PriceRuleViewSet(PersonMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
+    """The price list: list and add; ``POST <id>/end/`` and ``<id>/correct/``, checked as on
+    the console's Prices page (``scheduling.services.prices``). Admins only."""
+
     serializer_class = PriceRuleSerializer
     permission_classes = [IsAdminUser]
 
@@ -237,3 +260,30 @@ class PriceRuleViewSet(PersonMixin, mixins.ListModelMixin, viewsets.GenericViewS
         person = self.person
         rule = do_price(person, check_price(**form.validated_data))
         return Response(PriceRuleSerializer(rule).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="End a price line: its new last day (admins)",
+        request=PriceEndSerializer,
+        responses={200: PriceRuleSerializer},
+    )
+    @action(detail=True, methods=["post"])
+    def end(self, request: Request, pk: str | None = None) -> Response:
+        form = PriceEndSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        person = self.person
+        rule = do_end(person, check_end(person, int(pk or 0), form.validated_data["valid_until"]))
+        return Response(PriceRuleSerializer(rule).data)
+
+    @extend_schema(
+        summary="Correct a price line no closed report used: price, currency, note, dates "
+        "(admins; fields left out keep their value)",
+        request=PriceCorrectSerializer,
+        responses={200: PriceRuleSerializer},
+    )
+    @action(detail=True, methods=["post"])
+    def correct(self, request: Request, pk: str | None = None) -> Response:
+        form = PriceCorrectSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        person = self.person
+        rule = do_correct(person, check_correct(person, int(pk or 0), form.validated_data))
+        return Response(PriceRuleSerializer(rule).data)

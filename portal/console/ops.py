@@ -27,7 +27,7 @@ from portal.console.audit_search import (
     export_rows,
     search_events,
 )
-from portal.console.ops_forms import AlertRuleForm, AuditSearchForm, ReportForm
+from portal.console.ops_forms import AlertRuleForm, AuditSearchForm, CloseReportForm, ReportForm
 from portal.kit.person import signed_in
 from scheduling.models import Alert, AlertRule, AlertState
 from scheduling.models.alerts import Metric
@@ -41,6 +41,7 @@ from scheduling.services.alert_changes import (
     do_save_rule,
 )
 from scheduling.services.alerts import ensure_default_rules
+from scheduling.services.prices import closed_periods
 
 RECENT_RESOLVED = 20
 CHART_WIDTH = 400  # the SVG's user units; it scales to the page
@@ -176,11 +177,24 @@ def _chart(rows: list[Row]) -> dict[str, Any]:
 def reports(request: HttpRequest) -> HttpResponse:
     """Usage and cost per department, course or user, by week or month; ``?format=csv``
     gives the same rows as ``accounting.report_csv`` (the API's CSV too)."""
+    return reports_page(request)
+
+
+def reports_page(
+    request: HttpRequest, close_form: CloseReportForm | None = None, status: int = 200
+) -> HttpResponse:
+    """The reports page, with the form that closes a period (``close_form``: one refused)."""
     data = {**ReportForm.defaults(), **request.GET.dict()}
     form = ReportForm(data)
+    closing: dict[str, Any] = {"closed": closed_periods()}
     if not form.is_valid() or form.checked is None:
-        return render(request, "console/reports.html", {"form": form, "rows": None}, status=400)
+        context: dict[str, Any] = {"form": form, "rows": None, **closing}
+        return render(request, "console/reports.html", context, status=400)
     asked = form.checked
+    if close_form is None:
+        initial = {"start": asked.start, "end": asked.end}
+        close_form = CloseReportForm(signed_in(request.user), initial=initial)
+    closing["close_form"] = close_form
     rows = usage_report(asked.group, asked.period, asked.start, asked.end)
     query = {"group": asked.group, "period": asked.period}
     query |= {"start": asked.start.isoformat(), "end": asked.end.isoformat()}
@@ -199,8 +213,9 @@ def reports(request: HttpRequest) -> HttpResponse:
         "chart": _chart(rows),
         "csv_url": f"{reverse('console-reports')}?{urlencode({**query, 'format': 'csv'})}",
         "api_url": f"/api/v1/usage/report/?{urlencode(query)}",
+        **closing,
     }
-    return render(request, "console/reports.html", context)
+    return render(request, "console/reports.html", context, status=status)
 
 
 # -- audit -----------------------------------------------------------------------------------

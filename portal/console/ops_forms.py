@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from datetime import date, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django import forms
@@ -14,14 +15,31 @@ from django.utils.translation import gettext_lazy as _
 from portal.console.audit_search import AuditSearch
 from portal.kit.form_fields import AsciiFloatField, AsciiIntegerField
 from portal.kit.forms import CheckedForm
+from scheduling.choices import SliceKind
 from scheduling.labels import audit_kind_choices
-from scheduling.models import AlertRule
+from scheduling.models import AlertRule, DesktopProfile, PriceRule, PriceUnit
 from scheduling.models.alerts import Metric, Scope
-from scheduling.services.accounting import ReportRequest, check_report
+from scheduling.services import ServiceError
+from scheduling.services.accounting import PriceRequest, ReportRequest, check_price, check_report
 from scheduling.services.alert_changes import MAX_SUSTAINED_MINUTES, RuleChange, check_rule
+from scheduling.services.prices import (
+    CloseRequest,
+    Correction,
+    EndRequest,
+    check_close,
+    check_correct,
+    check_end,
+)
 
 NUMBER_ERRORS = {"invalid": _("Enter a number, such as 80, or leave it blank for none.")}
 DATE_ERRORS = {"invalid": _("Enter a date, such as 2026-06-30.")}
+PRICE_ERRORS = {
+    "invalid": _("Enter a price, such as 2.50."),
+    "required": _("Enter a price, such as 2.50."),
+    "max_decimal_places": _("Enter a price with at most 4 digits after the point."),
+    "max_whole_digits": _("Enter a price of at most 8 digits before the point."),
+}
+REQUIRED_DATE_ERRORS = {**DATE_ERRORS, "required": _("Enter a date, such as 2026-06-30.")}
 
 
 def _date_input() -> forms.DateInput:
@@ -170,3 +188,156 @@ class AuditSearchForm(forms.Form):
             node_id=data.get("node"),
             text=data.get("text") or "",
         )
+
+
+# -- the price list (console/prices.html) ------------------------------------------------------
+
+
+def _price_field() -> AsciiFloatField:
+    return AsciiFloatField(label=_("Price"), error_messages=PRICE_ERRORS)
+
+
+def _price(value: float) -> Decimal:
+    """The price typed, as the decimal it was written: 8 digits and 4 places at most (the
+    column's), else a refusal on the field."""
+    price = Decimal(str(value))
+    if price.as_tuple().exponent < -4:  # type: ignore[operator]
+        raise ServiceError(str(PRICE_ERRORS["max_decimal_places"]), field="price")
+    if abs(price) >= 10**8:
+        raise ServiceError(str(PRICE_ERRORS["max_whole_digits"]), field="price")
+    return price
+
+
+def _currency_field() -> forms.CharField:
+    return forms.CharField(
+        label=_("Currency"), max_length=3, help_text=_("A three-letter ISO code, such as CHF.")
+    )
+
+
+class PriceAddForm(CheckedForm):
+    """A new line of the price list: ``accounting.check_price``."""
+
+    slice_kind = forms.ChoiceField(label=_("Slice kind"), required=False)
+    profile = forms.ChoiceField(label=_("Desktop profile"), required=False)
+    unit = forms.ChoiceField(label=_("Unit"), choices=PriceUnit.choices)
+    price = _price_field()
+    currency = _currency_field()
+    valid_from = forms.DateField(
+        label=_("First day"), widget=_date_input(), error_messages=REQUIRED_DATE_ERRORS
+    )
+    valid_until = forms.DateField(
+        label=_("Last day"),
+        required=False,
+        widget=_date_input(),
+        error_messages=DATE_ERRORS,
+        help_text=_("Blank: open-ended."),
+    )
+    note = forms.CharField(label=_("Note"), max_length=300, required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        kinds = [("", _("Any kind")), *SliceKind.choices]
+        profiles = DesktopProfile.objects.order_by("slug").values_list("slug", "name")
+        self.fields["slice_kind"].choices = kinds  # type: ignore[attr-defined]
+        self.fields["profile"].choices = [("", _("Any profile")), *profiles]  # type: ignore[attr-defined]
+        if not self.is_bound:
+            listed = PriceRule.objects.values_list("currency", flat=True).first()
+            self.initial.setdefault("currency", listed or "")
+
+    checked: PriceRequest | None
+
+    def check(self, data: dict[str, Any]) -> PriceRequest:
+        return check_price(
+            slice_kind=data.get("slice_kind") or "",
+            profile=data.get("profile") or "",
+            unit=data["unit"],
+            price=_price(data["price"]),
+            currency=(data.get("currency") or "").strip(),
+            valid_from=data["valid_from"],
+            valid_until=data.get("valid_until"),
+            note=(data.get("note") or "").strip(),
+        )
+
+
+class PriceEndForm(CheckedForm):
+    """End a line: its new last day (``prices.check_end``)."""
+
+    valid_until = forms.DateField(
+        label=_("Last day"), widget=_date_input(), error_messages=REQUIRED_DATE_ERRORS
+    )
+
+    def __init__(self, user: User, rule: PriceRule, *args: Any, **kwargs: Any):
+        kwargs.setdefault("prefix", f"end-{rule.pk}")
+        super().__init__(*args, **kwargs)
+        self.user, self.rule = user, rule
+
+    checked: EndRequest | None
+
+    def check(self, data: dict[str, Any]) -> EndRequest:
+        return check_end(self.user, self.rule.pk, data["valid_until"])
+
+
+class PriceCorrectForm(CheckedForm):
+    """Correct a line's price, currency, note and dates (``prices.check_correct``)."""
+
+    price = _price_field()
+    currency = _currency_field()
+    valid_from = forms.DateField(
+        label=_("First day"), widget=_date_input(), error_messages=REQUIRED_DATE_ERRORS
+    )
+    valid_until = forms.DateField(
+        label=_("Last day"),
+        required=False,
+        widget=_date_input(),
+        error_messages=DATE_ERRORS,
+        help_text=_("Blank: open-ended."),
+    )
+    note = forms.CharField(label=_("Note"), max_length=300, required=False)
+
+    def __init__(self, user: User, rule: PriceRule, *args: Any, **kwargs: Any):
+        kwargs.setdefault(
+            "initial",
+            {
+                "price": rule.price,
+                "currency": rule.currency,
+                "valid_from": rule.valid_from,
+                "valid_until": rule.valid_until,
+                "note": rule.note,
+            },
+        )
+        super().__init__(*args, **kwargs)
+        self.user, self.rule = user, rule
+
+    checked: Correction | None
+
+    def check(self, data: dict[str, Any]) -> Correction:
+        fields = {
+            "price": _price(data["price"]),
+            "currency": (data.get("currency") or "").strip(),
+            "note": data.get("note") or "",
+            "valid_from": data["valid_from"],
+            "valid_until": data.get("valid_until"),
+        }
+        return check_correct(self.user, self.rule.pk, fields)
+
+
+class CloseReportForm(CheckedForm):
+    """Close a report period: its figures become final (``prices.check_close``)."""
+
+    start = forms.DateField(
+        label=_("First day"), widget=_date_input(), error_messages=REQUIRED_DATE_ERRORS
+    )
+    end = forms.DateField(
+        label=_("Last day"), widget=_date_input(), error_messages=REQUIRED_DATE_ERRORS
+    )
+    note = forms.CharField(label=_("Note"), max_length=300, required=False)
+
+    def __init__(self, user: User, *args: Any, **kwargs: Any):
+        kwargs.setdefault("prefix", "close")
+        super().__init__(*args, **kwargs)
+        self.user = user
+
+    checked: CloseRequest | None
+
+    def check(self, data: dict[str, Any]) -> CloseRequest:
+        return check_close(self.user, data["start"], data["end"], data.get("note") or "")

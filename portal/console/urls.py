@@ -52,6 +52,11 @@ urlpatterns: list[URLPattern] = [
     path("alerts/rules/new/", ops.alert_rule, name="console-alert-rule-new"),
     path("alerts/rules/<int:rule_id>/", ops.alert_rule, name="console-alert-rule"),
     path("reports/", ops.reports, name="console-reports"),
+    path("reports/close/", prices.report_close, name="console-report-close"),
+    # the price list (docs/accounting.md)
+    path("prices/", prices.prices, name="console-prices"),
+    path("prices/<int:rule_id>/", prices.price_correct, name="console-price-correct"),
+    path("prices/<int:rule_id>/end/", prices.price_end, name="console-price-end"),
     # course folders' caps (docs/course-files.md)
     path("course-folders/", course_folders.course_folders, name="console-course-folders"),
     path(

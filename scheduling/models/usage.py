@@ -80,7 +80,9 @@ class PriceUnit(models.TextChoices):
 class PriceRule(models.Model):
     """A line of the internal price list: a price for a slice kind and/or profile (blank:
     any), per GPU-hour or compute-unit hour, valid over dates (``valid_until`` inclusive,
-    empty: open). A change is a new row; rules of one key never overlap."""
+    empty: open). A change of price is a new row; rules of one key never overlap. A line is
+    ended (``valid_until`` set) or corrected in place by ``services.prices``, only in ways
+    that leave every closed report's figures as they were (:class:`ClosedReport`)."""
 
     slice_kind = models.CharField(max_length=10, choices=SliceKind.choices, blank=True)
     profile = models.ForeignKey(
@@ -103,3 +105,30 @@ class PriceRule(models.Model):
     def __str__(self) -> str:
         what = f"{self.slice_kind or 'any kind'}, profile {self.profile_id or 'any'}"
         return f"{self.price} {self.currency} {self.unit} ({what}) from {self.valid_from}"
+
+
+class ClosedReport(models.Model):
+    """A closed report period (inclusive dates): the figures of the use that started in it
+    are final. The lines that priced any of that use are recorded; they can no longer be
+    corrected, and end no earlier than the period's last day (``services.prices``)."""
+
+    period_start = models.DateField()
+    period_end = models.DateField()
+    lines = models.ManyToManyField(PriceRule, related_name="closed_reports", blank=True)
+    closed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, related_name="+", on_delete=models.SET_NULL
+    )
+    closed_at = models.DateTimeField(default=timezone.now)
+    note = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-period_start", "-pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(period_end__gte=models.F("period_start")),
+                name="closed_report_dates_in_order",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"closed report {self.period_start} to {self.period_end}"

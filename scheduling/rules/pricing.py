@@ -30,6 +30,7 @@ class PriceLine:
     currency: str
     valid_from: date
     valid_until: date | None = None
+    rule_id: int | None = None  # the PriceRule row, where there is one
 
     @property
     def key(self) -> tuple[str, str]:
@@ -48,6 +49,15 @@ def overlaps(first: date, until: date | None, other_first: date, other_until: da
     starts_before_other_ends = other_until is None or first <= other_until
     other_starts_before_end = until is None or other_first <= until
     return starts_before_other_ends and other_starts_before_end
+
+
+def shared_days(
+    first: date, until: date | None, other_first: date, other_until: date
+) -> tuple[date, date] | None:
+    """The days an inclusive range (None: open) shares with a closed one, or None."""
+    start = max(first, other_first)
+    end = other_until if until is None else min(until, other_until)
+    return (start, end) if start <= end else None
 
 
 def line_for(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
@@ -33,6 +33,7 @@ from ..models import (
     Slice,
     UsageRecord,
 )
+from ..models.usage import ClosedReport
 from ..rules import pricing
 from . import ServiceError
 from .audit import record
@@ -93,9 +94,25 @@ def price_lines() -> list[pricing.PriceLine]:
             currency=r.currency,
             valid_from=r.valid_from,
             valid_until=r.valid_until,
+            rule_id=r.pk,
         )
         for r in PriceRule.objects.select_related("profile")
     ]
+
+
+def refuse_closed_days(first: date, until: date | None, field: str) -> None:
+    """Refuse dates that reach into a closed report period (``ClosedReport``): a line added
+    or moved there would change that period's final figures."""
+    for closed in ClosedReport.objects.order_by("period_start"):
+        if pricing.shared_days(first, until, closed.period_start, closed.period_end):
+            raise ServiceError(
+                _(
+                    "The report period %(start)s to %(end)s is closed: its prices stay as they "
+                    "were. Give dates after %(end)s."
+                )
+                % {"start": closed.period_start, "end": closed.period_end},
+                field=field,
+            )
 
 
 def check_price(
@@ -128,22 +145,45 @@ def check_price(
         raise ServiceError(_("Choose the unit gpu_hour or cu_hour."), field="unit")
     if price < 0:
         raise ServiceError(_("A price cannot be negative."), field="price")
+    check_currency(currency)
+    if valid_until is not None and valid_until < valid_from:
+        raise ServiceError(
+            _("The last valid day cannot be before the first one."), field="valid_until"
+        )
+    refuse_closed_days(valid_from, valid_until, "valid_from")
+    refuse_overlap(slice_kind, found, valid_from, valid_until)
+    return PriceRequest(slice_kind, found, unit, price, currency, valid_from, valid_until, note)
+
+
+def check_currency(currency: str, but: PriceRule | None = None) -> None:
+    """A three-letter ISO code, the list's one currency (``but``: a line being corrected,
+    which may change it when it is the only line)."""
     if len(currency) != 3 or not currency.isalpha() or not currency.isupper():
         raise ServiceError(
             _("Give the currency as a three-letter ISO code, such as CHF."), field="currency"
         )
-    listed = PriceRule.objects.exclude(currency=currency).values_list("currency", flat=True)
-    if other := listed.first():
+    listed = PriceRule.objects.exclude(currency=currency)
+    if but is not None:
+        listed = listed.exclude(pk=but.pk)
+    if other := listed.values_list("currency", flat=True).first():
         raise ServiceError(
             _("The price list is in %(currency)s; give this price in %(currency)s too.")
             % {"currency": other},
             field="currency",
         )
-    if valid_until is not None and valid_until < valid_from:
-        raise ServiceError(
-            _("The last valid day cannot be before the first one."), field="valid_until"
-        )
-    same_key = PriceRule.objects.filter(slice_kind=slice_kind, profile=found)
+
+
+def refuse_overlap(
+    slice_kind: str,
+    profile: DesktopProfile | None,
+    valid_from: date,
+    valid_until: date | None,
+    but: PriceRule | None = None,
+) -> None:
+    """Refuse dates that overlap another line of the same key (kind, profile)."""
+    same_key = PriceRule.objects.filter(slice_kind=slice_kind, profile=profile)
+    if but is not None:
+        same_key = same_key.exclude(pk=but.pk)
     for rule in same_key:
         if pricing.overlaps(valid_from, valid_until, rule.valid_from, rule.valid_until):
             raise ServiceError(
@@ -154,7 +194,6 @@ def check_price(
                 % {"first": rule.valid_from, "until": rule.valid_until or _("open end")},
                 field="valid_from",
             )
-    return PriceRequest(slice_kind, found, unit, price, currency, valid_from, valid_until, note)
 
 
 def do_price(user: User, request: PriceRequest) -> PriceRule:
@@ -174,20 +213,24 @@ def do_price(user: User, request: PriceRequest) -> PriceRule:
         record(
             AuditKind.USAGE_PRICES_CHANGED,
             f"user:{user.get_username()}",
-            data={
-                "after": {
-                    "id": rule.pk,
-                    "slice_kind": rule.slice_kind,
-                    "profile": request.profile.slug if request.profile else "",
-                    "unit": rule.unit,
-                    "price": str(rule.price),
-                    "currency": rule.currency,
-                    "valid_from": rule.valid_from.isoformat(),
-                    "valid_until": rule.valid_until.isoformat() if rule.valid_until else None,
-                }
-            },
+            data={"action": "added", "line": rule.pk, "after": line_fields(rule)},
         )
     return rule
+
+
+def line_fields(rule: PriceRule) -> dict[str, Any]:
+    """A line as the audit keeps it (before and after a change)."""
+    return {
+        "id": rule.pk,
+        "slice_kind": rule.slice_kind,
+        "profile": rule.profile.slug if rule.profile else "",
+        "unit": rule.unit,
+        "price": str(rule.price),
+        "currency": rule.currency,
+        "valid_from": rule.valid_from.isoformat(),
+        "valid_until": rule.valid_until.isoformat() if rule.valid_until else None,
+        "note": rule.note,
+    }
 
 
 # -- billing ----------------------------------------------------------------------------------
@@ -206,6 +249,7 @@ class BookingCharge:
     gpu_hours: Decimal
     cu_hours: Decimal
     cost: Decimal
+    line: pricing.PriceLine | None = None  # the line that priced it (None: none did)
 
 
 def seat_shape(profile: DesktopProfile) -> tuple[str, float, float]:
@@ -245,16 +289,24 @@ def booking_charge(
         gpu_hours=gpu_hours,
         cu_hours=cu_hours,
         cost=pricing.cost(line, gpu_hours, cu_hours),
+        line=line,
     )
+
+
+def record_line(record: UsageRecord, lines: list[pricing.PriceLine]) -> pricing.PriceLine | None:
+    """The line that prices a run: none inside a booking (the booking is billed)."""
+    if record.booking_id is not None:
+        return None
+    day = timezone.localdate(record.started_at)
+    return pricing.line_for(lines, record.slice_kind, record.profile_slug, day)
 
 
 def record_cost(record: UsageRecord, lines: list[pricing.PriceLine], until: datetime) -> Decimal:
     """Elastic use is billed on what it used; a run inside a booking costs nothing more."""
-    if record.booking_id is not None:
+    line = record_line(record, lines)
+    if line is None:
         return Decimal(0)
     gpu_hours, cu_hours, _idle = measures(record, until)
-    day = timezone.localdate(record.started_at)
-    line = pricing.line_for(lines, record.slice_kind, record.profile_slug, day)
     return pricing.cost(line, gpu_hours, cu_hours)
 
 
@@ -262,8 +314,23 @@ def record_cost(record: UsageRecord, lines: list[pricing.PriceLine], until: date
 
 
 @dataclass
+class LineUse:
+    """What one price line priced in a report row."""
+
+    rule_id: int
+    price: Decimal
+    unit: str
+    currency: str
+    cost: Decimal = Decimal(0)
+
+    def __str__(self) -> str:
+        return f"#{self.rule_id} {self.price} {self.currency}/{self.unit}: {self.cost}"
+
+
+@dataclass
 class Row:
-    """One group's use in one period (a run counts in the period its run started)."""
+    """One group's use in one period (a run counts in the period its run started), and the
+    price lines that priced it (``lines``: rule id -> what it priced)."""
 
     group: str
     key: str
@@ -276,6 +343,18 @@ class Row:
     booked_gpu_hours: Decimal = Decimal(0)
     cost: Decimal = Decimal(0)
     currency: str = ""
+    lines: dict[int, LineUse] = field(default_factory=dict)
+
+    def priced(self, line: pricing.PriceLine | None, cost: Decimal) -> None:
+        """Add a use's cost, and note the line that priced it."""
+        self.cost += cost
+        if line is None or line.rule_id is None:
+            return
+        use = self.lines.get(line.rule_id)
+        if use is None:
+            use = LineUse(line.rule_id, line.price, line.unit, line.currency)
+            self.lines[line.rule_id] = use
+        use.cost += cost
 
 
 @dataclass(frozen=True)
@@ -343,7 +422,8 @@ def usage_report(
         target.gpu_hours += gpu_hours
         target.cu_hours += cu_hours
         target.idle_gpu_hours += idle
-        target.cost += record_cost(run, lines, now)
+        line = record_line(run, lines)
+        target.priced(line, pricing.cost(line, gpu_hours, cu_hours))
     bookings = Booking.objects.filter(
         cancelled_at=None, starts_at__gte=since, starts_at__lt=min(before, now)
     ).select_related("course", "profile")
@@ -351,7 +431,7 @@ def usage_report(
         charge = booking_charge(booking, lines, now)
         target = row(_key(group_by, charge.department, charge.course_code, ""), booking.starts_at)
         target.booked_gpu_hours += charge.gpu_hours
-        target.cost += charge.cost
+        target.priced(charge.line, charge.cost)
     return sorted(rows.values(), key=lambda r: (r.period_start, r.key))
 
 
@@ -367,13 +447,16 @@ CSV_COLUMNS = (
     "booked_gpu_hours",
     "cost",
     "currency",
+    "price_lines",
 )
 
 
 def row_fields(row: Row) -> dict[str, Any]:
     """A row as plain values: dates in ISO 8601, hours and money as exact decimal strings."""
-    values = {name: getattr(row, name) for name in CSV_COLUMNS}
+    values = {name: getattr(row, name) for name in CSV_COLUMNS if name != "price_lines"}
     values["period_start"] = row.period_start.isoformat()
+    # Which line priced what: "#<id> <price> <currency>/<unit>: <cost>", by id, "; " between.
+    values["price_lines"] = "; ".join(str(row.lines[i]) for i in sorted(row.lines))
     for name in ("gpu_hours", "cu_hours", "idle_gpu_hours", "booked_gpu_hours", "cost"):
         values[name] = str(values[name])
     return values
