@@ -308,3 +308,16 @@ def test_an_older_volume_larger_than_its_quota_is_carried_whole_and_is_full(
     # The next start with the same quota shrinks nothing: the file is still whole.
     desktops.ensure_volume(name, "alice", QUOTA_MB)
     assert hashlib.sha256((point / "dataset.bin").read_bytes()).hexdigest() == digest
+
+
+@pytest.mark.docker
+def test_a_new_10_gb_home_takes_a_few_megabytes_of_the_nodes_disk(
+    docker_client, node_name, sessions_dir, homes_dir
+) -> None:  # type: ignore[no-untyped-def]
+    desktops = desktops_with_images(docker_client, node_name, sessions_dir, homes_dir)
+    name = f"deskpool-test-home-{node_name}"
+    desktops.ensure_volume(name, "alice", 10240)
+    image = home_images.image_path(homes_dir, name)
+    space = home_images.space(home_images.mount_point(homes_dir, name))
+    assert space is not None and space.size_bytes >= 10240 * MB  # the files may take 10 GB
+    assert image.stat().st_blocks * 512 < 16 * MB  # sparse: the journal is not written out
