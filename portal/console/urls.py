@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from portal.console import course_folders, idle, ops, overview, pool, queue
+from portal.console import course_folders, idle, ops, overview, pool, prices, queue
 
 urlpatterns: list[URLPattern] = [
     path("", overview.overview, name="console"),
