@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from portal.console import course_folders, idle, ops, overview, pool, prices, queue
+from portal.console import course_folders, history, idle, ops, overview, pool, prices, queue
 
 urlpatterns: list[URLPattern] = [
     path("", overview.overview, name="console"),
@@ -64,5 +64,6 @@ urlpatterns: list[URLPattern] = [
         course_folders.course_folder_cap,
         name="console-course-folder-cap",
     ),
+    path("history/", history.history, name="console-history"),
     path("audit/", ops.audit, name="console-audit"),
 ]

@@ -22,6 +22,7 @@ CONSOLE_PAGES: list[tuple[str, Any]] = [
     ("console-alerts", gettext_lazy("Alerts")),
     ("console-idle", gettext_lazy("Idle desktops")),
     ("console-reports", gettext_lazy("Reports")),
+    ("console-history", gettext_lazy("Metric history")),
     ("console-prices", gettext_lazy("Prices")),
     ("console-course-folders", gettext_lazy("Course folders")),
     ("console-audit", gettext_lazy("Audit")),

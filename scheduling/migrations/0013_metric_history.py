@@ -5,7 +5,29 @@ import django.db.models.deletion
 from django.db import migrations, models
 
 import scheduling.models.metrics
-from scheduling.models.metrics import AGGREGATES, METRICS
+
+# The metrics as this migration made them, frozen here: later ones come with their own
+# migration (0033_metric_history_series), never by editing this list.
+METRICS = (
+    "utilization_pct",
+    "memory_used_mb",
+    "temperature_c",
+    "power_w",
+    "fan_pct",
+    "pcie_tx_kbps",
+    "pcie_rx_kbps",
+    "ecc_corrected",
+    "ecc_uncorrected",
+    "xid_errors",
+    "queue_wait_s",
+    "time_to_desktop_s",
+    "completion_ratio",
+    "runs_ended",
+    "lost",
+    "failed",
+    "preempted",
+)
+AGGREGATES = ("min", "max", "avg")
 
 
 def _real() -> models.Field:

@@ -36,8 +36,13 @@ POOL_METRICS = (
     "lost",
     "failed",
     "preempted",
+    "queue_length",  # a tier's waiting requests when the sample was taken
+    "queue_wait_p95_s",  # a tier's 95th percentile of submit to placement (nearest rank)
+    "started",  # desktops that reached RUNNING since the previous sample
 )
-METRICS = DEVICE_METRICS + POOL_METRICS
+# Written for a group of GPUs (a model, a node, a rack) besides the device metrics.
+GROUP_METRICS = ("power_budget_w",)  # a rack's power budget (its nodes' label)
+METRICS = DEVICE_METRICS + POOL_METRICS + GROUP_METRICS
 AGGREGATES = ("min", "max", "avg")
 
 RAW = 0  # resolution 0: the samples themselves
@@ -54,12 +59,15 @@ class RealField(models.FloatField):
 
 class MetricSource(models.Model):
     """Who a series belongs to: ``gpu`` (key: GPU UUID), ``slice`` (key: MIG UUID), ``pool``
-    (key ``pool``) or a tier (key ``tier:<purpose>``). Sources outlive their node."""
+    (key ``pool``) or a tier (key ``tier:<purpose>``), or ``group``: the GPUs of one model,
+    node or rack (key ``model:<model>``, ``node:<hostname>``, ``rack:<rack>``), whose device
+    metrics are their GPUs' taken together. Sources outlive their node."""
 
     class Kind(models.TextChoices):
         GPU = "gpu"
         SLICE = "slice"
         POOL = "pool"
+        GROUP = "group"
 
     id = models.AutoField(primary_key=True)  # four bytes in every sample row
     kind = models.CharField(max_length=8, choices=Kind.choices)

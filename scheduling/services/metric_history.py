@@ -6,7 +6,8 @@ Windows (settings): full resolution for ``METRICS_RAW_HOURS`` (48 h), 5-minute r
 The rollup task (``scheduling.tasks.roll_up_metrics``, beat entry ``metric-rollups``) also
 writes the pool's business series every ``METRICS_ROLLUP_SECONDS``.
 
-Series keys: a GPU's UUID, a MIG instance's UUID, ``pool``, or ``tier:<purpose>``.
+Series keys: a GPU's UUID, a MIG instance's UUID, ``pool``, ``tier:<purpose>``, or a group's
+``model:<model>``, ``node:<hostname>``, ``rack:<rack>`` (``metric_groups``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ..models import (
 )
 from ..models.metrics import AGGREGATES, FIVE_MINUTES, HOURLY, METRICS, RAW
 from . import ServiceError
+from .metric_groups import group_rows, tier_stats
 
 POOL_KEY = "pool"
 INTERRUPTED = {
@@ -129,9 +131,11 @@ def write_samples(rows: dict[int, dict[str, float | None]], at: datetime) -> int
 
 def record_pool_metrics(now: datetime) -> int:
     """The pool's business series since the previous pool sample (or one rollup period):
-    queue wait by tier (submit to placement of the requests placed), time to desktop (submit
-    to RUNNING), and of the runs that ended: how many, the part that completed, and the
-    abnormal interruptions (lost, failed, preempted)."""
+    by tier, the requests waiting now and the mean and p95 of submit to placement of the
+    requests placed; time to desktop (submit to RUNNING) and the desktops started; of the
+    runs that ended: how many, the part that completed, and the abnormal interruptions
+    (lost, failed, preempted). Then the groups' series (the pool's, each GPU model's, node's
+    and rack's utilisation, memory, power and temperature: ``metric_groups``)."""
     keys = {POOL_KEY: {"kind": MetricSource.Kind.POOL}}
     keys |= {tier_key(p.value): {"kind": MetricSource.Kind.POOL} for p in Purpose}
     ids = sources(keys)
@@ -140,18 +144,15 @@ def record_pool_metrics(now: datetime) -> int:
     if since >= now:
         return 0
     rows: dict[int, dict[str, float | None]] = {}
-    waits = (
-        Session.objects.filter(placed_at__gte=since, placed_at__lt=now)
-        .order_by()
-        .values("purpose")
-        .annotate(wait=Avg(F("placed_at") - F("created_at")))
-    )
-    for row in waits:
-        if row["purpose"] in {p.value for p in Purpose} and row["wait"] is not None:
-            rows[ids[tier_key(row["purpose"])]] = {"queue_wait_s": row["wait"].total_seconds()}
+    for tier, stats in tier_stats(since, now).items():
+        rows[ids[tier_key(tier)]] = {
+            "queue_length": stats.waiting,
+            "queue_wait_s": stats.wait_mean_s,
+            "queue_wait_p95_s": stats.wait_p95_s,
+        }
     started = Session.objects.filter(started_at__gte=since, started_at__lt=now).aggregate(
-        wait=Avg(F("started_at") - F("created_at"))
-    )["wait"]
+        wait=Avg(F("started_at") - F("created_at")), n=Count("pk")
+    )
     ends = dict(
         UsageRecord.objects.filter(ended_at__gte=since, ended_at__lt=now)
         .order_by()
@@ -159,14 +160,23 @@ def record_pool_metrics(now: datetime) -> int:
         .annotate(n=Count("pk"))
     )
     ended = sum(ends.values())
+    wait = started["wait"]
     pool: dict[str, float | None] = {
-        "time_to_desktop_s": started.total_seconds() if started is not None else None,
+        "time_to_desktop_s": wait.total_seconds() if wait is not None else None,
+        "started": started["n"],
         "runs_ended": ended,
     }
     for name, states in INTERRUPTED.items():
         pool[name] = sum(n for state, n in ends.items() if state in states)
     interrupted = sum(pool[name] or 0 for name in INTERRUPTED)
     pool["completion_ratio"] = (ended - interrupted) / ended if ended else None
+    wanted, values = group_rows(since, now, POOL_KEY)
+    group_ids = sources(wanted) if wanted else {}
+    for key, group in values.items():
+        if key == POOL_KEY:
+            pool |= group
+        else:
+            rows[group_ids[key]] = group
     rows[ids[POOL_KEY]] = pool
     return write_samples(rows, now)
 

@@ -178,7 +178,7 @@ def test_business_series_are_pool_level_samples(owner, profile):
             started_at=now - timedelta(hours=1), ended_at=now - timedelta(minutes=1),
             end_state=end_state,
         )  # fmt: skip
-    assert record_pool_metrics(now) == 2  # the pool and the one tier that placed someone
+    assert record_pool_metrics(now) == 4  # the pool and the three tiers (their queue length)
     pool = MetricSample.objects.get(source__key="pool")
     assert pool.time_to_desktop_s == 420.0
     assert (pool.runs_ended, pool.lost, pool.failed, pool.preempted) == (4, 1, 1, 1)
@@ -186,7 +186,7 @@ def test_business_series_are_pool_level_samples(owner, profile):
     hobby = MetricSample.objects.get(source__key=tier_key("hobby"))
     assert hobby.queue_wait_s == 360.0
     later = now + timedelta(minutes=5)
-    assert record_pool_metrics(later) == 1  # the window starts at the previous sample
+    assert record_pool_metrics(later) == 4  # the window starts at the previous sample
     assert MetricSample.objects.filter(source__key="pool", time=later).get().runs_ended == 0
     series = metric_series("pool", "completion_ratio", now - timedelta(hours=1), later, now=later)
     assert series == [(now, 0.25)]
