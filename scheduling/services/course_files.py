@@ -232,8 +232,25 @@ def check_upload(
     paths = [p for p, _u in files]
     if len(set(paths)) != len(paths):
         raise ServiceError(_("Two of the files have the same name."), field="files")
+    _check_no_clash(role.course, paths)
     _check_fits(role.course, {p: u.size or 0 for p, u in files})
     return UploadPlan(role.course, files)
+
+
+def _check_no_clash(course: Course, paths: list[str]) -> None:
+    """No file where another needs a folder of that name (``a`` beside ``a/b``)."""
+    listed = set(CourseFile.objects.filter(course=course).values_list("path", flat=True))
+    wanted = set(paths)
+    for path in paths:
+        parts = path.split("/")
+        folders = {"/".join(parts[:i]) for i in range(1, len(parts))}
+        under = path + "/"
+        if folders & (listed | wanted) or any(p.startswith(under) for p in listed | wanted):
+            raise ServiceError(
+                _("“%(name)s”: the course folder has a file and a folder of that name. Rename one.")
+                % {"name": excerpt(path)},
+                field="files",
+            )
 
 
 def _check_fits(course: Course, sizes: dict[str, int]) -> None:

@@ -135,6 +135,17 @@ def test_bad_names_are_refused_with_a_sentence(path, words):
     assert words in refused.value.message
 
 
+def test_a_file_and_a_folder_of_one_name_are_refused(people):
+    teacher, _, _, course, _ = people
+    put(teacher, course, upload("data"))
+    role = course_role(teacher, course)
+    with pytest.raises(ServiceError, match="a file and a folder of that name"):
+        check_upload(role, [upload("x.csv")], "data")
+    put(teacher, course, upload("x.csv"), folder="week1")
+    with pytest.raises(ServiceError, match="a file and a folder of that name"):
+        check_upload(role, [upload("week1")])
+
+
 def test_a_bad_sub_folder_is_refused_and_nothing_is_stored(people, store):
     teacher, _, _, course, _ = people
     with pytest.raises(ServiceError, match="“..”"):
