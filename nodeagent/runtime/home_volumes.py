@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,8 @@ class HomeVolumes:
         self.homes_dir = homes_dir.resolve() if homes_dir is not None else None
         self.default_quota_mb = default_quota_mb
         self._warned: set[str] = set()
+        self._locks: dict[str, threading.RLock] = {}  # one per home (:meth:`ensure`)
+        self._locks_guard = threading.Lock()
         if home_root is not None:
             logger.warning(
                 "homes of node %s are folders of the shared home root %s: this node does not "
@@ -93,7 +96,16 @@ class HomeVolumes:
     def ensure(self, name: str, user: str = "", quota_mb: int | None = None) -> tuple[Any, bool]:
         """The home volume ``name`` (``user`` for its label), made unless it exists, its
         image mounted and grown to ``quota_mb`` (None: the node's default; 0: no quota);
-        and whether this call made the volume."""
+        and whether this call made the volume. One home at a time: a start, a claim and the
+        Files page never make or mount the same image at once."""
+        with self._lock_of(name):
+            return self._ensure(name, user, quota_mb)
+
+    def _lock_of(self, name: str) -> threading.RLock:
+        with self._locks_guard:
+            return self._locks.setdefault(name, threading.RLock())
+
+    def _ensure(self, name: str, user: str, quota_mb: int | None) -> tuple[Any, bool]:
         volume = self._volume(name)
         if self.home_root is not None:
             return self._ensure_shared(name, user, volume)
@@ -188,6 +200,10 @@ class HomeVolumes:
         without a volume, the folder under the home root, if any. None when there is no home
         yet, unless ``create``: then it is made as a desktop's start would (:meth:`ensure`),
         its folder owned by the desktop user, mode 0700."""
+        with self._lock_of(name):
+            return self._folder(name, create)
+
+    def _folder(self, name: str, create: bool) -> Path | None:
         volume = self._volume(name)
         if volume is not None:
             folder = self.home_dir(volume)

@@ -14,6 +14,7 @@ import hashlib
 import os
 import subprocess
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -321,3 +322,19 @@ def test_a_new_10_gb_home_takes_a_few_megabytes_of_the_nodes_disk(
     space = home_images.space(home_images.mount_point(homes_dir, name))
     assert space is not None and space.size_bytes >= 10240 * MB  # the files may take 10 GB
     assert image.stat().st_blocks * 512 < 16 * MB  # sparse: the journal is not written out
+
+
+@pytest.mark.docker
+def test_starts_that_make_the_same_home_at_once_make_one_image(
+    docker_client, node_name, sessions_dir, homes_dir
+) -> None:  # type: ignore[no-untyped-def]
+    desktops = desktops_with_images(docker_client, node_name, sessions_dir, homes_dir)
+    name = f"deskpool-test-home-{node_name}"
+    with ThreadPoolExecutor(4) as pool:
+        made = list(pool.map(lambda _: desktops.ensure_volume(name, "alice", QUOTA_MB), range(4)))
+    assert [created for _, created in made].count(True) == 1
+    assert {desktops.home_dir(volume) for volume, _ in made} == {
+        home_images.mount_point(homes_dir, name)
+    }
+    assert len(loop_devices_under(homes_dir)) == 1
+    assert home_mounts.mount_count(home_images.mount_point(homes_dir, name)) == 1
