@@ -109,21 +109,25 @@ def test_a_desktop_cannot_write_past_its_quota_and_keeps_what_it_wrote(
     digest = output.split()[0]
     node_free = free_bytes(homes_dir)
 
-    # A plain write past the quota.
-    code, output = run(container, "dd if=/dev/zero of=$HOME/big bs=1M count=200")
+    # A plain write past the quota (1 GiB asked for).
+    code, output = run(container, "dd if=/dev/zero of=$HOME/big bs=1M count=1024")
     assert code != 0 and NO_SPACE in output, output
     # A sparse file of 11 GB takes nothing, and its blocks cannot pass the quota either.
     code, output = run(
         container, "rm ~/big && truncate -s 11G ~/sparse && stat -c %s ~/sparse"
     )  # fmt: skip
     assert code == 0 and output.strip() == str(11 * 1024 * MB).encode(), output
-    code, output = run(container, "dd if=/dev/zero of=$HOME/sparse bs=1M count=200 conv=notrunc")
+    code, output = run(container, "dd if=/dev/zero of=$HOME/sparse bs=1M count=1024 conv=notrunc")
     assert code != 0 and NO_SPACE in output, output
     code, output = run(container, "du -k ~/sparse")
     assert int(output.split()[0]) <= QUOTA_MB * 1024, output
 
-    # The node's disk gave the home no more than its quota (and ext4's own blocks).
-    assert node_free - free_bytes(homes_dir) <= (QUOTA_MB + 16) * MB
+    # The node's disk gave the home no more than its quota (and ext4's own blocks): the image
+    # holds no more real blocks, and of the 2 GiB asked for the disk lost far less (other
+    # programs on this machine write too: the bound leaves them room).
+    image = home_images.image_path(homes_dir, session.home_volume)
+    assert image.stat().st_blocks * 512 <= (QUOTA_MB + 16) * MB
+    assert node_free - free_bytes(homes_dir) <= 512 * MB
     # What was written before reads back whole.
     code, output = run(container, "sha256sum ~/keep")
     assert code == 0 and output.split()[0] == digest, output
