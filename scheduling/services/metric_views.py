@@ -21,7 +21,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.functional import Promise
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, pgettext_lazy
 
 from ..choices import Purpose
 from ..csv_export import SafeWriter
@@ -68,36 +68,42 @@ class ChartSpec:
 
 
 TIERS = tuple(Purpose)
+PERCENT = pgettext_lazy("unit", "%")
+GIB = pgettext_lazy("unit", "GiB")
+WATTS = pgettext_lazy("unit", "W")
+CELSIUS = pgettext_lazy("unit", "°C")
+REQUESTS = pgettext_lazy("unit", "requests")
+SECONDS = pgettext_lazy("unit", "s")
+DESKTOPS = pgettext_lazy("unit", "desktops")
 DEVICE_CHARTS = (
-    ChartSpec("utilisation", gettext_lazy("GPU utilisation"), gettext_lazy("%"), (
+    ChartSpec("utilisation", gettext_lazy("GPU utilisation"), PERCENT, (
         LineSpec("mean", gettext_lazy("Mean of the GPUs"), "", "utilization_pct"),
         LineSpec("peak", gettext_lazy("Highest in the interval"), "", "utilization_pct", PEAK),
     )),
-    ChartSpec("memory", gettext_lazy("GPU memory used"), gettext_lazy("GiB"), (
+    ChartSpec("memory", gettext_lazy("GPU memory used"), GIB, (
         LineSpec("used", gettext_lazy("Used"), "", "memory_used_mb", scale=1 / 1024),
         LineSpec("peak", gettext_lazy("Highest in the interval"), "", "memory_used_mb", PEAK,
                  scale=1 / 1024),
     )),
-    ChartSpec("power", gettext_lazy("Power draw"), gettext_lazy("W"), (
+    ChartSpec("power", gettext_lazy("Power draw"), WATTS, (
         LineSpec("draw", gettext_lazy("Draw"), "", "power_w"),
         LineSpec("peak", gettext_lazy("Highest in the interval"), "", "power_w", PEAK),
         LineSpec("budget", gettext_lazy("Rack budget"), "", "power_budget_w"),
     )),
-    ChartSpec("temperature", gettext_lazy("Temperature of the hottest GPU"), gettext_lazy("°C"), (
+    ChartSpec("temperature", gettext_lazy("Temperature of the hottest GPU"), CELSIUS, (
         LineSpec("mean", gettext_lazy("Mean"), "", "temperature_c"),
         LineSpec("peak", gettext_lazy("Highest in the interval"), "", "temperature_c", PEAK),
     )),
 )  # fmt: skip
 POOL_CHARTS = (
-    ChartSpec("queue", gettext_lazy("Queue length by tier"), gettext_lazy("requests"), tuple(
+    ChartSpec("queue", gettext_lazy("Queue length by tier"), REQUESTS, tuple(
         LineSpec(t.value, t.label, tier_key(t.value), "queue_length") for t in TIERS
     )),
-    ChartSpec("wait", gettext_lazy("Queue wait, 95th percentile, by tier"), gettext_lazy("s"),
-              tuple(
+    ChartSpec("wait", gettext_lazy("Queue wait, 95th percentile, by tier"), SECONDS, tuple(
         LineSpec(t.value, t.label, tier_key(t.value), "queue_wait_p95_s", PEAK) for t in TIERS
     )),
-    ChartSpec("desktops", gettext_lazy("Desktops"), gettext_lazy("desktops"), (
-        LineSpec("started", gettext_lazy("Started"), "", "started", TOTAL),
+    ChartSpec("desktops", gettext_lazy("Desktops"), DESKTOPS, (
+        LineSpec("started", pgettext_lazy("desktops", "Started"), "", "started", TOTAL),
         LineSpec("completed", gettext_lazy("Completed"), "", "runs_ended", TOTAL,
                  minus=("lost", "failed", "preempted")),
         LineSpec("preempted", gettext_lazy("Preempted"), "", "preempted", TOTAL),
