@@ -241,6 +241,8 @@ class HomeFolder:
             try:
                 fd = os.open(temporary, _NEW_FILE_FLAGS, 0o644, dir_fd=parent)
             except OSError as error:
+                if error.errno in (errno.ENOSPC, errno.EDQUOT):  # not even a new name fits
+                    raise HomeFull(f"{HOME_FULL} ({shown(path)} was not saved.)") from None
                 raise HomeFileError(
                     f"Cannot write in the folder of {shown(path)}: {error.strerror}."
                 ) from None

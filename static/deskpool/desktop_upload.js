@@ -21,8 +21,10 @@ function put(url, ticket, file, onProgress) {
       } catch {
         reason = "";
       }
-      // 507: the node's disk has no room (the home's image is full).
-      resolve({ ok: request.status === 201, reason, full: request.status === 507 });
+      // 413: the quota has no room for the file; 507: the node's disk has none (the home's
+      // image is full). Either way the home is full, said in the page's language.
+      const full = request.status === 413 || request.status === 507;
+      resolve({ ok: request.status === 201, reason, full });
     };
     request.onerror = () => resolve({ ok: false, reason: "", full: false });
     request.send(file);

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.home_files import HomeFileError, HomeFolder
+from nodeagent.home_files import HOME_FULL, HomeFileError, HomeFolder, HomeFull
 from nodeagent.protocol import LABEL_MANAGED, LABEL_NODE, LABEL_USER
 from nodeagent.reconcile import Reconciler
 from nodeagent.runtime import home_images, home_mounts
@@ -342,3 +342,25 @@ def test_starts_that_make_the_same_home_at_once_make_one_image(
     }
     assert len(loop_devices_under(homes_dir)) == 1
     assert home_mounts.mount_count(home_images.mount_point(homes_dir, name)) == 1
+
+
+@pytest.mark.docker
+def test_an_upload_into_a_home_without_room_for_a_name_says_it_is_full(
+    docker_client, node_name, sessions_dir, homes_dir
+) -> None:  # type: ignore[no-untyped-def]
+    desktops = desktops_with_images(docker_client, node_name, sessions_dir, homes_dir)
+    folder = desktops.home_folder(f"deskpool-test-home-{node_name}", create=True)
+    assert folder is not None
+    subprocess.run(["dd", "if=/dev/zero", f"of={folder}/fill", "bs=1M"], capture_output=True)
+    # The folder's own blocks are full too: short names until the disk refuses one, so that
+    # no longer one (an upload's temporary name) fits in what is left.
+    for number in range(100_000):
+        try:
+            (folder / f"{number:05d}").touch()
+        except OSError:
+            break
+    else:
+        pytest.fail("the disk never refused a new name")
+    with HomeFolder.open(folder) as home, pytest.raises(HomeFull) as refused:
+        home.begin_upload("notes.txt", 10).abort()
+    assert str(refused.value).startswith(HOME_FULL)
