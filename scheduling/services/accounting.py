@@ -25,6 +25,7 @@ from django.utils.translation import gettext as _
 from ..choices import AuditKind, SliceKind
 from ..csv_export import SafeWriter
 from ..excerpt import excerpt
+from ..locks import lock_policy
 from ..models import (
     Booking,
     DesktopProfile,
@@ -197,8 +198,12 @@ def refuse_overlap(
 
 
 def do_price(user: User, request: PriceRequest) -> PriceRule:
-    """Add the line to the price list and audit it."""
+    """Add the line to the price list and audit it (checked again under the lock the price
+    list's changes and a period's closing take: ``services.prices``)."""
     with transaction.atomic():
+        lock_policy()
+        refuse_closed_days(request.valid_from, request.valid_until, "valid_from")
+        refuse_overlap(request.slice_kind, request.profile, request.valid_from, request.valid_until)
         rule = PriceRule.objects.create(
             slice_kind=request.slice_kind,
             profile=request.profile,
