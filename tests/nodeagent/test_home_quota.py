@@ -10,6 +10,7 @@ are unmounted and deleted afterwards, and no loop device of theirs is left.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import subprocess
@@ -351,13 +352,12 @@ def test_an_upload_into_a_home_without_room_for_a_name_says_it_is_full(
     desktops = desktops_with_images(docker_client, node_name, sessions_dir, homes_dir)
     folder = desktops.home_folder(f"deskpool-test-home-{node_name}", create=True)
     assert folder is not None
-    subprocess.run(["dd", "if=/dev/zero", f"of={folder}/fill", "bs=1M"], capture_output=True)
-    # The folder's own blocks are full too: short names until the disk refuses one, so that
-    # no longer one (an upload's temporary name) fits in what is left.
+    # Every inode taken (a 64 MB home has 16,384): no new name fits, however short.
     for number in range(100_000):
         try:
             (folder / f"{number:05d}").touch()
-        except OSError:
+        except OSError as error:
+            assert error.errno == errno.ENOSPC, error
             break
     else:
         pytest.fail("the disk never refused a new name")
