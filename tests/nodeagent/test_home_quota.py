@@ -137,7 +137,9 @@ def test_a_desktop_cannot_write_past_its_quota_and_keeps_what_it_wrote(
     assert QUOTA_MB * MB <= space.size_bytes <= (QUOTA_MB + 4) * MB
     # The heartbeat's usage carries what the home holds: the portal says the home is full.
     [usage] = runtime.usage(runtime.list_managed())
-    assert usage.session_id == 9601 and usage.home_used_bytes == space.used_bytes
+    assert usage.session_id == 9601 and usage.home_used_bytes is not None
+    # (writeback may add an extent block or two meanwhile)
+    assert abs(usage.home_used_bytes - space.used_bytes) <= MB
 
 
 @pytest.mark.docker
