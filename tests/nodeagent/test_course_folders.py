@@ -7,6 +7,7 @@ folder is pulled once, linking the files it had, and a version a desktop still m
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import httpx
@@ -14,6 +15,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.handlers.wsgi import WSGIHandler
 
+import nodeagent
 from nodeagent.course_files import CourseFolders
 from nodeagent.portal_client import PortalClient
 from nodeagent.reconcile import Reconciler
@@ -158,3 +160,34 @@ def test_a_claimed_warm_desktop_gets_the_students_course_folder(
     folder: Path = warm_folder(sessions_dir, "cf-1")
     assert not folder.exists() and mount_count(folder / "cs101") == 0
     assert (copy / "notes.txt").read_bytes() == NOTES
+
+
+def test_the_file_manager_names_the_course_folders_in_the_sessions_language(
+    docker_client, tiny_image, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """deskpool-start's course_bookmark, run in the tiny image against a /courses holding a
+    folder: a GTK bookmark (Thunar's side pane) named in the locale's language, replacing its
+    own line only; none where /courses is empty or absent."""
+    script = (Path(nodeagent.__file__).parent / "images" / "files" / "deskpool-start").read_text()
+    function = re.search(r"^course_bookmark\(\) \{\n.*?^\}\n", script, re.S | re.M)
+    assert function is not None
+    (tmp_path / "courses" / "cs101").mkdir(parents=True)
+    marks = "$HOME/.config/gtk-3.0/bookmarks"
+    steps = (
+        f"export HOME=/tmp/h; mkdir -p $HOME/.config/gtk-3.0; echo 'file:///data Data' >{marks}; "
+        f"course_bookmark zh_CN.UTF-8; cat {marks}; echo --; "
+        f"course_bookmark en_US.UTF-8; cat {marks}"
+    )
+    output = docker_client.containers.run(
+        tiny_image, ["bash", "-c", function.group(0) + steps], entrypoint=[], remove=True,
+        volumes={str(tmp_path / "courses"): {"bind": "/courses", "mode": "ro"}},
+    )  # fmt: skip
+    chinese, english = output.decode().split("--\n")
+    assert chinese == "file:///data Data\nfile:///courses 课程文件\n"
+    assert english == "file:///data Data\nfile:///courses Course files\n"
+    empty = docker_client.containers.run(
+        tiny_image,
+        ["bash", "-c", function.group(0) + "HOME=/tmp/h; mkdir $HOME; course_bookmark; ls -A ~"],
+        entrypoint=[], remove=True,
+    )  # fmt: skip
+    assert empty == b""
