@@ -14,10 +14,12 @@ from __future__ import annotations
 import io
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.db import connection
 from django.db.models import QuerySet
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from django.utils.functional import Promise
 from django.utils.translation import gettext as _
@@ -195,14 +197,25 @@ def _specs(scope: str, resolution: int) -> list[ChartSpec]:
     return charts
 
 
+def _epoch(table: str, column: str) -> RawSQL:
+    """A time column as Unix seconds, in the database's own SQL: reading 2,000 numbers is much
+    cheaper than parsing 2,000 timestamps."""
+    if connection.vendor == "sqlite":
+        return RawSQL(f'CAST(strftime(\'%%s\', "{table}"."{column}") AS REAL)', ())
+    return RawSQL(f'extract(epoch from "{table}"."{column}")::float8', ())
+
+
 def _rows(
     keys: dict[str, int], columns: list[str], resolution: int, start: datetime, end: datetime
 ) -> QuerySet[Any]:
+    """(source id, Unix seconds[, count], columns…) of the sources' samples or rollups in
+    [start, end), oldest first."""
     if resolution == RAW:
         return (
             MetricSample.objects.filter(source_id__in=keys.values(), time__gte=start, time__lt=end)
             .order_by("time")
-            .values_list("source_id", "time", *columns)
+            .annotate(at=_epoch(MetricSample._meta.db_table, "time"))
+            .values_list("source_id", "at", *columns)
         )
     epoch = int(start.timestamp())
     first = datetime.fromtimestamp(epoch - epoch % resolution, tz=start.tzinfo)
@@ -211,19 +224,35 @@ def _rows(
             source_id__in=keys.values(), resolution=resolution, bucket__gte=first, bucket__lt=end
         )
         .order_by("bucket")
-        .values_list("source_id", "bucket", "count", *columns)
+        .annotate(at=_epoch(MetricRollup._meta.db_table, "bucket"))
+        .values_list("source_id", "at", "count", *columns)
     )
 
 
-def _value(spec: LineSpec, row: dict[str, Any], resolution: int) -> float | None:
-    value = row.get(_column(spec, spec.metric, resolution))
-    if value is None:
-        return None
-    for other in spec.minus:
-        value -= row.get(_column(spec, other, resolution)) or 0.0
-    if spec.how == TOTAL and resolution != RAW:
-        value *= row["count"]
-    return round(value * spec.scale, 2)
+def _values(
+    spec: LineSpec,
+    series: dict[float, tuple[Any, ...]],
+    times: list[float],
+    position: dict[str, int],
+    resolution: int,
+) -> list[float | None]:
+    """One line's value at each time (None where its source has no row or no value)."""
+    column = position[_column(spec, spec.metric, resolution)]
+    minus = [position[_column(spec, other, resolution)] for other in spec.minus]
+    count = position["count"] if spec.how == TOTAL and resolution != RAW else None
+    values: list[float | None] = []
+    for at in times:
+        row = series.get(at)
+        value = None if row is None else row[column]
+        if value is None:
+            values.append(None)
+            continue
+        for other in minus:
+            value -= row[other] or 0.0  # type: ignore[index]
+        if count is not None:
+            value *= row[count]  # type: ignore[index]
+        values.append(round(value * spec.scale, 2))
+    return values
 
 
 def metric_history(
@@ -251,29 +280,27 @@ def metric_history(
         }
     )
     names = ["source_id", "time"] + (["count"] if resolution != RAW else []) + columns
-    by_source: dict[int, dict[datetime, dict[str, Any]]] = {pk: {} for pk in keys.values()}
-    times: set[datetime] = set()
-    for values in _rows(keys, columns, resolution, start, now):
-        row = dict(zip(names, values, strict=True))
-        by_source[row["source_id"]][row["time"]] = row
-        times.add(row["time"])
-    ordered = sorted(times)
+    position = {name: index for index, name in enumerate(names)}
+    by_source: dict[int, dict[float, tuple[Any, ...]]] = {pk: {} for pk in keys.values()}
+    for row in _rows(keys, columns, resolution, start, now):
+        by_source[row[0]][row[1]] = row
+    ordered = sorted({at for series in by_source.values() for at in series})
+    times = [datetime.fromtimestamp(at, tz=UTC) for at in ordered]
     charts = []
     for c in specs:
-        lines = []
-        for s in c.lines:
-            series = by_source.get(keys.get(s.source or own, -1), {})
-            lines.append(
-                Line(
-                    s.name,
-                    str(s.label),
-                    [_value(s, series[t], resolution) if t in series else None for t in ordered],
-                )
+        lines = [
+            Line(
+                s.name,
+                str(s.label),
+                _values(s, by_source.get(keys.get(s.source or own, -1), {}), ordered, position,
+                        resolution),
             )
+            for s in c.lines
+        ]  # fmt: skip
         if c.name == "power" and scope == "rack" and all(v is None for v in lines[-1].values):
             lines.pop()  # a rack without a stated budget
         charts.append(Chart(c.name, str(c.title), str(c.unit), lines))
-    return History(scope, key, range_name, start, now, resolution, ordered, charts)
+    return History(scope, key, range_name, start, now, resolution, times, charts)
 
 
 def history_csv(history: History) -> str:
@@ -296,10 +323,11 @@ def _cell(value: float | None) -> object:
     return "" if value is None else value
 
 
-def table_rows(history: History, chart: Chart) -> Iterable[tuple[datetime, list[float | None]]]:
+def table_rows(
+    history: History, chart: Chart
+) -> Iterable[tuple[datetime, tuple[float | None, ...]]]:
     """A chart's rows for its table: each time, with each line's value at it."""
-    for index, at in enumerate(history.times):
-        yield at, [line.values[index] for line in chart.lines]
+    return zip(history.times, zip(*(line.values for line in chart.lines), strict=True), strict=True)
 
 
 __all__ = [

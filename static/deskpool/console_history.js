@@ -96,11 +96,19 @@
     plots.push([plot, node]);
   }
 
+  // Follow each chart's box (the window, a phone turned, the grid going to one column).
   let resizing = null;
-  window.addEventListener("resize", () => {
+  const resize = () => {
     clearTimeout(resizing);
     resizing = setTimeout(() => {
-      for (const [plot, node] of plots) plot.setSize({ width: width(node), height: 220 });
-    }, 100);
-  });
+      for (const [plot, node] of plots) {
+        if (Math.abs(plot.width - width(node)) > 1) plot.setSize({ width: width(node), height: 220 });
+      }
+    }, 50);
+  };
+  if (typeof ResizeObserver === "function") {
+    const observer = new ResizeObserver(resize);
+    for (const [, node] of plots) observer.observe(node.parentElement);
+  }
+  window.addEventListener("resize", resize);
 })();

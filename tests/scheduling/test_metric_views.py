@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import csv
 import io
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
 
 from scheduling.models import MetricRollup, MetricSample, MetricSource, Session, UsageRecord
 from scheduling.models.metrics import FIVE_MINUTES, HOURLY, RAW
@@ -228,3 +232,17 @@ def test_the_csv_has_every_line_and_no_formula():
         first[header.index("Temperature of the hottest GPU: Highest in the interval (°C)")]
         == "120.0"
     )
+
+
+@pytest.mark.skipif(connection.vendor == "sqlite", reason="this is the SQLite run itself")
+def test_the_history_also_reads_on_the_embedded_sqlite_default(tmp_path):
+    """``make demo`` without a DATABASE_URL runs on SQLite: the times are read as Unix seconds
+    in SQLite's own SQL. This runs the reading tests above against a SQLite database."""
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'embedded.sqlite3'}"}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
+         "-k", "range or pool or rack or csv"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "5 passed" in run.stdout and "failed" not in run.stdout
