@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from docker.errors import DockerException
+
 from nodeagent.portal_client import PortalError
 from nodeagent.protocol import DesiredSession
 from nodeagent.protocol_courses import CourseFolderRef, CourseManifest
@@ -170,7 +172,11 @@ class CourseFolders:
     def prune(self, base: Path) -> None:
         """Remove version folders that are not current and that no desktop mounts."""
         current = (base / CURRENT).resolve()
-        used = {p.resolve() for p in self._in_use()}
+        try:
+            used = {p.resolve() for p in self._in_use()}
+        except (DockerException, OSError) as error:  # the engine not answering
+            logger.warning("course copies in use not known (%s); older versions kept", error)
+            return
         for folder in _versions(base.iterdir()):
             if folder.resolve() in (current, *used):
                 continue

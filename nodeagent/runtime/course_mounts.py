@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import subprocess
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,22 @@ def release_warm(sessions_dir: Path, key: str) -> None:
         release(folder)
     if not folder.exists():
         _record(sessions_dir, key).unlink(missing_ok=True)
+
+
+def release_orphans(sessions_dir: Path, keys: set[str], older_than_s: float) -> None:
+    """Release the ``/courses`` folders of warm desktops whose container is gone (removed by
+    hand, or a crash between the two); one younger than ``older_than_s`` may belong to a start
+    in progress and is left alone."""
+    warm = sessions_dir / WARM_COURSES_DIR_NAME
+    if not warm.is_dir():
+        return
+    for folder in warm.iterdir():
+        if folder.name in keys or not folder.is_dir():
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            if time.time() - folder.stat().st_mtime > older_than_s:
+                logger.warning("releasing the course folders of gone warm desktop %s", folder.name)
+                release_warm(sessions_dir, folder.name)
 
 
 def _record(sessions_dir: Path, key: str) -> Path:

@@ -128,6 +128,9 @@ class DockerWarmDesktops:
                 )
             )
         self._release_orphan_homes({w.key for w in found})
+        course_mounts.release_orphans(
+            self._desktops.sessions_dir, {w.key for w in found}, ORPHAN_AFTER_S
+        )
         return found
 
     def start(self, warm: DesiredWarm) -> WarmContainer:

@@ -7,7 +7,9 @@ folder is pulled once, linking the files it had, and a version a desktop still m
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from pathlib import Path
 
 import httpx
@@ -19,7 +21,14 @@ import nodeagent
 from nodeagent.course_files import CourseFolders
 from nodeagent.portal_client import PortalClient
 from nodeagent.reconcile import Reconciler
-from nodeagent.runtime.course_mounts import courses_root, current_copy, warm_folder
+from nodeagent.runtime.course_mounts import (
+    courses_root,
+    current_copy,
+    prepare_warm,
+    release_orphans,
+    release_warm,
+    warm_folder,
+)
 from nodeagent.runtime.docker_runtime import DockerRuntime
 from nodeagent.runtime.home_mounts import mount_count
 
@@ -191,3 +200,19 @@ def test_the_file_manager_names_the_course_folders_in_the_sessions_language(
         entrypoint=[], remove=True,
     )  # fmt: skip
     assert empty == b""
+
+
+def test_the_course_folders_of_a_gone_warm_desktop_are_released(sessions_dir) -> None:  # type: ignore[no-untyped-def]
+    """A warm desktop's /courses folder whose container is gone (removed by hand, a crash) is
+    unmounted and deleted, but for one young enough to be a start in progress."""
+    if os.geteuid() != 0:
+        pytest.skip("bind mounts need root")
+    gone, starting = prepare_warm(sessions_dir, "gone-1"), prepare_warm(sessions_dir, "new-1")
+    (gone / "cs101").mkdir()
+    old = time.time() - 3600
+    os.utime(gone, (old, old))
+    release_orphans(sessions_dir, {"kept-1"}, older_than_s=300)
+    assert not gone.exists() and mount_count(gone) == 0
+    assert starting.is_dir() and mount_count(starting) == 1
+    release_warm(sessions_dir, "new-1")
+    assert not starting.exists()
