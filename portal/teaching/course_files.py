@@ -35,9 +35,9 @@ def upload(request: HttpRequest, person: User, code: str) -> HttpResponse:
     role = _role(request, code, "manage_course_files")
     try:
         plan = check_upload(role, request.FILES.getlist("files"), request.POST.get("folder", ""))
+        rows = do_upload(person, plan)  # checks the cap again, under the folder's lock
     except ServiceError as error:
         return _detail(request, role, 400, course_files_error=error.message)
-    rows = do_upload(person, plan)
     messages.success(
         request,
         ngettext(

@@ -274,6 +274,19 @@ def do_upload(actor: User, plan: UploadPlan) -> list[CourseFile]:
     replaced), one version more, audited; the nodes running its desktops are woken."""
     course = plan.course
     stored = [(path, *store_bytes(upload)) for path, upload in plan.files]
+    try:
+        return _list_stored(actor, course, stored)
+    except ServiceError:
+        # Another upload filled the folder since the check: these bytes stay unnamed.
+        _forget_bytes(sha256 for _path, sha256, _size in stored)
+        raise
+
+
+def _list_stored(
+    actor: User, course: Course, stored: list[tuple[str, str, int]]
+) -> list[CourseFile]:
+    """List the stored files in the folder (a file of the same path is replaced), one
+    version more, audited, the nodes woken; the cap checked again under the lock."""
     with transaction.atomic():
         folder = lock_course_folder(course.pk)
         _check_fits(course, {path: size for path, _sha, size in stored})  # under the lock

@@ -175,6 +175,20 @@ def test_a_file_over_the_limit_and_a_folder_over_its_cap_are_refused(people, adm
         check_upload(role, [upload("small.txt")])
 
 
+def test_an_upload_that_no_longer_fits_when_stored_leaves_no_bytes(people, store):
+    """Checked, then another upload fills the folder: the cap is checked again under the
+    folder's lock, and the bytes stored for the refused upload are deleted."""
+    teacher, _, _, course, _ = people
+    role = course_role(teacher, course)
+    late = check_upload(role, [upload("late.bin", b"l" * (2 * MB))])
+    put(teacher, course, upload("first.bin", b"f" * (2 * MB)), upload("second.bin", b"s" * MB))
+    with pytest.raises(ServiceError, match="over its cap"):
+        do_upload(teacher, late)
+    assert not CourseFile.objects.filter(path="late.bin").exists()
+    assert not blob_path(hashlib.sha256(b"l" * (2 * MB)).hexdigest()).exists()
+    assert not list((store / "tmp").iterdir())
+
+
 def test_delete_is_audited_versioned_and_frees_the_bytes(people):
     teacher, _, _, course, _ = people
     [row] = put(teacher, course, upload("old.txt", b"old\n"))
