@@ -28,41 +28,53 @@ from .agent_wake import wake_nodes
 from .teaching import TA_PERMISSIONS
 
 
-def course_ids_of_people(user_ids: Iterable[int]) -> dict[int, set[int]]:
-    """user id -> the ids of the courses whose folder they get (enrolled, teaching, TA)."""
+def course_ids_of_people(
+    user_ids: Iterable[int], among: Iterable[int] | None = None
+) -> dict[int, set[int]]:
+    """user id -> the ids of the courses whose folder they get (enrolled, teaching, TA),
+    ``among`` these courses only when given."""
     ids = set(user_ids)
     found: dict[int, set[int]] = defaultdict(set)
     if not ids:
         return found
+    courses = None if among is None else set(among)
     for through in (Course.students.through, Course.instructors.through):
-        for user_id, course_id in through.objects.filter(user_id__in=ids).values_list(
-            "user_id", "course_id"
-        ):
+        rows = through.objects.filter(user_id__in=ids)
+        if courses is not None:
+            rows = rows.filter(course_id__in=courses)
+        for user_id, course_id in rows.values_list("user_id", "course_id"):
             found[user_id].add(course_id)
-    course_type = ContentType.objects.get_for_model(Course)
     granted = UserObjectPermission.objects.filter(
-        content_type=course_type, permission__codename__in=list(TA_PERMISSIONS), user_id__in=ids
-    ).values_list("user_id", "object_pk")
-    for user_id, object_pk in granted:
+        content_type=ContentType.objects.get_for_model(Course),
+        permission__codename__in=list(TA_PERMISSIONS),
+        user_id__in=ids,
+    )
+    if courses is not None:
+        granted = granted.filter(object_pk__in=[str(c) for c in courses])
+    for user_id, object_pk in granted.values_list("user_id", "object_pk"):
         found[user_id].add(int(object_pk))
     return found
 
 
 def folders_of_people(user_ids: Iterable[int]) -> dict[int, list[CourseFolderRef]]:
-    """user id -> the course folders (with files) their desktops get, by course code."""
-    courses = course_ids_of_people(user_ids)
-    wanted = set().union(*courses.values()) if courses else set()
+    """user id -> the course folders (with files) their desktops get, by course code. One
+    query when no course folder holds a file (a desired state asks at every answer)."""
+    ids = set(user_ids)
+    if not ids:
+        return {}
     refs = {
         course_id: CourseFolderRef(id=course_id, code=code, version=version)
         for course_id, code, version in CourseFolder.objects.filter(
-            course_id__in=wanted, version__gt=0, course__files__isnull=False
+            version__gt=0, course__files__isnull=False
         )
         .distinct()
         .values_list("course_id", "course__code", "version")
     }
+    if not refs:
+        return {}
     found = {
-        user_id: sorted((refs[c] for c in ids if c in refs), key=lambda r: r.code)
-        for user_id, ids in courses.items()
+        user_id: sorted((refs[c] for c in courses), key=lambda r: r.code)
+        for user_id, courses in course_ids_of_people(ids, among=refs).items()
     }
     return {user_id: listed for user_id, listed in found.items() if listed}
 

@@ -202,6 +202,12 @@ def test_delete_is_audited_versioned_and_frees_the_bytes(people):
         do_delete(teacher, course_role(teacher, course), row.pk)
 
 
+def test_without_course_files_the_desired_state_pays_one_query(people, django_assert_num_queries):
+    _, student, other, _, _ = people
+    with django_assert_num_queries(1):
+        assert folders_of_people([student.pk, other.pk]) == {}
+
+
 def test_only_the_courses_people_get_the_folder_and_only_their_nodes_read_it(
     people, make_user, register_node, profile
 ):
