@@ -28,6 +28,7 @@ import hashlib
 import logging
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -42,7 +43,8 @@ from nodeagent.runtime.home_mounts import mount_count, release
 
 logger = logging.getLogger(__name__)
 
-CHUNK = 1024 * 1024
+RETRY_FIRST_S = 5.0  # a failed pull waits this long, doubled per failure, up to:
+RETRY_MAX_S = 300.0
 
 
 class CourseCopyError(RuntimeError):
@@ -72,6 +74,9 @@ class CourseFolders:
         self.root = root
         self._installation = installation
         self._in_use = in_use  # version folders mounted into a desktop now
+        # A failed pull is tried again after a delay, doubled per failure up to RETRY_MAX_S
+        # (the loop steps every second): course id -> (version, when to try, the delay).
+        self._retry: dict[int, tuple[int, float, float]] = {}
 
     def sync(self, sessions: Sequence[DesiredSession]) -> None:
         """Pull every folder the sessions name that is older here than asked; a failure is
@@ -85,10 +90,20 @@ class CourseFolders:
             have = current_copy(self.root, self._installation(), ref.id)
             if version_of(have) >= ref.version:
                 continue
+            version, not_before, delay = self._retry.get(ref.id, (0, 0.0, 0.0))
+            if version == ref.version and time.monotonic() < not_before:
+                continue
             try:
                 self.pull(ref.id)
             except (PortalError, CourseCopyError, OSError) as error:
-                logger.warning("course %s (%s): not pulled: %s", ref.id, ref.code, error)
+                delay = min(max(delay * 2, RETRY_FIRST_S), RETRY_MAX_S)
+                self._retry[ref.id] = (ref.version, time.monotonic() + delay, delay)
+                logger.warning(
+                    "course %s (%s): not pulled (again in %.0f s): %s",
+                    *(ref.id, ref.code, delay, error),
+                )
+            else:
+                self._retry.pop(ref.id, None)
 
     def pull(self, course_id: int) -> Path:
         """Fetch the folder's manifest and the files not held yet; switch ``current``."""
