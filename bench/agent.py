@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import get_args
 
 from nodeagent.protocol import LABEL_NODE, DesiredSession, DesiredWarm, DesktopLanguage
-from nodeagent.runtime import home_mounts
+from nodeagent.runtime import docker_warm, home_mounts
 from nodeagent.runtime.desktop_network import remove_networks
 from nodeagent.runtime.docker_runtime import DockerRuntime, docker_client
 from nodeagent.runtime.docker_warm import WARM_HOMES_DIR_NAME
@@ -89,6 +89,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="zh-hans",
         choices=get_args(DesktopLanguage),
         help="the claiming person's language (the claim starts the session again in it)",
+    )
+    parser.add_argument(
+        "--password-only",
+        action="store_true",
+        help="claim as before issue 36: deskpool-claim without --language (the password "
+        "alone, no session restart), for a comparison under the same load",
     )
     parser.add_argument(
         "--settled",
@@ -256,9 +262,17 @@ def p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(0.95 * len(ordered)) - 1))]
 
 
+def password_only(session: DesiredSession) -> list[str]:
+    """``--password-only``'s claim command: the password alone, as before issue 36."""
+    return list(docker_warm.CLAIM_COMMAND)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
+    if args.password_only:
+        docker_warm.claim_command = password_only  # this process only: the comparison
+        args.settled = ""  # nothing restarts
     bench = Bench(args)
     try:
         bench.client.images.get(args.image)
@@ -299,10 +313,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"warm claim -> RUNNING, {len(claims)} one at a time",
                 f"median {statistics.median(claims):.2f} s, p95 {p95(claims):.2f} s, "
                 f"min {min(claims):.2f} s, max {max(claims):.2f} s "
-                f"(language {args.language or '(none)'}; "
+                f"({'password only' if args.password_only else 'language ' + args.language}; "
                 f"warm desktop idle {args.warm_settle_s:g} s before)",
             )
         )
+    if claims and not args.password_only:
         rows.append(
             (
                 "claim -> session settled, one at a time",
