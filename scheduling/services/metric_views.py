@@ -59,6 +59,7 @@ class LineSpec:
     how: str = MEAN
     scale: float = 1.0
     minus: tuple[str, ...] = ()  # metrics subtracted (completed = ended − interruptions)
+    rollups_only: bool = False  # a bucket's highest value: from samples, the line itself
 
 
 @dataclass(frozen=True)
@@ -77,24 +78,24 @@ CELSIUS = pgettext_lazy("unit", "°C")
 REQUESTS = pgettext_lazy("unit", "requests")
 SECONDS = pgettext_lazy("unit", "s")
 DESKTOPS = pgettext_lazy("unit", "desktops")
+HIGHEST = gettext_lazy("Highest in the interval")
 DEVICE_CHARTS = (
     ChartSpec("utilisation", gettext_lazy("GPU utilisation"), PERCENT, (
         LineSpec("mean", gettext_lazy("Mean of the GPUs"), "", "utilization_pct"),
-        LineSpec("peak", gettext_lazy("Highest in the interval"), "", "utilization_pct", PEAK),
+        LineSpec("peak", HIGHEST, "", "utilization_pct", PEAK, rollups_only=True),
     )),
     ChartSpec("memory", gettext_lazy("GPU memory used"), GIB, (
         LineSpec("used", gettext_lazy("Used"), "", "memory_used_mb", scale=1 / 1024),
-        LineSpec("peak", gettext_lazy("Highest in the interval"), "", "memory_used_mb", PEAK,
-                 scale=1 / 1024),
+        LineSpec("peak", HIGHEST, "", "memory_used_mb", PEAK, scale=1 / 1024, rollups_only=True),
     )),
     ChartSpec("power", gettext_lazy("Power draw"), WATTS, (
         LineSpec("draw", gettext_lazy("Draw"), "", "power_w"),
-        LineSpec("peak", gettext_lazy("Highest in the interval"), "", "power_w", PEAK),
+        LineSpec("peak", HIGHEST, "", "power_w", PEAK, rollups_only=True),
         LineSpec("budget", gettext_lazy("Rack budget"), "", "power_budget_w"),
     )),
     ChartSpec("temperature", gettext_lazy("Temperature of the hottest GPU"), CELSIUS, (
         LineSpec("mean", gettext_lazy("Mean"), "", "temperature_c"),
-        LineSpec("peak", gettext_lazy("Highest in the interval"), "", "temperature_c", PEAK),
+        LineSpec("peak", HIGHEST, "", "temperature_c", PEAK, rollups_only=True),
     )),
 )  # fmt: skip
 POOL_CHARTS = (
@@ -186,7 +187,7 @@ def _specs(scope: str, resolution: int) -> list[ChartSpec]:
     charts = list(DEVICE_CHARTS) + (list(POOL_CHARTS) if scope == "pool" else [])
     if resolution == RAW:  # one value per sample: its highest is itself
         charts = [
-            ChartSpec(c.name, c.title, c.unit, tuple(s for s in c.lines if s.how != PEAK))
+            ChartSpec(c.name, c.title, c.unit, tuple(s for s in c.lines if not s.rollups_only))
             for c in charts
         ]
     if scope != "rack":
