@@ -27,7 +27,9 @@ Django), with the real readiness check (a VNC handshake through websockify):
    ``--claim-workers`` threads (10: the agent's start workers); each claim's time, and the
    time until the last one is RUNNING.
 
-``--parallel 0`` skips figures 2 and 3.
+``--parallel 0`` skips figures 2 and 3. ``--password-only`` claims as before issue 36
+(``deskpool-claim`` without ``--language``: the password alone, no session restarted), for
+figures 4 and 5 under the same load as a run without it (docs/scheduling.md, "Warm pool").
 
 Every container, volume, network, mount and password folder it makes is removed at the
 end, also on Ctrl-C. Containers are labelled ``deskpool.node=<--node>`` (default
