@@ -55,6 +55,7 @@ from .wire_types import (  # noqa: F401 - REASON_MAX_CHARS: the agent and tests 
     AgentMessage,
     Count,
     NodeAddress,
+    NodeHostname,
     PcieLevel,
     Port,
     PortalMessage,
@@ -154,7 +155,7 @@ class Registration(AgentMessage):
 
     protocol_version: int
     agent_version: str = Field(min_length=1, max_length=40)
-    hostname: str = Field(min_length=1, max_length=200)
+    hostname: NodeHostname = Field(min_length=1, max_length=200)  # a hostname or IP address
     join_token: str | None = Field(
         default=None,
         min_length=1,
