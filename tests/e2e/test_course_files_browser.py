@@ -71,8 +71,14 @@ def test_the_instructor_uploads_and_deletes_a_course_file_in_both_languages(
         assert AuditEvent.objects.filter(
             kind=AuditKind.COURSE_FILE_UPLOADED, data__path=f"week1/{name}"
         ).exists()
-        violations = check_axe(page, f"course-files-{language}-listed")
-        assert not violations, describe(violations)
+        for width, height in ((1280, 900), (390, 844)):  # a laptop, a phone
+            page.set_viewport_size({"width": width, "height": height})
+            violations = check_axe(page, f"course-files-{language}-listed-{width}")
+            assert not violations, describe(violations)
+            overflow = page.evaluate(
+                "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            )
+            assert overflow <= 0, (width, overflow)
 
         # Delete: the question first (in the reader's language), then the file is gone.
         asked.clear()
