@@ -1,7 +1,7 @@
 """Live updates to browsers over Channels, built here and sent only after the commit.
 
 Every payload a page receives is declared in this module. Services call
-:func:`broadcast_session` and :func:`broadcast_pool_alert`; both queue the send with
+:func:`broadcast_session` and the others below; each queues the send with
 ``transaction.on_commit``, so a rolled-back change is never announced. Pages subscribe
 through ``portal.live.consumers.UpdatesConsumer``, which joins the groups named here.
 
@@ -22,13 +22,12 @@ from django.db.models import Prefetch, prefetch_related_objects
 from django.urls import reverse
 from rest_framework.fields import DateTimeField
 
-from . import engine
 from .choices import OPENABLE_STATES
 from .idle_lookup import suspends_at
 from .layer_sender import sender
 from .models import Alert, Allocation, Session
 from .models.policy import QuotaRequest
-from .presenters import render, stored
+from .presenters import render
 
 log = logging.getLogger(__name__)
 
@@ -102,14 +101,6 @@ class ClassSessions(TypedDict):
     sessions: list[int]
 
 
-class PoolAlert(TypedDict):
-    type: Literal["pool.alert"]
-    level: str  # ok | warn | block
-    utilisation: float  # 0..1
-    reason: str
-    reason_code: str
-    reason_params: dict[str, Any]
-
 
 class QuotaRequestPayload(TypedDict):
     id: int
@@ -157,7 +148,6 @@ Payload = (
     | AdminSession
     | ClassSessions
     | AdminAudit
-    | PoolAlert
     | QuotaUpdate
     | AlertUpdate
 )
@@ -295,20 +285,6 @@ def _broadcast_changed() -> None:
 def broadcast_audit(kind: str) -> None:
     """After commit, tell the admins' console pages that something was recorded."""
     send_after_commit(ADMIN_GROUP, AdminAudit(type="admin.audit", kind=kind))
-
-
-def broadcast_pool_alert(alert: engine.Alert) -> None:
-    """After commit, tell every admin's open pages that the pool crossed a threshold."""
-    fields = stored(alert.reason)
-    payload = PoolAlert(
-        type="pool.alert",
-        level=alert.level,
-        utilisation=round(alert.utilisation, 4),
-        reason=render(fields["reason_code"], fields["reason_params"]),
-        reason_code=fields["reason_code"],
-        reason_params=fields["reason_params"],
-    )
-    send_after_commit(ADMIN_GROUP, payload)
 
 
 def quota_request_payload(request: QuotaRequest) -> QuotaRequestPayload:

@@ -116,8 +116,3 @@ class UpdatesConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
             alert["state_label"] = str(AlertState(alert["state"]).label)
         await self.send_json({"type": "alert.update", "alert": alert})
 
-    async def pool_alert(self, event: dict) -> None:
-        alert = {k: event[k] for k in ("type", "level", "utilisation", "reason_code")}
-        alert["reason_params"] = event["reason_params"]
-        alert["reason"] = self._render(event["reason_code"], event["reason_params"])
-        await self.send_json(alert)

@@ -9,7 +9,7 @@ import { liveUpdates, readWire, updatesPath } from "./live_socket.js";
 (function () {
   "use strict";
   if (!document.querySelector("[data-console-live]")) return;
-  const EVENTS = new Set(["admin.session", "admin.audit", "alert.update", "pool.alert"]);
+  const EVENTS = new Set(["admin.session", "admin.audit", "alert.update"]);
   let pending = false;
   let timer = null;
 

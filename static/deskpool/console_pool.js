@@ -22,7 +22,7 @@ import { liveUpdates, readWire, updatesPath } from "./live_socket.js";
   if (!configNode || !section) return;
   const config = JSON.parse(configNode.textContent);
   const REFRESH_MS = 10000;
-  const EVENTS = new Set(["admin.session", "session.update", "pool.alert", "alert.update"]);
+  const EVENTS = new Set(["admin.session", "session.update", "alert.update"]);
   let pending = false;
 
   async function refresh() {
