@@ -25,7 +25,13 @@ from portal.kit.person import signed_in, with_person
 from portal.kit.session_fragment import DETAIL, ITEM, fragment_context, render_forms
 from portal.student.forms import SessionRequestForm
 from portal.student.history import daily_gpu_hours, past_sessions
-from scheduling.choices import OPENABLE_STATES, TERMINAL_STATES, WAITING_STATES, SessionState
+from scheduling.choices import (
+    OPENABLE_STATES,
+    TERMINAL_STATES,
+    WAITING_STATES,
+    Purpose,
+    SessionState,
+)
 from scheduling.events import session_payload
 from scheduling.models import Session
 from scheduling.services import ServiceError
@@ -37,7 +43,7 @@ from scheduling.services.home_files import home_is_full
 from scheduling.services.home_place import home_place
 from scheduling.services.idle import LIMIT_WARNINGS, do_resume
 from scheduling.services.quota_view import quota_left
-from scheduling.services.sessions import do_stop, do_submit
+from scheduling.services.sessions import do_stop, do_submit, hobby_refusal
 
 CHART_DAYS = 14
 
@@ -88,6 +94,8 @@ def _home_context(request: HttpRequest, form: SessionRequestForm) -> dict[str, A
         "form": form,
         "offers": profile_offers(timezone.now()),
         "purposes": [(p.value, p.label) for p in purposes],
+        # The pool's block level reached: the waits above hold for thesis and coursework only.
+        "hobby_refused": hobby_refusal() if Purpose.HOBBY in purposes else "",
         # the default profile's id, for the form's script (templates/portal/home.html)
         "courses": eligible_courses(user).annotate(
             default_profile_id=F("default_desktop__profile")

@@ -121,6 +121,15 @@ def enrolment(user: User) -> dict[str, Exists]:
     }
 
 
+def hobby_refusal() -> str:
+    """Why a new hobby request would be refused now, in the reader's language ("" when it
+    would not): the request form says so before anyone asks, next to its waits."""
+    tier = PURPOSE_TIER[Purpose.HOBBY]
+    policy = engine_policy(PoolPolicy.current())
+    refused = engine.admission_block(tier, pool_utilisation(), policy)
+    return refusal(refused) if refused else ""
+
+
 def _check_admission(
     user: User, profile: DesktopProfile, purpose: Purpose, course: Course | None
 ) -> None:

@@ -62,6 +62,9 @@ def test_a_console_edit_moves_admission_the_alert_metrics_and_the_api_at_once(
     do_submit(owner, check_submit(owner, profile.pk, "hobby", None))  # under 90%: admitted
     evaluate_alerts()
     assert pool_alert_level() == "ok"
+    student = Client()
+    student.force_login(owner)
+    assert 'id="hobby-refused"' not in student.get("/").content.decode()
 
     admin = Client()
     admin.force_login(admin_user)
@@ -81,6 +84,9 @@ def test_a_console_edit_moves_admission_the_alert_metrics_and_the_api_at_once(
         check_submit(make_user("late"), profile.pk, "hobby", None)
     assert "at or above its block level of 50%" in refused.value.message
     assert refused.value.field == "purpose"
+    # The request form says so before anyone asks, in the reader's language.
+    home = student.get("/").content.decode()
+    assert 'id="hobby-refused"' in home and "block level of 50%" in home
     # The alert: the rule's own, critical; the pool's level is "block".
     evaluate_alerts()
     [alert] = Alert.objects.open().filter(rule=rule)
