@@ -34,6 +34,7 @@ from .gateway_revocation import revoked_tickets
 from .health import do_record_session_failed, do_record_session_running
 from .home_files import MB, quota_bytes_of
 from .home_files_agent import desired_home_tasks
+from .installation import installation_id
 from .lifecycle import Move, do_transition, do_transition_many
 from .warm import desired_warm
 
@@ -62,6 +63,9 @@ def desired_state(node: Node) -> DesiredState:
     ``version`` is read first: a change committed after it is announced with a newer one, so
     the agent's next wait answers at once (docs/agent-protocol.md)."""
     version = desired_version(node.pk)
+    # The homes' names carry the installation id, made at its first read (a write): read it
+    # before the read-only snapshot, where making it would fail.
+    installation_id()
     with one_snapshot():
         return DesiredState(
             sessions=with_revoked_tickets(node, desired_sessions(node)),
