@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import subprocess
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -33,7 +32,13 @@ import docker
 from docker.types import Mount
 
 from nodeagent.protocol_courses import COURSES_MOUNT, CourseFolderRef
-from nodeagent.runtime.home_mounts import HomeMountError, mount_count, release
+from nodeagent.runtime.home_mounts import (
+    HomeMountError,
+    make_shared,
+    mount_count,
+    release,
+    run_mount,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -99,22 +104,14 @@ def warm_folder(sessions_dir: Path, key: str) -> Path:
 
 
 def _mount(*args: str) -> None:
-    done = subprocess.run(["mount", *args], capture_output=True, text=True, timeout=30)
-    if done.returncode != 0:
-        detail = (done.stderr or done.stdout).strip()
-        raise CourseMountError(
-            f"mount {' '.join(args)} failed: {detail or f'exit code {done.returncode}'} "
-            "(a warm desktop's course folders need the agent to run as root on the host)"
-        )
+    run_mount(*args, needs="a warm desktop's course folders", error=CourseMountError)
 
 
 def prepare_warm(sessions_dir: Path, key: str) -> Path:
     """Make the warm desktop's ``/courses`` folder a shared mount point (empty for now)."""
     folder = warm_folder(sessions_dir, key)
     folder.mkdir(parents=True, exist_ok=True, mode=0o755)
-    if not mount_count(folder):
-        _mount("--bind", str(folder), str(folder))
-    _mount("--make-shared", str(folder))
+    make_shared(folder, needs="a warm desktop's course folders", error=CourseMountError)
     return folder
 
 

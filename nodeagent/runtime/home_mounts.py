@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import tarfile
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -53,23 +54,31 @@ def _unescape(field: str) -> str:
     return field
 
 
-def _mount(*args: str) -> None:
+def run_mount(
+    *args: str, needs: str = "a warm desktop's home", error: type[HomeMountError] = HomeMountError
+) -> None:
+    """``mount`` with ``args``; a failure raises ``error`` saying what ``needs`` it."""
     done = subprocess.run(["mount", *args], capture_output=True, text=True, timeout=30)
     if done.returncode != 0:
         detail = (done.stderr or done.stdout).strip()
-        raise HomeMountError(
+        raise error(
             f"mount {' '.join(args)} failed: {detail or f'exit code {done.returncode}'} "
-            "(a warm desktop's home needs the agent to run as root on the host)"
+            f"({needs} needs the agent to run as root on the host)"
         )
+
+
+def make_shared(folder: Path, **how: Any) -> None:
+    """Make ``folder`` a shared mount point (a bind of itself first, unless mounted)."""
+    if not mount_count(folder):
+        run_mount("--bind", str(folder), str(folder), **how)
+    run_mount("--make-shared", str(folder), **how)
 
 
 def prepare(folder: Path, skel_tar: bytes) -> None:
     """Make ``folder`` a shared mount point holding the image's skeleton home (uid 1000)."""
     folder.mkdir(parents=True, exist_ok=True, mode=0o755)
     seed(folder, skel_tar)
-    if not mount_count(folder):
-        _mount("--bind", str(folder), str(folder))
-    _mount("--make-shared", str(folder))
+    make_shared(folder)
 
 
 def attach(volume_dir: Path, folder: Path) -> None:
@@ -79,7 +88,7 @@ def attach(volume_dir: Path, folder: Path) -> None:
             f"home volume folder {volume_dir} is not visible to the agent (it must run in "
             "dockerd's mount namespace)"
         )
-    _mount("--bind", str(volume_dir), str(folder))
+    run_mount("--bind", str(volume_dir), str(folder))
 
 
 def release(folder: Path) -> None:
