@@ -214,12 +214,9 @@ def _currency_field() -> forms.CharField:
     )
 
 
-class PriceAddForm(CheckedForm):
-    """A new line of the price list: ``accounting.check_price``."""
+class _PriceLineFields(CheckedForm):
+    """What a line says that both adding and correcting it ask: price, currency, dates, note."""
 
-    slice_kind = forms.ChoiceField(label=_("Slice kind"), required=False)
-    profile = forms.ChoiceField(label=_("Desktop profile"), required=False)
-    unit = forms.ChoiceField(label=_("Unit"), choices=PriceUnit.choices)
     price = _price_field()
     currency = _currency_field()
     valid_from = forms.DateField(
@@ -233,6 +230,15 @@ class PriceAddForm(CheckedForm):
         help_text=_("Blank: open-ended."),
     )
     note = forms.CharField(label=_("Note"), max_length=300, required=False)
+
+
+class PriceAddForm(_PriceLineFields):
+    """A new line of the price list: ``accounting.check_price``."""
+
+    slice_kind = forms.ChoiceField(label=_("Slice kind"), required=False)
+    profile = forms.ChoiceField(label=_("Desktop profile"), required=False)
+    unit = forms.ChoiceField(label=_("Unit"), choices=PriceUnit.choices)
+    field_order = ["slice_kind", "profile", "unit", "price", "currency", "valid_from"]
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -277,22 +283,8 @@ class PriceEndForm(CheckedForm):
         return check_end(self.user, self.rule.pk, data["valid_until"])
 
 
-class PriceCorrectForm(CheckedForm):
+class PriceCorrectForm(_PriceLineFields):
     """Correct a line's price, currency, note and dates (``prices.check_correct``)."""
-
-    price = _price_field()
-    currency = _currency_field()
-    valid_from = forms.DateField(
-        label=_("First day"), widget=_date_input(), error_messages=REQUIRED_DATE_ERRORS
-    )
-    valid_until = forms.DateField(
-        label=_("Last day"),
-        required=False,
-        widget=_date_input(),
-        error_messages=DATE_ERRORS,
-        help_text=_("Blank: open-ended."),
-    )
-    note = forms.CharField(label=_("Note"), max_length=300, required=False)
 
     def __init__(self, user: User, rule: PriceRule, *args: Any, **kwargs: Any):
         kwargs.setdefault(
