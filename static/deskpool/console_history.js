@@ -63,6 +63,19 @@
     ctx.restore();
   }
 
+  // Ticks in 24-hour time (a day or less) or as month-day, in the admin's zone: the same
+  // way whatever the page's language.
+  const span = data.times.length ? data.times[data.times.length - 1] - data.times[0] : 0;
+  const pad = (n) => String(n).padStart(2, "0");
+  function timeLabels(u, ticks) {
+    return ticks.map((ts) => {
+      const at = uPlot.tzDate(new Date(ts * 1e3), data.zone);
+      const time = pad(at.getHours()) + ":" + pad(at.getMinutes());
+      const day = pad(at.getMonth() + 1) + "-" + pad(at.getDate());
+      return span <= 86400 ? time : span <= 3 * 86400 ? day + " " + time : day;
+    });
+  }
+
   const plots = [];
   function width(node) {
     return Math.max(240, Math.floor(node.getBoundingClientRect().width));
@@ -81,7 +94,7 @@
       height: 220,
       tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), data.zone),
       series: series,
-      axes: [{}, { label: chart.unit, size: 60 }],
+      axes: [{ values: timeLabels }, { label: chart.unit, size: 60 }],
       legend: {
         markers: {
           dash: (u, i) => STYLES[(i - 1) % STYLES.length].marker,
@@ -97,18 +110,15 @@
   }
 
   // Follow each chart's box (the window, a phone turned, the grid going to one column).
-  let resizing = null;
   const resize = () => {
-    clearTimeout(resizing);
-    resizing = setTimeout(() => {
-      for (const [plot, node] of plots) {
-        if (Math.abs(plot.width - width(node)) > 1) plot.setSize({ width: width(node), height: 220 });
-      }
-    }, 50);
+    for (const [plot, node] of plots) {
+      if (Math.abs(plot.width - width(node)) > 1) plot.setSize({ width: width(node), height: 220 });
+    }
   };
   if (typeof ResizeObserver === "function") {
     const observer = new ResizeObserver(resize);
     for (const [, node] of plots) observer.observe(node.parentElement);
+  } else {
+    window.addEventListener("resize", () => window.requestAnimationFrame(resize));
   }
-  window.addEventListener("resize", resize);
 })();
