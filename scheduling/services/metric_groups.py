@@ -12,7 +12,6 @@ GPU's mean first), ``memory_used_mb`` and ``power_w`` the sum of its GPUs' means
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from django.db.models import Avg, Count
 
 from ..choices import WAITING_STATES, Purpose
 from ..models import Gpu, MetricSample, MetricSource, Session
+from ..sim.campus.report import percentile  # the nearest-rank percentile
 
 GROUP_PREFIXES = ("model", "node", "rack")
 
@@ -112,14 +112,6 @@ def group_rows(
     return wanted, values
 
 
-def percentile(values: list[float], share: float) -> float | None:
-    """The nearest-rank percentile (``share`` 0 to 1) of ``values``; None for none."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
-
-
 @dataclass(frozen=True)
 class TierStats:
     waiting: int
@@ -149,9 +141,9 @@ def tier_stats(since: datetime, now: datetime) -> dict[str, TierStats]:
         stats[tier.value] = TierStats(
             waiting=counts.get(tier.value, 0),
             wait_mean_s=sum(mine) / len(mine) if mine else None,
-            wait_p95_s=percentile(mine, 0.95),
+            wait_p95_s=percentile(mine, 95),
         )
     return stats
 
 
-__all__ = ["GROUP_PREFIXES", "TierStats", "group_key", "group_rows", "percentile", "tier_stats"]
+__all__ = ["GROUP_PREFIXES", "TierStats", "group_key", "group_rows", "tier_stats"]

@@ -17,7 +17,6 @@ from django.db import connection
 from scheduling.models import MetricRollup, MetricSample, MetricSource, Session, UsageRecord
 from scheduling.models.metrics import FIVE_MINUTES, HOURLY, RAW
 from scheduling.services import ServiceError
-from scheduling.services.metric_groups import percentile
 from scheduling.services.metric_history import (
     record_pool_metrics,
     sources,
@@ -119,13 +118,6 @@ def test_each_rollup_period_writes_the_groups_and_the_tiers(racked, owner, profi
     assert (thesis.queue_length, thesis.queue_wait_s, thesis.queue_wait_p95_s) == (0, 105.0, 600.0)
     assert (hobby.queue_length, hobby.queue_wait_p95_s) == (3, None)
     assert at_noon[tier_key("coursework")].queue_length == 0
-
-
-def test_percentile_is_the_nearest_rank():
-    assert percentile([], 0.95) is None
-    assert percentile([5.0], 0.95) == 5.0
-    assert percentile([float(n) for n in range(1, 101)], 0.95) == 95.0
-    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0
 
 
 def _rollup(key: str, resolution: int, bucket: datetime, count: int = 1, **values: float) -> None:
