@@ -101,7 +101,6 @@ class ClassSessions(TypedDict):
     sessions: list[int]
 
 
-
 class QuotaRequestPayload(TypedDict):
     id: int
     course: str
@@ -143,14 +142,7 @@ class AlertUpdate(TypedDict):
     alert: AlertPayload
 
 
-Payload = (
-    SessionUpdate
-    | AdminSession
-    | ClassSessions
-    | AdminAudit
-    | QuotaUpdate
-    | AlertUpdate
-)
+Payload = SessionUpdate | AdminSession | ClassSessions | AdminAudit | QuotaUpdate | AlertUpdate
 
 
 def user_group(user_id: int) -> str:

@@ -115,4 +115,3 @@ class UpdatesConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
             alert["level_label"] = str(AlertLevel(alert["level"]).label)
             alert["state_label"] = str(AlertState(alert["state"]).label)
         await self.send_json({"type": "alert.update", "alert": alert})
-
