@@ -3,13 +3,14 @@ form behind "New desktop": open when I have none, disabled with the reason at th
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
 from django.test import Client
 from django.utils import timezone, translation
 
-from people.models import Member
+from people.models import Course, Member, Role, ThesisGrant
 from scheduling.models import Session
 from scheduling.services.sessions import MAX_OPEN_SESSIONS_PER_USER
 
@@ -83,3 +84,33 @@ def test_new_desktop_is_disabled_with_the_reason_at_the_open_session_limit(owner
     assert 'id="submit-form"' not in page
     chinese = home(owner, "zh-hans")
     assert "请先停止一个再新建" in chinese and "新建桌面" in chinese
+
+
+def checked_purpose(html: str) -> str:
+    [value] = re.findall(r'<input type="radio" name="purpose" value="(\w+)"[^>]* checked', html)
+    return value
+
+
+def selected_course(html: str) -> str | None:
+    select = html.split('<select name="course"')[1].split("</select>")[0]
+    found = re.findall(r'<option value="([^"]*)"[^>]* selected>', select)
+    return found[0] if found else None
+
+
+def test_the_form_starts_at_the_highest_purpose_the_person_may_use(owner, profile, make_user):
+    """The walk (issue 38): a thesis student with a grant got Hobby preselected."""
+    assert checked_purpose(home(owner)) == "hobby"
+    course = Course.objects.create(code="cs101", title="Intro")
+    course.students.add(owner)
+    html = home(owner)
+    assert checked_purpose(html) == "coursework" and selected_course(html) == "cs101"
+    other = Course.objects.create(code="cs202", title="Systems")
+    other.students.add(owner)
+    html = home(owner)  # two courses: which one is the student's to say
+    assert checked_purpose(html) == "coursework" and selected_course(html) is None
+    advisor = make_user("prof")
+    Member.objects.create(user=advisor, role=Role.FACULTY)
+    ThesisGrant.objects.create(
+        student=owner, granted_by=advisor, until=timezone.localdate() + timedelta(days=30)
+    )
+    assert checked_purpose(home(owner)) == "thesis"
