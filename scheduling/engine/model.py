@@ -65,6 +65,9 @@ class NodeState:
         )
 
 
+WHOLE = "whole"  # the kind of a slice that is a whole GPU
+
+
 @dataclass(frozen=True)
 class FreeSlice:
     """A slice (MIG instance, share or whole GPU); free when in ``Snapshot.free_slices``."""

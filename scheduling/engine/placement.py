@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from .model import FreeSlice, NodeState
+from .model import WHOLE, FreeSlice, NodeState
 from .pool import Candidate, Cycle, Shape
 from .scoring import MILLI, Weights, combine, strand_growth
 
@@ -51,6 +51,15 @@ START_CAP = 10
 # equally tight slices. More than a backlog of eight waves or 10 degrees of GPU temperature,
 # half a full rack's penalty, nothing next to one fragmentation level (1e6).
 HOME_WEIGHT = 20.0
+# Whole GPUs kept for work that needs them (issue 38). A one-GPU request that a free smaller
+# slice (MIG instance, share) could take loses every whole-GPU option by KEPT_WHOLE: more
+# than any fragmentation level (at most 100 levels of 1e6), so the slice wins whatever the
+# other terms say. With nothing smaller free a whole GPU stays allowed (the person does not
+# wait while a card idles; billing caps what they pay), and one whose NVLink peers are free
+# loses NVLINK_KEEP tie units per free peer, at most three: the multi-GPU work that needs
+# NVLink pairs finds them.
+KEPT_WHOLE = 1.0e9
+NVLINK_KEEP = 20.0
 NEG = float("-inf")
 
 
@@ -134,6 +143,8 @@ def evaluate(cycle: Cycle, shape: Shape, node_id: int) -> Candidate | None:
             if v >= MILLI and has_used_fit:
                 tie -= w.gpu_penalty
             score = combine(delta, tie, w)
+            if s.kind == WHOLE:
+                score -= whole_cost(cycle, shape, node, s)
             if best is None or score > best.score:
                 best = Candidate(score, node_id, (s,))
         return best
@@ -158,6 +169,23 @@ def evaluate(cycle: Cycle, shape: Shape, node_id: int) -> Candidate | None:
         tie += NVLINK_WEIGHT * links / (k * (k - 1) / 2)
     tie -= sum(s.memory_mb for s in chosen) / 1.0e6
     return Candidate(combine(delta, tie, w), node_id, tuple(chosen))
+
+
+def whole_cost(cycle: Cycle, shape: Shape, node: NodeState, s: FreeSlice) -> float:
+    """What taking the whole GPU ``s`` for a one-GPU shape costs: :data:`KEPT_WHOLE` while a
+    smaller fitting slice is free, plus :data:`NVLINK_KEEP` per free NVLink peer."""
+    cost = KEPT_WHOLE if cycle.smaller_free(shape) else 0.0
+    if node.nvlink:
+        lefts = cycle.lefts[node.node_id]
+        peers = sum(
+            1
+            for g, left in lefts.items()
+            if g != s.gpu_id
+            and left >= MILLI
+            and ((s.gpu_id, g) in node.nvlink or (g, s.gpu_id) in node.nvlink)
+        )
+        cost += NVLINK_KEEP * min(peers, 3)
+    return cost
 
 
 def gpu_set(node: NodeState, options: list[FreeSlice], k: int) -> tuple[FreeSlice, ...]:
@@ -195,6 +223,7 @@ def best(cycle: Cycle, shape: Shape) -> Candidate | None:
     """
     if shape in cycle.nowhere:
         return None
+    forget_if_kept_changed(cycle, shape)
     entry = cycle.cache.get(shape)
     n = len(cycle.changes)
     if entry is None:
@@ -252,6 +281,22 @@ def best(cycle: Cycle, shape: Shape) -> Candidate | None:
     if known is not None and known[0] == version[winner]:
         return known[1]
     return evaluate(cycle, shape, winner)
+
+
+def forget_if_kept_changed(cycle: Cycle, shape: Shape) -> None:
+    """Whole-GPU scores depend on whether a smaller slice is free anywhere
+    (:func:`whole_cost`), which no node's version tracks: when that changes, the shape's
+    cached scores are dropped."""
+    if shape.gpu_count != 1 or WHOLE not in shape.kinds:
+        return
+    now = cycle.smaller_free(shape)
+    if cycle.kept.setdefault(shape, now) == now:
+        return
+    cycle.kept[shape] = now
+    cycle.cache.pop(shape, None)
+    cycle.score_memo.pop(shape, None)
+    for key in [k for k in cycle.candidates if k[0] == shape]:
+        del cycle.candidates[key]
 
 
 def at_home(cycle: Cycle, shape: Shape, home_nodes: Sequence[int]) -> Candidate | None:

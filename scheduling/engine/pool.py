@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from .model import (
+    WHOLE,
     Booking,
     FreeSlice,
     NodeState,
@@ -188,6 +189,10 @@ class Cycle:
             if x.node_id in self.position:
                 self.types[(x.kind, x.memory_mb, x.gpu_model, x.compute_units)].append(x)
         self.free_by_id = {s.slice_id: s for s in snap.free_slices}
+        # Per one-GPU shape: a free slice smaller than a whole GPU that could take it (None:
+        # none is free). Capacity only shrinks within a cycle; ``give_back`` clears it.
+        self.smaller: dict[Shape, FreeSlice | None] = {}
+        self.kept: dict[Shape, bool] = {}  # smaller_free when the shape's scores were cached
 
     # -- shapes and feasibility --
 
@@ -255,6 +260,39 @@ class Cycle:
             ):
                 best[s.gpu_id] = s
         return sorted(best.values(), key=lambda s: (s.milli, s.memory_mb, s.gpu_id))
+
+    def smaller_free(self, shape: Shape) -> bool:
+        """Is a fitting slice of a kind other than a whole GPU (a MIG instance, a share) free
+        now on a node that could take the one-GPU shape (CPU, memory, rack power)? Then a
+        whole GPU loses to it (``placement.evaluate``): whole GPUs are kept for work that
+        needs them. False for shapes that allow only whole GPUs or no whole GPU."""
+        if shape.gpu_count != 1 or WHOLE not in shape.kinds or len(shape.kinds) < 2:
+            return False
+        if shape in self.smaller:
+            known = self.smaller[shape]
+            if known is None or self._could_take(shape, known):
+                return known is not None
+        kinds = tuple(k for k in shape.kinds if k != WHOLE)
+        found = None
+        for node_id in self.order:
+            for s in self.slices[node_id].fitting(kinds, shape.memory_min):
+                if self.usable(shape, s) and self._could_take(shape, s):
+                    found = s
+                    break
+            if found is not None:
+                break
+        self.smaller[shape] = found
+        return found is not None
+
+    def _could_take(self, shape: Shape, s: FreeSlice) -> bool:
+        """The slice is still free and its node has the shape's CPU, memory and power."""
+        n = s.node_id
+        return (
+            self.cpus[n] >= shape.cpus
+            and self.memory[n] >= shape.memory_mb
+            and s in self.slices[n].by_kind.get(s.kind, ())
+            and self.power_ok(self.nodes[n], (s,))
+        )
 
     def power_ok(self, node: NodeState, slices: Sequence[FreeSlice]) -> bool:
         """The slices' added draw fits the rack's power headroom (racks without a budget: yes)."""
@@ -359,3 +397,4 @@ class Cycle:
         for s in slices:
             self.lefts[node_id][s.gpu_id] += s.milli
         self.nowhere.clear()  # capacity came back
+        self.smaller.clear()
