@@ -30,6 +30,14 @@ TIER_LABELS = {
 SOON = timedelta(seconds=30)
 
 
+def pool_closed_words() -> str:
+    """Why nothing starts while no node takes new desktops (``Code.POOL_CLOSED``)."""
+    return _(
+        "The pool is closed for maintenance: no node takes new desktops. You keep your place; "
+        "it starts when a node opens."
+    )
+
+
 def stored(reason: Reason) -> dict[str, Any]:
     """The model fields for a reason: ``reason_code`` and JSON ``reason_params``."""
     encoder = DjangoJSONEncoder()
@@ -201,6 +209,7 @@ SENTENCES: dict[Code, Callable[[Mapping[str, Any]], str]] = {
         % {"count": p.get("count", "?"), "deadline": _clock(p.get("deadline"))}
     ),
     Code.NO_FIT: _no_fit,
+    Code.POOL_CLOSED: lambda p: pool_closed_words(),
     Code.POOL_BLOCK: lambda p: (
         _(
             "The pool is %(busy)s busy, at or above its block level of %(limit)s: no new "

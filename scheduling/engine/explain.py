@@ -15,6 +15,10 @@ reasons carry ``tier`` (a ``TIER_KEYS`` key), ``ahead`` (waiting ahead of it in 
 
 ``NO_FIT`` (``gpu_count``, ``memory_mb``, ``kinds``, ``models``): no healthy node could ever
 run the request.
+
+``POOL_CLOSED`` (``tier``, ``ahead``, ``higher``): no healthy node takes new work at all (every
+one cordoned, draining or silent): the pool is closed, so nothing is said about fit and no
+start is estimated.
 """
 
 from __future__ import annotations
@@ -64,6 +68,13 @@ def explain(cycle: Cycle, result: Plan, waiting: list[Waiting], tiers: dict[int,
         ahead = ahead_in_tier[tier]
         ahead_in_tier[tier] += 1
         extra: dict[str, object]
+        if not cycle.order:
+            closed = {"tier": TIER_KEYS.get(tier, str(tier)), "ahead": ahead}
+            closed["higher"] = position - ahead - 1
+            result.queue.append(
+                QueueEntry(r.session_id, position, Reason(Code.POOL_CLOSED, closed), None, False)
+            )
+            continue
         if w.victims is not None:
             code, eta = w.victims, w.deadline
             extra = {"count": w.count, "deadline": w.deadline}

@@ -27,6 +27,9 @@ class Code(StrEnum):
     WAITING_VICTIMS = "waiting_victims"  # count, deadline
     WAITING_PREEMPTING = "waiting_preempting"  # count, deadline
     NO_FIT = "no_fit"  # gpu_count, memory_mb, kinds, models: no healthy node can ever run it
+    # tier, ahead, higher: no healthy node takes new work (every one cordoned, draining or
+    # silent): the pool is closed for maintenance; no estimate, the place is kept
+    POOL_CLOSED = "pool_closed"
     # -- the engine: quotas (scope: user|course|department, key)
     QUOTA_SLICE_MEMORY = "quota_slice_memory"  # limit_mb, need_mb
     QUOTA_GPU_HOURS = "quota_gpu_hours"  # limit, used

@@ -1,7 +1,8 @@
 """What each desktop profile offers a person now: its resources and the wait it has.
 
 The wait is an estimate for the request form, not a promise: a fitting slice free now on a
-healthy node means "now"; otherwise the earliest times fitting slices free up (a running
+healthy node means "now"; no healthy node that takes new desktops means the pool is closed
+(``closed``: no wait is given); otherwise the earliest times fitting slices free up (a running
 session's start plus its profile's time limit, a warm desktop's class end), one per request
 already waiting for that kind of slice.
 """
@@ -15,6 +16,7 @@ from datetime import datetime, timedelta
 
 from ..choices import WAITING_STATES, SliceKind
 from ..models import Allocation, DesktopProfile, Node, Session, Slice
+from ..presenters import pool_closed_words
 from .feasibility import unavailable_words
 
 
@@ -29,6 +31,8 @@ class ProfileOffer:
     wait_minutes: int | None  # None: no healthy node has a slice that fits
     # Why no healthy node could ever run it (reader's language); "" when one could.
     unavailable: str = ""
+    # Why nothing starts now when no node takes new desktops (the pool is closed), else "".
+    closed: str = ""
 
 
 def profile_offers(now: datetime) -> list[ProfileOffer]:
@@ -51,6 +55,7 @@ def profile_offers(now: datetime) -> list[ProfileOffer]:
     offers = []
     profiles = list(DesktopProfile.objects.filter(active=True))
     never = unavailable_words(profiles, now)
+    closed = "" if healthy else pool_closed_words()
     for profile in profiles:
         fitting = [s for s in slices if fits(profile, s)]
         free = [s for s in fitting if s.pk not in frees_at]
@@ -73,6 +78,7 @@ def profile_offers(now: datetime) -> list[ProfileOffer]:
                 starts_now=starts_now,
                 wait_minutes=wait,
                 unavailable=never.get(profile.pk, ""),
+                closed=closed,
             )
         )
     return offers

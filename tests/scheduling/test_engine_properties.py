@@ -407,6 +407,11 @@ def test_reasons_carry_their_parameters_and_standing_holds_are_free_and_unplaced
                 "ram_mb": r.memory_mb,
             }
             continue
+        if reason.code == Code.POOL_CLOSED:
+            # No healthy node takes new work: no fit is judged and no start estimated.
+            assert not any(n.healthy for n in snapshot.nodes)
+            assert set(reason.params) == {"tier", "ahead", "higher"} and entry.eta is None
+            continue
         assert reason.code in WAITING_CODES
         p = reason.params
         assert p["tier"] in TIER_KEYS.values()
