@@ -45,6 +45,10 @@ _FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 TEMP_PREFIX = ".deskpool-upload-"
+# The portal's own files in a home: the folder its desktops write to (``~/.deskpool``: the
+# images' save.d/50-stopped-at) and an upload's temporary file (TEMP_PREFIX). Never deleted
+# through the Files page (the portal refuses first: scheduling.services.home_files).
+PORTAL_FOLDER = ".deskpool"
 _SHOWN_MAX = 80  # characters of a path a sentence shows (reasons are cut at 300)
 _CHUNK = 1024 * 1024
 
@@ -53,6 +57,13 @@ HOME_FULL = "Your home folder is full: delete files before you upload more."
 # A home this full of its quota counts as full (the Files page, the desktop page, the agent's
 # measure of a home image): the disk refuses writes a little before the last byte.
 HOME_FULL_AT = 0.98
+
+
+def portal_own(path: str) -> bool:
+    """Whether ``path`` (a ``home_path``) is the portal's own: ``.deskpool`` or anything under
+    it, or an upload's temporary file."""
+    parts = path.split("/") if path else []
+    return bool(parts) and (parts[0] == PORTAL_FOLDER or parts[-1].startswith(TEMP_PREFIX))
 
 
 class HomeFileError(Exception):
@@ -254,6 +265,11 @@ class HomeFolder:
         """Delete a file or link (the link only), or a folder and all it holds."""
         if not path:
             raise HomeFileError("Your home folder itself cannot be deleted.")
+        if portal_own(path):
+            raise HomeFileError(
+                f"{shown(path)} holds the portal's own files for your desktops: it cannot be "
+                "deleted."
+            )
         with self._parent(path) as (parent, name):
             info = _lstat(parent, name, path)
             try:

@@ -34,6 +34,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
+from nodeagent.home_files import portal_own
 from nodeagent.protocol_files import HOME_LIST_MAX
 from portal.kit.client_address import client_address_of
 from portal.kit.confirm import confirm_first
@@ -43,6 +44,7 @@ from scheduling.services.gateway_tickets import gateway_url
 from scheduling.services.home_files import (
     FilesPlace,
     FilesRefused,
+    check_deletable,
     checked_path,
     files_place,
     home_full,
@@ -62,11 +64,14 @@ class HttpResponseSeeOther(HttpResponseRedirectBase):
     allowed_schemes = ["http", "https"]  # how often the page asks how a task stands
 
 
-def folder_url(path: str, task: HomeTask | None = None) -> str:
-    """The Files page of the folder ``path`` (and waiting for ``task``)."""
+def folder_url(path: str, task: HomeTask | None = None, hidden: bool = False) -> str:
+    """The Files page of the folder ``path`` (and waiting for ``task``; with hidden files
+    shown)."""
     query = {"path": path} if path else {}
     if task is not None:
         query["task"] = str(task.pk)
+    if hidden:
+        query["hidden"] = "1"
     return reverse("files") + (f"?{urlencode(query)}" if query else "")
 
 
@@ -82,26 +87,39 @@ def _my_task(person: User, task_id: int) -> HomeTask:
         raise Http404(_("No such file task.")) from None
 
 
-def crumbs(path: str) -> list[dict[str, str]]:
+def crumbs(path: str, hidden: bool = False) -> list[dict[str, str]]:
     """The folders from the home down to ``path``: name and link."""
-    out = [{"name": _("Home folder"), "url": folder_url("")}]
+    out = [{"name": _("Home folder"), "url": folder_url("", hidden=hidden)}]
     parts = path.split("/") if path else []
     for i, name in enumerate(parts):
-        out.append({"name": name, "url": folder_url("/".join(parts[: i + 1]))})
+        out.append({"name": name, "url": folder_url("/".join(parts[: i + 1]), hidden=hidden)})
     return out
 
 
-def entries_of(task: HomeTask) -> list[dict[str, Any]]:
-    """A DONE listing's entries, folders first, with their paths and times as datetimes."""
+def is_hidden(name: str) -> bool:
+    """A hidden file or folder: its name starts with "." (left out unless ``?hidden=1``)."""
+    return name.startswith(".")
+
+
+def wants_hidden(request: HttpRequest) -> bool:
+    return request.GET.get("hidden", "") == "1"
+
+
+def entries_of(task: HomeTask, hidden: bool = False) -> list[dict[str, Any]]:
+    """A DONE listing's entries, folders first, with their paths and times as datetimes;
+    hidden ones only when ``hidden``. The portal's own (``.deskpool``) get no Delete."""
     rows = []
     for entry in task.entries:
+        if not hidden and is_hidden(entry["name"]):
+            continue
         path = f"{task.path}/{entry['name']}" if task.path else entry["name"]
         rows.append(
             {
                 **entry,
                 "path": path,
                 "modified": parse_datetime(entry["modified"]) if entry.get("modified") else None,
-                "url": folder_url(path) if entry["kind"] == "folder" else "",
+                "url": folder_url(path, hidden=hidden) if entry["kind"] == "folder" else "",
+                "portal_own": portal_own(path),
             }
         )
     rows.sort(key=lambda row: (row["kind"] != "folder", row["name"].casefold()))
@@ -127,24 +145,28 @@ def waiting_words(task: HomeTask) -> str:
     return _("Asking %(node)s for your files…") % {"node": host}
 
 
-def task_context(task: HomeTask) -> dict[str, Any]:
+def task_context(task: HomeTask, hidden: bool = False) -> dict[str, Any]:
     done = task.state == HomeTaskState.DONE
+    listed = done and task.kind == HomeTaskKind.LIST
+    entries = entries_of(task, hidden) if listed else []
+    task_url = reverse("files-task", args=[task.pk])
     return {
         "task": task,
         "pending": task.state == HomeTaskState.PENDING,
         "failed": task.state == HomeTaskState.FAILED,
         "listing": task.kind == HomeTaskKind.LIST,
-        "entries": entries_of(task) if done and task.kind == HomeTaskKind.LIST else [],
+        "entries": entries,
+        "hidden_count": len(task.entries or []) - len(entries) if listed else 0,
         "list_max": HOME_LIST_MAX,
         "waiting": waiting_words(task),
         "outcome": outcome(task) if task.kind != HomeTaskKind.LIST else "",
-        "again_url": folder_url(folder_of(task)),
-        "task_url": reverse("files-task", args=[task.pk]),
+        "again_url": folder_url(folder_of(task), hidden=hidden),
+        "task_url": task_url + ("?hidden=1" if hidden else ""),
     }
 
 
-def render_task(request: HttpRequest, task: HomeTask) -> str:
-    return render_to_string("portal/files/_task.html", task_context(task), request=request)
+def render_task(request: HttpRequest, task: HomeTask, hidden: bool = False) -> str:
+    return render_to_string("portal/files/_task.html", task_context(task, hidden), request=request)
 
 
 def place_context(place: FilesPlace) -> dict[str, Any]:
@@ -168,6 +190,7 @@ def files_page(
     after: HomeTask | None = None,
     error: str = "",
     status: int = 200,
+    hidden: bool = False,
 ) -> HttpResponse:
     """The page of the folder ``path``: where the home is, its quota, the upload form and,
     once ``after`` (a deletion) has ended, the folder's listing."""
@@ -185,17 +208,19 @@ def files_page(
     context = {
         **place_context(place),
         "path": path,
-        "crumbs": crumbs(path),
+        "crumbs": crumbs(path, hidden),
         "error": error,
+        "hidden": hidden,
+        "hidden_toggle_url": folder_url(path, hidden=not hidden),
         "after": task_context(after) if after is not None else None,
         "after_html": render_task(request, after) if after is not None else "",
-        "listing": task_context(listing) if listing is not None else None,
-        "listing_html": render_task(request, listing) if listing is not None else "",
+        "listing": task_context(listing, hidden) if listing is not None else None,
+        "listing_html": render_task(request, listing, hidden) if listing is not None else "",
         "config": {
             "poll_ms": POLL_MS,
             "after": reverse("files-task", args=[after.pk]) if after is not None else None,
-            "listing": reverse("files-task", args=[listing.pk]) if listing is not None else None,
-            "reload": folder_url(path, after) if after is not None else None,
+            "listing": task_context(listing, hidden)["task_url"] if listing is not None else None,
+            "reload": folder_url(path, after, hidden) if after is not None else None,
         },
     }
     response = render(request, "portal/files/page.html", context, status=status)
@@ -223,18 +248,19 @@ def transfer_sources(person: User) -> list[str]:
 @with_person
 @require_GET
 def files(request: HttpRequest, person: User) -> HttpResponse:
-    """GET /files/?path=<folder>[&task=<id>]."""
+    """GET /files/?path=<folder>[&task=<id>][&hidden=1] (hidden=1: show hidden files)."""
+    hidden = wants_hidden(request)
     try:
         path = checked_path(request.GET.get("path", ""))
     except FilesRefused as refused:
-        return files_page(request, person, "", error=refused.message, status=400)
+        return files_page(request, person, "", error=refused.message, status=400, hidden=hidden)
     after = None
     task_id = request.GET.get("task", "")
     if task_id:
         if not task_id.isdigit() or len(task_id) > 18:
             raise Http404(_("No such file task."))
         after = _my_task(person, int(task_id))
-    return files_page(request, person, path, after=after)
+    return files_page(request, person, path, after=after, hidden=hidden)
 
 
 @never_cache
@@ -244,14 +270,13 @@ def task_view(request: HttpRequest, person: User, task_id: int) -> HttpResponse:
     """How a task stands: JSON for the page's script (``Accept: application/json``), else a
     page of its own that refreshes itself until the task ends (no JavaScript)."""
     task = _my_task(person, task_id)
-    context = task_context(task)
+    hidden = wants_hidden(request)
+    context = task_context(task, hidden)
+    html = render_task(request, task, hidden)
     if wants_json(request):
-        return JsonResponse(task_json(task, html=render_task(request, task)))
-    return render(
-        request,
-        "portal/files/task.html",
-        {**context, "task_html": render_task(request, task), "back": folder_url(folder_of(task))},
-    )
+        return JsonResponse(task_json(task, html=html))
+    back = folder_url(folder_of(task), hidden=hidden)
+    return render(request, "portal/files/task.html", {**context, "task_html": html, "back": back})
 
 
 def wants_json(request: HttpRequest) -> bool:
@@ -342,7 +367,7 @@ def delete(request: HttpRequest, person: User) -> HttpResponse:
     path = request.POST.get("path", "")
     back = posixpath.dirname(path)
     try:
-        checked_path(path)
+        check_deletable(checked_path(path))
     except FilesRefused as refused:
         return _refused(request, person, back, refused.message)
     name = posixpath.basename(path)

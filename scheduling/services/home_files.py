@@ -22,7 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from nodeagent.home_files import HOME_FULL_AT
+from nodeagent.home_files import HOME_FULL_AT, portal_own
 from nodeagent.protocol_files import HOME_PATH_MAX, home_path
 from nodeagent.wire_types import REASON_MAX_CHARS
 
@@ -178,6 +178,20 @@ def checked_path(path: str) -> str:
         ) from None
 
 
+def check_deletable(path: str) -> None:
+    """Refuse (FilesRefused) deleting the portal's own files in a home (``.deskpool`` and what
+    it holds, an upload's temporary file: ``nodeagent.home_files.portal_own``); the node's
+    agent refuses them too."""
+    if portal_own(path):
+        raise FilesRefused(
+            _(
+                "%(name)s holds the portal's own files for your desktops (such as when each "
+                "one stopped): it cannot be deleted."
+            )
+            % {"name": path}
+        )
+
+
 def start_task(user: User, kind: str, path: str = "") -> HomeTask:
     """Give the node keeping the person's home a task (list the folder ``path``, or delete
     ``path``) and wake its agent; FilesRefused when it cannot be done (no node, bad path, too
@@ -188,6 +202,8 @@ def start_task(user: User, kind: str, path: str = "") -> HomeTask:
     path = checked_path(path)
     if kind == HomeTaskKind.DELETE and not path:
         raise FilesRefused(_("Choose a file or folder in your home."))
+    if kind == HomeTaskKind.DELETE:
+        check_deletable(path)
     place = files_place(user)
     if place.node is None:
         raise FilesRefused(place.reason)
