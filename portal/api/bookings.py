@@ -122,6 +122,11 @@ SeriesCheckSerializer = inline_serializer(
     {
         "fits": serializers.BooleanField(),
         "conflicts": serializers.IntegerField(),
+        "cautions": serializers.ListField(
+            child=serializers.CharField(),
+            help_text="What fits but looks like a mistake (an overlapping booking of the "
+            "course, more seats than its roster): the page asks to confirm these.",
+        ),
         "dates": DateCheckSerializer(many=True),
     },
 )
@@ -132,6 +137,7 @@ def plan_data(plan: SeriesPlan) -> dict[str, Any]:
     return {
         "fits": plan.fits,
         "conflicts": len(plan.conflicts),
+        "cautions": list(plan.cautions),
         "dates": [
             {
                 "date": d.day,

@@ -104,6 +104,11 @@ class BookingForm(CheckedForm):
         widget=forms.Textarea(attrs={"rows": 3}),
     )
     step = forms.ChoiceField(choices=STEPS_REST, required=False, widget=forms.HiddenInput)
+    # Shown with the check's cautions (SeriesPlan.cautions): confirming them is a choice.
+    accept_cautions = forms.BooleanField(
+        label=gettext_lazy("Book anyway: I have read the cautions of the check"),
+        required=False,
+    )
 
     def clean_skip_dates(self) -> list[date]:
         return parse_dates(self.cleaned_data.get("skip_dates", ""))

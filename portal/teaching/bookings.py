@@ -64,7 +64,14 @@ def book(request: HttpRequest, person: User, code: str) -> HttpResponse:
             try:
                 if step == "confirm_rest" and plan.conflicts:
                     plan = without_conflicts(person, plan)
-                if plan.fits:
+                if plan.cautions and not form.cleaned_data.get("accept_cautions"):
+                    # Nothing booked; the check stays on the page with its cautions.
+                    form.add_error(
+                        "accept_cautions",
+                        _("Read the cautions of the check, then tick “Book anyway” to book."),
+                    )
+                    status = 400
+                elif plan.fits:
                     series = do_create_series(person, plan)
                     messages.success(
                         request,
@@ -72,10 +79,11 @@ def book(request: HttpRequest, person: User, code: str) -> HttpResponse:
                         % {"count": series.bookings.count(), "seats": series.seats},
                     )
                     return redirect(_calendar_url(course.code, plan.dates[0].starts_at))
-                messages.warning(
-                    request,
-                    _("Not booked: some dates do not fit. Change them, or confirm without them."),
-                )
+                else:
+                    not_booked = _(
+                        "Not booked: some dates do not fit. Change them, or confirm without them."
+                    )
+                    messages.warning(request, not_booked)
             except ServiceError as error:
                 form.add_service_error(error)
                 plan = None

@@ -17,8 +17,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Q
 from django.utils import formats, timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from people.models import Course
 
@@ -88,6 +90,9 @@ class SeriesPlan:
     time_zone: str
     skip_dates: tuple[date, ...]
     dates: tuple[DatePlan, ...] = field(default=())
+    # What fits but is likely a mistake (issue 38, the walk: three identical weekly bookings
+    # were each accepted): the teacher confirms them explicitly.
+    cautions: tuple[str, ...] = ()
 
     @property
     def fits(self) -> bool:
@@ -236,8 +241,63 @@ def check_series(
             raise
     dates = _plan_dates(profile, seats, days, starts, ends, zone)
     return SeriesPlan(
-        course, profile, seats, first_date, last, weekly, starts, ends, zone_name, skip, dates
+        course,
+        profile,
+        seats,
+        first_date,
+        last,
+        weekly,
+        starts,
+        ends,
+        zone_name,
+        skip,
+        dates,
+        cautions(course, seats, dates),
     )
+
+
+def cautions(course: Course, seats: int, dates: Iterable[DatePlan]) -> tuple[str, ...]:
+    """What the teacher should confirm knowingly: dates on which the course already has a
+    booking at overlapping times (its seats would add up), and more seats than the roster
+    holds. Two queries."""
+    said = []
+    overlap = Q()
+    for d in dates:
+        overlap |= Q(starts_at__lt=d.ends_at, ends_at__gt=d.starts_at)
+    booked = (
+        list(
+            Booking.objects.filter(overlap, course=course, cancelled_at=None).values_list(
+                "starts_at", "ends_at", "seats"
+            )
+        )
+        if overlap
+        else []
+    )
+    clashing = [
+        d.day for d in dates if any(a < d.ends_at and d.starts_at < z for a, z, _seats in booked)
+    ]
+    if clashing:
+        said.append(
+            _(
+                "%(course)s already has a booking at overlapping times on %(dates)s: these "
+                "seats would come on top of it. Is this a second booking by mistake?"
+            )
+            % {
+                "course": course.code,
+                "dates": ", ".join(formats.date_format(day) for day in clashing),
+            }
+        )
+    roster = course.students.count()
+    if seats > roster:
+        said.append(
+            ngettext(
+                "%(seats)s seats is more than the %(roster)s student on the roster of %(course)s.",
+                "%(seats)s seats is more than the %(roster)s students on the roster of %(course)s.",
+                roster,
+            )
+            % {"seats": seats, "roster": roster, "course": course.code}
+        )
+    return tuple(said)
 
 
 def without_conflicts(user: User, plan: SeriesPlan) -> SeriesPlan:

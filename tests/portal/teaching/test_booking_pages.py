@@ -24,10 +24,11 @@ def next_monday(weeks: int = 2) -> date:
 
 
 @pytest.fixture
-def course(owner, stranger):
+def course(owner, stranger, make_user):
+    """cs101, taught by ada, with a roster of 12 (more than any booking here asks for)."""
     course = Course.objects.create(code="cs101", title="Intro")
     course.instructors.add(owner)
-    course.students.add(stranger)
+    course.students.add(stranger, *(make_user(f"s{i:02d}") for i in range(11)))
     return course
 
 
@@ -211,6 +212,8 @@ def test_the_series_api_checks_creates_lists_and_cancels(owner, stranger, course
     assert check.status_code == 200, check.content
     data = check.json()
     assert not data["fits"] and data["conflicts"] == 1
+    [caution] = data["cautions"]  # the week held by the booking above
+    assert "already has a booking at overlapping times" in caution
     [conflict] = [d for d in data["dates"] if not d["fits"]]
     assert conflict["date"] == second.isoformat() and conflict["most_seats"] == 2
     assert {a["kind"] for a in conflict["alternatives"]} >= {"seats", "time"}
@@ -239,3 +242,31 @@ def test_the_bookings_api_changes_a_booking_checked(owner, course, profile, pool
     )
     changed = client.patch(f"/api/v1/bookings/{booking.pk}/", {"seats": 7}, format="json")
     assert changed.status_code == 200 and changed.json()["seats"] == 7
+
+
+def test_a_second_booking_at_the_same_times_and_seats_beyond_the_roster_are_confirmed_knowingly(
+    owner, course, profile, pool
+):
+    """The walk (issue 38): three identical weekly bookings were each accepted with "All 5
+    dates fit". Now the check says what looks like a mistake, and only a ticked "Book anyway"
+    books it."""
+    first = next_monday()
+    hold(owner, profile, first, 2)
+    client = signed(owner)
+    check = client.post("/courses/cs101/book/", form(profile, seats=13))
+    page = check.content.decode()
+    assert check.status_code == 200 and 'id="booking-cautions"' in page
+    assert "already has a booking at overlapping times on" in page
+    assert "13 seats is more than the 12 students on the roster of cs101." in page
+    assert 'name="accept_cautions"' in page
+    refused = client.post("/courses/cs101/book/", form(profile, seats=13, step="confirm"))
+    assert refused.status_code == 400
+    assert "tick “Book anyway”" in refused.content.decode()
+    assert Booking.objects.count() == 1  # only the first
+    booked = client.post(
+        "/courses/cs101/book/", form(profile, seats=2, step="confirm", accept_cautions="on")
+    )
+    assert booked.status_code == 302 and Booking.objects.count() == 5
+    # A booking that overlaps nothing and fits the roster asks nothing more.
+    later = form(profile, starts="14:00", ends="15:00", step="confirm")
+    assert client.post("/courses/cs101/book/", later).status_code == 302
