@@ -21,7 +21,7 @@ from ..engine.reasons import Code, Reason
 from ..events import broadcast_session
 from ..models import Allocation, Session
 from ..presenters import stored
-from . import Conflict
+from . import Conflict, billed
 from .audit import record, record_many
 from .lifecycle import Move, do_transition, do_transition_many
 
@@ -105,9 +105,23 @@ def _parts(placement: engine.Placement) -> list[tuple[int, Sequence[int]]]:
     return [(placement.node_id, placement.slice_ids), *placement.others]
 
 
-def _units(placement: engine.Placement, snapshot: engine.Snapshot) -> float:
-    by_id = {s.slice_id: s for s in snapshot.free_slices}
-    return sum(by_id[i].compute_units for _, ids in _parts(placement) for i in ids if i in by_id)
+class Units:
+    """The compute units of a batch's sessions: of their slices, each capped at the slice the
+    session's profile asked for (``services.billed``: never billed for more)."""
+
+    def __init__(self, snapshot: engine.Snapshot) -> None:
+        self.slices = {s.slice_id: s for s in snapshot.free_slices}
+        self.requests = {r.session_id: r for r in snapshot.queue}
+        self.asked = billed.Asked()
+
+    def of(self, placement: engine.Placement) -> float:
+        held = [self.slices[i] for _, ids in _parts(placement) for i in ids if i in self.slices]
+        parts = [(s.gpu_model, billed.Part(s.kind, "", s.milli, s.compute_units)) for s in held]
+        r = self.requests.get(placement.session_id)
+        if r is None:
+            return billed.units([p for _, p in parts])
+        ask = billed.Ask(r.allowed_kinds, r.gpu_memory_min_mb, r.compute_min)
+        return billed.units(self.asked.billed(parts, ask))
 
 
 def _holds(placement: engine.Placement) -> list[Allocation]:
@@ -147,8 +161,9 @@ def apply_placements(placements: Sequence[engine.Placement], snapshot: engine.Sn
     own, the racing ones skipped. Returns how many were placed."""
     if not placements:
         return 0
+    units = Units(snapshot)
     placed = [
-        Placed(p.session_id, p.node_id, _units(p, snapshot), _placed_reason(p), _placed_audit(p))
+        Placed(p.session_id, p.node_id, units.of(p), _placed_reason(p), _placed_audit(p))
         for p in placements
     ]
     try:
@@ -158,17 +173,19 @@ def apply_placements(placements: Sequence[engine.Placement], snapshot: engine.Sn
         return len(placements)
     except (IntegrityError, Conflict) as error:
         log.info("placing %d together lost a race (%s): one by one", len(placements), error)
-    return sum(1 for p in placements if apply_placement(p, snapshot))
+    return sum(1 for p in placements if apply_placement(p, snapshot, units))
 
 
-def apply_placement(placement: engine.Placement, snapshot: engine.Snapshot) -> bool:
+def apply_placement(
+    placement: engine.Placement, snapshot: engine.Snapshot, units: Units | None = None
+) -> bool:
     """Claim the session and its slices in one transaction; False if anything raced us."""
     try:
         with transaction.atomic():
             place_session(
                 placement.session_id,
                 placement.node_id,
-                units=_units(placement, snapshot),
+                units=(units or Units(snapshot)).of(placement),
                 reason=_placed_reason(placement),
                 audit=_placed_audit(placement),
             )

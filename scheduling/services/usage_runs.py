@@ -19,6 +19,7 @@ from django.db.models import Count, Q
 from ..choices import TERMINAL_STATES, WAITING_STATES, SessionState
 from ..models import Allocation, Session, UsageRecord
 from ..rules import pricing
+from . import billed
 from .usage import department_of
 
 RUN_ENDS = TERMINAL_STATES | WAITING_STATES | {SessionState.SUSPENDED}
@@ -60,14 +61,23 @@ def open_runs(starts: Mapping[int, datetime]) -> list[UsageRecord]:
     for hold in live.select_related("slice__gpu", "node"):
         if hold.session_id is not None:
             holds[hold.session_id].append(hold)
+    asked = billed.Asked()
     records = [
-        _record(s, holds[s.pk], counted.get(s.pk, (0, 0))[0] + 1, starts[s.pk]) for s in sessions
+        _record(s, holds[s.pk], counted.get(s.pk, (0, 0))[0] + 1, starts[s.pk], asked)
+        for s in sessions
     ]
     return UsageRecord.objects.bulk_create(records)
 
 
-def _record(session: Session, holds: list[Allocation], run: int, start: datetime) -> UsageRecord:
+def _record(
+    session: Session, holds: list[Allocation], run: int, start: datetime, asked: billed.Asked
+) -> UsageRecord:
+    """The run's record. Its kind, MIG profile, GPU share and compute units are the billed
+    parts (``services.billed``: never more than the profile asked for); its GPU models and
+    hosts where it ran."""
     slices = [h.slice for h in holds if h.slice is not None]
+    ask = billed.Ask.of(session.profile)
+    parts = asked.billed([(s.gpu.model, billed.part_of(s)) for s in slices], ask)
     hosts = _joined(h.node.hostname for h in holds)
     return UsageRecord(
         session=session,
@@ -79,13 +89,13 @@ def _record(session: Session, holds: list[Allocation], run: int, start: datetime
         purpose=session.purpose,
         profile_slug=session.profile.slug,
         booking_id=session.booking_id,
-        slice_kind=_joined(s.kind for s in slices),
-        mig_profile=_joined(s.profile for s in slices),
+        slice_kind=_joined(p.kind for p in parts),
+        mig_profile=_joined(p.profile for p in parts),
         gpu_model=_joined(s.gpu.model for s in slices),
         node_hostname=hosts or (session.node.hostname if session.node else ""),
         slices=len(slices),
-        gpu_share=round(sum(s.milli for s in slices) / 1000, 4),
-        compute_units=session.compute_units,
+        gpu_share=round(sum(p.milli for p in parts) / 1000, 4),
+        compute_units=billed.units(parts) if parts else session.compute_units,
         started_at=start,
     )
 
