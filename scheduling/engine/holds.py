@@ -105,6 +105,7 @@ def _use_hold(cycle: Cycle, r: QueuedRequest, hold: Hold, got: tuple[FreeSlice, 
     node_id = hold.node_id
     cycle.cpus[node_id] += hold.cpus - r.cpus
     cycle.memory[node_id] += hold.memory_mb - r.memory_mb
+    cycle.smaller.clear()  # CPU and memory came back: a smaller slice there may fit again
     rest = [s for s in hold.slices if s not in got]
     if rest:
         cycle.give_back(node_id, rest)

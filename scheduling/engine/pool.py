@@ -189,8 +189,9 @@ class Cycle:
             if x.node_id in self.position:
                 self.types[(x.kind, x.memory_mb, x.gpu_model, x.compute_units)].append(x)
         self.free_by_id = {s.slice_id: s for s in snap.free_slices}
-        # Per one-GPU shape: a free slice smaller than a whole GPU that could take it (None:
-        # none is free). Capacity only shrinks within a cycle; ``give_back`` clears it.
+        # Per one-GPU shape: the first free slice (in node order) smaller than a whole GPU that
+        # could take it (None: none is free). Capacity only shrinks within a cycle, so a scan
+        # goes on from the last one found; ``give_back`` clears it.
         self.smaller: dict[Shape, FreeSlice | None] = {}
         self.kept: dict[Shape, bool] = {}  # smaller_free when the shape's scores were cached
 
@@ -268,13 +269,16 @@ class Cycle:
         needs them. False for shapes that allow only whole GPUs or no whole GPU."""
         if shape.gpu_count != 1 or WHOLE not in shape.kinds or len(shape.kinds) < 2:
             return False
+        start = 0
         if shape in self.smaller:
             known = self.smaller[shape]
             if known is None or self._could_take(shape, known):
                 return known is not None
+            # Nodes before the last one found had none, and capacity only shrinks.
+            start = self.position[known.node_id]
         kinds = tuple(k for k in shape.kinds if k != WHOLE)
         found = None
-        for node_id in self.order:
+        for node_id in self.order[start:]:
             for s in self.slices[node_id].fitting(kinds, shape.memory_min):
                 if self.usable(shape, s) and self._could_take(shape, s):
                     found = s
