@@ -46,6 +46,9 @@ from scheduling.services.quota_view import quota_left
 from scheduling.services.sessions import do_stop, do_submit, hobby_refusal
 
 CHART_DAYS = 14
+# How long a try of the desktop page's screen may take to show the desktop (desktop.js): then it
+# is given up, the page says so and tries again (with backoff, a bounded number of times).
+SCREEN_ANSWER_S = 15
 
 
 def _my_session(request: HttpRequest, session_id: int, *, to_open: bool = False) -> Session:
@@ -261,6 +264,8 @@ def desktop(request: HttpRequest, person: User, session_id: int) -> HttpResponse
         # The banner writes times (HH:MM) in the reader's zone, as the pages do.
         time_zone=timezone.get_current_timezone_name(),
         openable=sorted(OPENABLE_STATES),
+        # A screen's try that has not shown the desktop by then is given up and tried again.
+        screen_answer_s=SCREEN_ANSWER_S,
         words=_desktop_words(),
     )
     response = render(
@@ -320,6 +325,12 @@ def _desktop_words() -> dict[str, str]:
             "the desktop has as many connections as it may: trying again in %(seconds)s s…"
         ),
         "retry_unreachable": _("the desktop does not answer: trying again in %(seconds)s s…"),
+        "retry_timeout": _(
+            "the desktop did not answer within %(limit)s s: trying again in %(seconds)s s…"
+        ),
+        # Once the desktop has ended (desktop_ended.js).
+        "ended_title": _("This desktop has ended"),
+        "suspended_title": _("This desktop is suspended"),
         "time_left": _("Time left: %(time)s"),
         "limit_soon": _(
             "This desktop reaches its time limit in less than %(minutes)s minutes, at "

@@ -9,6 +9,7 @@
 import RFB from "../vendor/novnc/core/rfb.js";
 import { setUpAudio } from "./desktop_audio.js";
 import { setUpDrawer } from "./desktop_drawer.js";
+import { setUpEnded } from "./desktop_ended.js";
 import { setUpKeyboard } from "./desktop_keyboard.js";
 import { setUpUpload } from "./desktop_upload.js";
 import { clock, extendRefusal, hhmm as zoned, say } from "./desktop_time.js";
@@ -41,7 +42,11 @@ const FINAL_WORDS = {
   gave_up: "gave_up",
 };
 // Why a try failed, where the page can say more than "connection lost".
-const RETRY_WORDS = { busy: "retry_busy", unreachable: "retry_unreachable" };
+const RETRY_WORDS = { busy: "retry_busy", unreachable: "retry_unreachable", timeout: "retry_timeout" };
+// A try that has not shown the desktop by then is given up and tried again (the gateway or
+// the desktop accepted the connection and stayed silent).
+const ANSWER_WITHIN_S = config.screen_answer_s;
+const retryButton = $("screen-retry");
 
 // No credentials: the gateway logs in to the desktop itself and offers this page security
 // type None, so the desktop's password never reaches the browser. noVNC takes the already
@@ -68,15 +73,21 @@ function attach(channel) {
 // The page never closes the screen itself, so every close is unexpected: try again (a new
 // ticket) while the session can still be opened, and say why it stopped otherwise.
 function screenClosed(why) {
+  if (ended.over) return;
   if (why.retryIn !== null) {
     const seconds = Math.max(1, Math.round(why.retryIn / 1000));
-    status.textContent = say(words[RETRY_WORDS[why.reason]] || words.retrying, { seconds });
+    const template = words[RETRY_WORDS[why.reason]] || words.retrying;
+    status.textContent = say(template, { seconds, limit: ANSWER_WITHIN_S });
   } else if (["ended", "not_running", "session_ended"].includes(why.reason)) {
     status.textContent = endedWord();
+    ended.end(session);
   } else {
     status.textContent = why.detail || words[FINAL_WORDS[why.reason]] || words.disconnected;
+    // Given up (or refused): the person may try again from the start.
+    retryButton.hidden = false;
   }
 }
+retryButton.addEventListener("click", () => window.location.reload());
 
 async function stillOpenable() {
   try {
@@ -84,6 +95,7 @@ async function stillOpenable() {
     if (!answer.ok) return false;
     session = await answer.json();
     showTime();
+    if (!openable.has(session.state)) ended.end(session);
     return openable.has(session.state);
   } catch {
     return true; // the network itself is down: keep trying
@@ -91,12 +103,23 @@ async function stillOpenable() {
 }
 
 const ticket = { api: config.ticket_api, csrf: config.csrf_token };
+// Once the desktop has ended: no more tries for the screen, its sound off (desktop_ended.js).
+const ended = setUpEnded({
+  config,
+  words,
+  stop() {
+    screenSocket.stop();
+    rfb = null;
+    sound?.stop();
+  },
+});
 const screenSocket = liveSocket({
   wire,
   open: ticketOpener({ ...ticket, purpose: "screen" }),
   opened: attach,
   closed: screenClosed,
   canRetry: stillOpenable,
+  answerWithinMs: ANSWER_WITHIN_S * 1000,
 });
 
 // --- full screen ---------------------------------------------------------------------------
@@ -184,6 +207,7 @@ function showTime() {
   banner.dataset.level = shown.loud ? "urgent" : "soon";
   banner.hidden = !shown.text && !answer.textContent;
   drawer.show(now);
+  ended.hold();
 }
 
 // Extend: one more step through the API (the session cookie and the CSRF token); the answer
@@ -228,7 +252,10 @@ extendButton.addEventListener("click", async () => {
 function follow(changed) {
   session = changed;
   showTime();
-  if (!openable.has(session.state)) status.textContent = endedWord();
+  if (!openable.has(session.state)) {
+    status.textContent = endedWord();
+    ended.end(session);
+  }
 }
 
 const drawer = setUpDrawer({
@@ -251,8 +278,8 @@ setUpUpload({
   full: words.home_full,
 });
 
-if (config.has_sound) {
-  setUpAudio({
+const sound = config.has_sound
+  ? setUpAudio({
     button: $("sound-toggle"),
     meter: $("sound-level"),
     note: $("sound-note"),
@@ -260,8 +287,8 @@ if (config.has_sound) {
     wire,
     words,
     canRetry: () => openable.has(session.state),
-  });
-}
+  })
+  : null;
 
 // Live updates for this session: its state, grace deadline and time limit. They stop on
 // sign-out (the portal closes with the wire's signed_out); the screen says why.

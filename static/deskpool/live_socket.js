@@ -6,10 +6,13 @@
 // jitter, until a close or a refusal is final (signed out, forbidden, the desktop has ended...,
 // the codes the page reads from the server: #live-wire, nodeagent/gateway/codes.py), until
 // canRetry() says the desktop can no longer be opened, or after maxTries failures in a row.
+// With answerWithinMs, a try that is not settled() within that time (the socket never opened,
+// or opened and stayed silent) is closed and counts as a failure with reason "timeout".
 //
 // why = { reason, code, final, detail, retryIn }: reason is a close code's name
 // (wire.close_codes), "unclean" (the connection broke), "closed" (a close with a code the wire
-// does not name), "gave_up", "ended" (canRetry() said no), or the ticket's refusal
+// does not name), "timeout" (no answer within answerWithinMs), "gave_up", "ended" (canRetry()
+// said no), or the ticket's refusal
 // ("signed_out", "forbidden", "not_found", "not_running", "portal_unreachable"); detail is
 // the portal's own sentence, in the reader's language, where it gave one; retryIn is the wait
 // in ms before the next try, or null once the socket stopped for good.
@@ -132,6 +135,7 @@ export function liveSocket({
   firstDelayMs = 1000,
   maxDelayMs = 30000,
   maxTries = 8,
+  answerWithinMs = null,
   random = Math.random,
 }) {
   const closeCodes = wire.close_codes;
@@ -140,18 +144,35 @@ export function liveSocket({
   let timer = null;
   let delay = firstDelayMs;
   let failures = 0;
+  let tryNumber = 0; // the try under way; a try given up on (timed out) is left behind
+  let watchdog = null;
+
+  // The try did not settle in time: drop it (a late socket is closed) and count a failure.
+  function timedOut(mine) {
+    watchdog = null;
+    if (stopped || mine !== tryNumber) return;
+    tryNumber += 1;
+    const late = current;
+    current = null;
+    late?.close();
+    ended(new Refusal("timeout"));
+  }
 
   async function attempt() {
     timer = null;
+    tryNumber += 1;
+    const mine = tryNumber;
+    clearTimeout(watchdog);
+    if (answerWithinMs) watchdog = setTimeout(() => timedOut(mine), answerWithinMs);
     let socket;
     try {
       socket = await open();
     } catch (error) {
-      if (stopped) return;
+      if (stopped || mine !== tryNumber) return;
       await ended(error instanceof Refusal ? error : new Refusal("unclean"));
       return;
     }
-    if (stopped) {
+    if (stopped || mine !== tryNumber) {
       socket.close();
       return;
     }
@@ -166,6 +187,8 @@ export function liveSocket({
   }
 
   async function ended(refusal) {
+    clearTimeout(watchdog);
+    watchdog = null;
     const why = {
       reason: refusal.reason,
       code: refusal.code,
@@ -200,6 +223,8 @@ export function liveSocket({
     // The socket is doing its job (noVNC connected, the sound's format came, an update
     // socket opened): the next failure starts the backoff from the beginning again.
     settled() {
+      clearTimeout(watchdog);
+      watchdog = null;
       failures = 0;
       delay = firstDelayMs;
     },
@@ -207,6 +232,7 @@ export function liveSocket({
     stop() {
       stopped = true;
       clearTimeout(timer);
+      clearTimeout(watchdog);
       const closing = current;
       current = null;
       closing?.close();
