@@ -20,7 +20,7 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from nodeagent.protocol import ID_MAX, DetailAnswer
+from nodeagent.protocol import ID_MAX, DetailAnswer, ErrorAnswer
 from nodeagent.protocol_courses import CourseManifest
 from scheduling.services import NotFound
 from scheduling.services.course_files import blob_path
@@ -28,7 +28,8 @@ from scheduling.services.course_files_agent import file_for, manifest_for
 
 from .api import AgentView, InvalidField, answer
 
-NOT_FOUND = {401: DetailAnswer, 404: DetailAnswer}
+# 400: a course id out of range (ErrorAnswer naming course_id), as the other calls' ids.
+NOT_FOUND = {400: ErrorAnswer, 401: DetailAnswer, 404: DetailAnswer}
 
 
 def check_course_id(course_id: int) -> int:
