@@ -41,6 +41,7 @@ from ..models.alerts import GPU_METRICS, OPEN_ALERT_STATES, Metric, Scope
 from ..rules.alert_rules import CRITICAL, Event, Levels, Track, step
 from .audit import record
 from .email_notices import notify
+from .metric_groups import rack_budgets
 from .pool import DEFAULT_BLOCK_PERCENT, DEFAULT_WARN_PERCENT, pool_utilisation
 
 log = logging.getLogger(__name__)
@@ -170,13 +171,8 @@ class Readings:
         ]
         for n in readings.nodes:
             readings.node_of[f"node:{n.hostname}"] = n.pk
-        budgets: dict[str, float] = {}
+        budgets = rack_budgets(n.labels or {} for n in readings.nodes)
         draw: dict[str, float] = defaultdict(float)
-        for n in readings.nodes:
-            labels = n.labels or {}
-            if labels.get("rack") and labels.get("rack_power_budget_w"):
-                rack = str(labels["rack"])
-                budgets[rack] = max(budgets.get(rack, 0.0), float(labels["rack_power_budget_w"]))
         for g, n in readings.gpus:
             readings.node_of[f"gpu:{g.uuid}"] = n.pk
             rack = str((n.labels or {}).get("rack", ""))

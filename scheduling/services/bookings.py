@@ -31,6 +31,7 @@ from ..locks import lock_policy
 from ..models import Booking, DesktopProfile, Node, Slice
 from . import Conflict, ServiceError
 from .audit import record
+from .billed import slice_units
 from .kick import schedule_soon
 from .warm import drop_warm
 
@@ -156,7 +157,7 @@ def pool_records() -> engine.Pool:
             kind=s.kind,
             memory_mb=s.memory_mb,
             gpu_model=s.gpu.model,
-            compute_units=round(s.gpu.compute_units * s.milli / 1000, 4),
+            compute_units=slice_units(s.gpu.compute_units, s.milli),
             available=s.gpu.present and nodes[s.gpu.node_id].takes_new_work,
         )
         for s in Slice.objects.filter(present=True).select_related("gpu")

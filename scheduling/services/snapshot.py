@@ -35,6 +35,7 @@ from ..models import (
     Slice,
     WarmDesktop,
 )
+from .billed import slice_units
 from .home_place import booking_home_nodes, home_nodes
 from .pool import admission
 from .quota_requests import extra_gpu_hours
@@ -103,7 +104,7 @@ def _engine_slice(s: Slice, gpu: Gpu, node: Node) -> engine.FreeSlice:
         memory_mb=s.memory_mb,
         gpu_model=gpu.model,
         milli=s.milli,
-        compute_units=round(gpu.compute_units * part, 4),
+        compute_units=slice_units(gpu.compute_units, s.milli),
         temperature_c=metrics.get("temperature_c"),
         power_w=float(limit) * part,
     )
