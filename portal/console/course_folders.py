@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib import messages
-from django.db.models import Count, F, Sum
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
@@ -14,21 +13,16 @@ from django.views.decorators.http import require_GET, require_POST
 from people.models import Course
 from portal.console.access import admin_only
 from scheduling.services import ServiceError
-from scheduling.services.course_files import MB, check_cap, do_set_cap
-
-
-def _courses() -> list[Course]:
-    return list(
-        Course.objects.annotate(
-            file_count=Count("files", distinct=True),
-            used=Sum("files__size"),
-            cap_mb=F("folder__cap_mb"),
-        )
-    )
+from scheduling.services.course_files import MB, check_cap, do_set_cap, folders_with_use
 
 
 def _page(request: HttpRequest, status: int = 200, **extra: object) -> HttpResponse:
-    context = {"courses": _courses(), "default_mb": settings.COURSE_FOLDER_MB, "mb": MB, **extra}
+    context = {
+        "courses": folders_with_use(),
+        "default_mb": settings.COURSE_FOLDER_MB,
+        "mb": MB,
+        **extra,
+    }
     return render(request, "console/course_folders.html", context, status=status)
 
 
@@ -44,14 +38,8 @@ def course_folder_cap(request: HttpRequest, course_id: int) -> HttpResponse:
     course = Course.objects.filter(pk=course_id).first()
     if course is None:
         raise Http404(_("No such course."))
-    raw = request.POST.get("cap_mb", "").strip()
     try:
-        if raw and not raw.isdigit():
-            raise ServiceError(
-                _("Enter the cap as a whole number of MB, or leave it empty for the default."),
-                field="cap_mb",
-            )
-        cap = check_cap(int(raw) if raw else None)
+        cap = check_cap(request.POST.get("cap_mb", ""))
     except ServiceError as error:
         return _page(request, 400, error=error.message, error_course=course.pk)
     do_set_cap(request.user, course, cap)  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import Count, F, Sum
 from django.utils.translation import gettext as _
 
 from nodeagent.protocol_files import HOME_NAME_MAX
@@ -121,8 +121,17 @@ def folder_view(course: Course) -> FolderView:
     )
 
 
-def check_cap(value: int | None) -> int | None:
-    """A course folder's cap from the console: MB from 1, or None for the default."""
+def check_cap(value: int | str | None) -> int | None:
+    """A course folder's cap from the console: MB from 1 (a number, or the digits a form sent),
+    or None (or an empty field) for the default."""
+    if isinstance(value, str):
+        value = value.strip()
+        if value and not (value.isascii() and value.isdigit()):
+            raise ServiceError(
+                _("Enter the cap as a whole number of MB, or leave it empty for the default."),
+                field="cap_mb",
+            )
+        value = int(value) if value else None
     if value is not None and not 1 <= value <= MAX_CAP_MB:
         raise ServiceError(
             _("Enter a cap from 1 to %(max)s MB, or leave it empty for the default.")
@@ -130,6 +139,18 @@ def check_cap(value: int | None) -> int | None:
             field="cap_mb",
         )
     return value
+
+
+def folders_with_use() -> list[Course]:
+    """Every course with its folder's file count, bytes used and cap (None: the default),
+    for the console's course folders page: one query."""
+    return list(
+        Course.objects.annotate(
+            file_count=Count("files", distinct=True),
+            used=Sum("files__size"),
+            cap_mb=F("folder__cap_mb"),
+        )
+    )
 
 
 def do_set_cap(actor: User, course: Course, value: int | None) -> None:

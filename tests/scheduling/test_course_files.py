@@ -167,6 +167,10 @@ def test_a_file_over_the_limit_and_a_folder_over_its_cap_are_refused(people, adm
     # The console's cap: audited; a smaller one refuses what no longer fits.
     with pytest.raises(ServiceError, match="from 1 to"):
         check_cap(0)
+    for typed in ("12 MB", "-3", "\uff13"):  # the form's text: digits 0-9 only
+        with pytest.raises(ServiceError, match="whole number of MB"):
+            check_cap(typed)
+    assert check_cap(" ") is None and check_cap(" 40 ") == 40
     do_set_cap(admin_user, course, check_cap(3))
     event = AuditEvent.objects.get(kind=AuditKind.COURSE_FOLDER_CAP_CHANGED)
     assert event.data == {"course": "cs101", "before": None, "after": 3}
