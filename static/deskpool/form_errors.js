@@ -13,11 +13,22 @@
   const ERRORS =
     'form [aria-invalid="true"], form .errorlist, form .error, form .errors, [data-form-error]';
   const CONTROLS = "input, select, textarea, button";
+  const GROUPS = 'fieldset, [role="group"], [role="radiogroup"]';
 
+  // The refused field that names the message in its aria-describedby: the control itself,
+  // or the first refused control of a group (a fieldset of radios or checkboxes) that does.
+  // The message's id may be on a list inside it ({{ field.errors }} in a wrapper).
   function describedField(message) {
-    if (!message.id) return null;
-    for (const field of document.querySelectorAll('[aria-invalid="true"][aria-describedby]')) {
-      if (field.getAttribute("aria-describedby").split(/\s+/).includes(message.id)) return field;
+    const ids = [message, ...message.querySelectorAll("[id]")].map((e) => e.id).filter(Boolean);
+    for (const holder of document.querySelectorAll("[aria-describedby]")) {
+      const names = holder.getAttribute("aria-describedby").split(/\s+/);
+      if (!ids.some((id) => names.includes(id))) continue;
+      if (holder.matches(CONTROLS)) {
+        if (holder.getAttribute("aria-invalid") === "true") return holder;
+      } else if (holder.matches(GROUPS)) {
+        const inside = holder.querySelector('[aria-invalid="true"]');
+        if (inside) return inside;
+      }
     }
     return null;
   }
