@@ -228,6 +228,22 @@ class SliceMetrics(AgentMessage):
     utilization_pct: float | None = Field(default=None, ge=0, le=100)
 
 
+class GpuHealth(AgentMessage):
+    """What NVML says about a GPU's health beyond XIDs and ECC counts
+    (``nodeagent.probe.gpu_health``); ``None`` where the card does not report it."""
+
+    lost: bool = Field(default=False, description="NVML lost the GPU (GPU_IS_LOST) or it vanished.")
+    retired_pages_pending: bool | None = Field(
+        default=None, description="Pages retired for ECC errors wait for a GPU reset."
+    )
+    row_remap_pending: bool | None = Field(
+        default=None, description="Rows remapped for ECC errors wait for a GPU reset."
+    )
+    row_remap_failed: bool | None = Field(
+        default=None, description="A row remapping failed: the memory cannot be repaired."
+    )
+
+
 class GpuMetrics(AgentMessage):
     """One GPU's live readings; ``None`` where the card or driver does not report a value."""
 
@@ -256,6 +272,10 @@ class GpuMetrics(AgentMessage):
         max_length=64,
         description="Per-slice readings of a GPU in MIG mode, one per instance; absent or None "
         "for a GPU without MIG instances (and from an older agent).",
+    )
+    health: GpuHealth | None = Field(
+        default=None,
+        description="Lost GPU, pending page retirement or row remap; absent from an older agent.",
     )
 
 

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import pynvml
 
 from nodeagent.probe.base import NodeFacts, host_facts
+from nodeagent.probe.gpu_health import read_health
 from nodeagent.protocol import (
     XID_ERRORS_MAX,
     GpuInventory,
@@ -193,6 +194,7 @@ def _metrics_of(device: _Device, xid_errors: list[int] | None) -> GpuMetrics:
         ecc_corrected_volatile=_ecc_count(handle, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
         ecc_uncorrected_volatile=_ecc_count(handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
         xid_errors=xid_errors,
+        health=read_health(handle, device.uuid),
         **extra,
     )
 

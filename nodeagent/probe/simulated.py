@@ -5,7 +5,8 @@ with ``simulated: true`` on every GPU, and the metrics drift with the number of
 sessions running on each GPU so the portal's dashboards and alert rules have
 something plausible to show. The metrics carry every key the NVML probe sends: the
 power limit is the fleet file's ``power_limit_w``, the fan follows the temperature, PCIe
-traffic follows utilisation, ECC counts are 0 and no XID ever happens. A GPU in MIG mode
+traffic follows utilisation, ECC counts are 0 and no XID ever happens unless a GPU is made
+sick (the fleet file's ``fault``, or ``SimulatedProbe.inject_fault``). A GPU in MIG mode
 sends SIMULATED per-instance readings (``slices``): a busy instance uses
 MEMORY_PER_SESSION_MB plus noise, capped at its size, and a made-up utilisation (which NVML
 itself does not give). (Real A100 SXM and T4 boards are passively cooled and report no fan
@@ -26,7 +27,7 @@ import yaml
 from pydantic import ValidationError
 
 from nodeagent.probe.base import NodeFacts
-from nodeagent.protocol import GpuInventory, GpuMetrics, SliceMetrics
+from nodeagent.protocol import GpuHealth, GpuInventory, GpuMetrics, SliceMetrics
 
 # Fixed namespace: the same node/GPU/slot always gives the same UUID.
 _UUID_NAMESPACE = uuid.UUID("6f1c9a52-3d0e-4b8e-9c4a-0de5c0a1f00d")
@@ -62,6 +63,8 @@ def simulated_mig_uuid(node: str, index: int, slot: int) -> str:
 class SimulatedGpu:
     inventory: GpuInventory
     power_limit_w: float
+    # A sick GPU for the demo and tests (the fleet file's ``fault``): see inject_fault.
+    fault: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,27 @@ def _parse_gpu(node: str, index: int, group: dict[str, Any]) -> SimulatedGpu:
         inventory = GpuInventory.model_validate(fields)
     except ValidationError as error:
         raise FleetError(f"{node}: GPU {index} is not a valid GPU inventory: {error}") from None
-    return SimulatedGpu(inventory=inventory, power_limit_w=float(group.get("power_limit_w", 300)))
+    return SimulatedGpu(
+        inventory=inventory,
+        power_limit_w=float(group.get("power_limit_w", 300)),
+        fault=check_fault(node, dict(group.get("fault") or {})),
+    )
+
+
+# What a simulated GPU can be made to report (the NVML probe reads them from the card).
+FAULT_FIELDS = frozenset(
+    {"xid_errors", "ecc_uncorrected_volatile", "lost", "retired_pages_pending"}
+    | {"row_remap_pending", "row_remap_failed"}
+)
+
+
+def check_fault(node: str, fault: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(fault) - FAULT_FIELDS
+    if unknown:
+        raise FleetError(
+            f"{node}: a GPU fault names {sorted(unknown)}; known: {sorted(FAULT_FIELDS)}"
+        )
+    return fault
 
 
 def _link_all_to_all(gpus: list[SimulatedGpu]) -> list[SimulatedGpu]:
@@ -176,6 +199,7 @@ class SimulatedProbe:
         self._random = random.Random(seed if seed is not None else node.name)
         self._temperature = {gpu.inventory.uuid: IDLE_TEMPERATURE_C for gpu in node.gpus}
         self._parent_of: dict[str, str] = {}
+        self._faults = {gpu.inventory.uuid: dict(gpu.fault) for gpu in node.gpus if gpu.fault}
         for gpu in node.gpus:
             self._parent_of[gpu.inventory.uuid] = gpu.inventory.uuid
             for instance in gpu.inventory.mig_instances:
@@ -199,6 +223,23 @@ class SimulatedProbe:
         return [
             self._metrics_of(gpu, sessions_on[gpu.inventory.uuid], busy) for gpu in self._node.gpus
         ]
+
+    def inject_fault(self, uuid_: str, **fault: Any) -> None:
+        """Make a GPU sick from the next metrics on: its XIDs are reported once, the rest
+        (ECC count, lost, pending retirement or remap) until the probe is made again."""
+        self._faults[uuid_] = {**self._faults.get(uuid_, {}), **check_fault(self._node.name, fault)}
+
+    def _fault_fields(self, uuid_: str) -> dict[str, Any]:
+        fault = self._faults.get(uuid_)
+        if not fault:
+            return {}
+        fields: dict[str, Any] = {"xid_errors": list(fault.pop("xid_errors", []))}
+        if "ecc_uncorrected_volatile" in fault:
+            fields["ecc_uncorrected_volatile"] = int(fault["ecc_uncorrected_volatile"])
+        health = {k: bool(v) for k, v in fault.items() if k in GpuHealth.model_fields}
+        if health:
+            fields["health"] = GpuHealth(**health)
+        return fields
 
     def _slices_of(self, gpu: SimulatedGpu, busy: set[str]) -> list[SliceMetrics]:
         readings = []
@@ -234,9 +275,10 @@ class SimulatedProbe:
         heat = (temperature - IDLE_TEMPERATURE_C) / (FAN_FULL_C - IDLE_TEMPERATURE_C)
         fan = FAN_IDLE_PCT + (100.0 - FAN_IDLE_PCT) * min(1.0, max(0.0, heat))
         load = utilization / 100.0
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = {"health": GpuHealth()}
         if gpu.inventory.mig_mode:
             extra["slices"] = self._slices_of(gpu, busy)
+        extra.update(self._fault_fields(uuid_))
         return GpuMetrics(
             uuid=uuid_,
             utilization_pct=round(utilization, 1),
@@ -248,9 +290,7 @@ class SimulatedProbe:
             pcie_tx_kbps=PCIE_IDLE_KBPS + int(PCIE_TX_FULL_KBPS * load),
             pcie_rx_kbps=PCIE_IDLE_KBPS + int(PCIE_RX_FULL_KBPS * load),
             ecc_corrected_volatile=0,
-            ecc_uncorrected_volatile=0,
-            xid_errors=[],
-            **extra,
+            **{"ecc_uncorrected_volatile": 0, "xid_errors": [], **extra},
         )
 
     def close(self) -> None:

@@ -18,7 +18,11 @@ from nodeagent.protocol import XID_ERRORS_MAX, to_wire
 LIVE_KEYS = {
     "uuid", "utilization_pct", "memory_used_mb", "temperature_c", "power_w", "power_limit_w",
     "fan_pct", "pcie_tx_kbps", "pcie_rx_kbps", "ecc_corrected_volatile",
-    "ecc_uncorrected_volatile", "xid_errors",
+    "ecc_uncorrected_volatile", "xid_errors", "health",
+}  # fmt: skip
+UNKNOWN_HEALTH = {
+    "lost": False, "retired_pages_pending": None, "row_remap_pending": None,
+    "row_remap_failed": None,
 }  # fmt: skip
 
 
@@ -68,6 +72,7 @@ def _unpatched(monkeypatch: pytest.MonkeyPatch) -> None:
         "nvmlEventSetWait", "nvmlEventSetFree", "nvmlDeviceGetTopologyCommonAncestor",
         "nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetCurrPcieLinkWidth",
         "nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth",
+        "nvmlDeviceGetRetiredPagesPendingStatus", "nvmlDeviceGetRemappedRows",
     ):  # fmt: skip
         monkeypatch.setattr(pynvml, name, _not_supported)
 
@@ -137,7 +142,8 @@ def test_unsupported_fields_become_none_and_the_probe_carries_on(fake_nvml: dict
          "slices": [  # per MIG instance: its memory in use; utilisation not per instance
              {"uuid": "MIG-0000", "memory_used_mb": 1024, "utilization_pct": None},
              {"uuid": "MIG-1111", "memory_used_mb": 1024, "utilization_pct": None},
-         ]},
+         ],
+         "health": UNKNOWN_HEALTH},
     ]  # fmt: skip
     probe.close()
 
@@ -274,14 +280,14 @@ def test_live_metrics_are_read_field_by_field_where_each_card_reports_them(
         "uuid": "GPU-full", "utilization_pct": 7.0, "memory_used_mb": 512, "temperature_c": 41.0,
         "power_w": 123.45, "power_limit_w": 700.0, "fan_pct": None, "pcie_tx_kbps": 123456,
         "pcie_rx_kbps": 789, "ecc_corrected_volatile": 3, "ecc_uncorrected_volatile": 0,
-        "xid_errors": [],
+        "xid_errors": [], "health": UNKNOWN_HEALTH,
     }  # fmt: skip
     # No enforced limit: the management limit; no PCIe counters, ECC or XID events: None.
     assert bare == {
         "uuid": "GPU-bare", "utilization_pct": 7.0, "memory_used_mb": 512, "temperature_c": 41.0,
         "power_w": 123.45, "power_limit_w": 250.0, "fan_pct": 55.0, "pcie_tx_kbps": None,
         "pcie_rx_kbps": None, "ecc_corrected_volatile": None, "ecc_uncorrected_volatile": None,
-        "xid_errors": None,
+        "xid_errors": None, "health": UNKNOWN_HEALTH,
     }  # fmt: skip
     probe.close()
 

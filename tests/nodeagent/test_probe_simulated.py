@@ -19,7 +19,7 @@ INVENTORY_KEYS = {
 METRIC_KEYS = {
     "uuid", "utilization_pct", "memory_used_mb", "temperature_c", "power_w", "power_limit_w",
     "fan_pct", "pcie_tx_kbps", "pcie_rx_kbps", "ecc_corrected_volatile",
-    "ecc_uncorrected_volatile", "xid_errors",
+    "ecc_uncorrected_volatile", "xid_errors", "health",
 }  # fmt: skip
 
 
@@ -173,3 +173,23 @@ def test_a_mig_gpu_sends_simulated_readings_per_instance() -> None:
     assert (slices[busy.uuid].utilization_pct or 0) > (slices[idle.uuid].utilization_pct or 0)
     assert all((s.memory_used_mb or 0) <= m.memory_mb for s, m in zip(
         metrics.slices or [], gpu.mig_instances, strict=True))  # fmt: skip
+
+
+def test_a_gpu_made_sick_reports_its_fault_and_its_xids_once() -> None:
+    probe = SimulatedProbe(load_fleet(DEMO_FLEET).node("gpu-a01"), seed=1)
+    sick, well = (gpu.uuid for gpu in probe.inventory()[:2])
+    probe.inject_fault(sick, xid_errors=[79], ecc_uncorrected_volatile=2, row_remap_failed=True)
+    first = {m.uuid: m for m in probe.metrics()}
+    assert first[sick].xid_errors == [79] and first[sick].ecc_uncorrected_volatile == 2
+    assert first[sick].health is not None and first[sick].health.row_remap_failed
+    assert first[well].xid_errors == [] and first[well].health is not None
+    assert not first[well].health.row_remap_failed and not first[well].health.lost
+    again = {m.uuid: m for m in probe.metrics()}
+    assert again[sick].xid_errors == []  # an XID is an event: reported once
+    assert again[sick].health is not None and again[sick].health.row_remap_failed
+
+
+def test_an_unknown_fault_is_refused_in_plain_words() -> None:
+    probe = SimulatedProbe(load_fleet(DEMO_FLEET).node("gpu-a01"), seed=1)
+    with pytest.raises(FleetError, match="on_fire"):
+        probe.inject_fault(probe.inventory()[0].uuid, on_fire=True)
