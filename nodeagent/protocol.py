@@ -113,6 +113,7 @@ class MigInstance(AgentMessage):
     uuid: Uuid
     profile: str = Field(min_length=1, max_length=40, examples=["1g.10gb"])
     memory_mb: Count
+    start: SmallCount | None = Field(default=None, description="Its first memory slice (NVML).")
 
 
 class GpuInventory(AgentMessage):
@@ -217,15 +218,16 @@ class RegistrationAnswer(PortalMessage):
 class SliceMetrics(AgentMessage):
     """One slice's live readings, where the driver reports them per slice; ``None`` where not.
 
-    A MIG instance: the memory its processes use (NVML's memory info of the MIG device);
-    its utilisation is ``None`` on the NVML probe (NVML does not report utilisation per MIG
-    instance; DCGM's profiling counters would). Time-sliced shares send no slice readings:
-    a share is not a device, and the agent does not map the GPU's processes to containers.
+    A MIG instance: the memory its processes use and its running CUDA processes (NVML, on the
+    MIG device); its utilisation is DCGM's GR_ENGINE_ACTIVE where DCGM answers, else ``None``
+    (NVML has none per MIG instance). Time-sliced shares send no slice readings: a share is
+    not a device, and the agent does not map the GPU's processes to containers.
     """
 
     uuid: Uuid = Field(description="The slice's device UUID (a MIG instance's).")
     memory_used_mb: int | None = Field(default=None, ge=0)
     utilization_pct: float | None = Field(default=None, ge=0, le=100)
+    processes: int | None = Field(default=None, ge=0, description="CUDA processes running on it.")
 
 
 class GpuHealth(AgentMessage):

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import pynvml
 
 from nodeagent.probe.base import NodeFacts, host_facts
+from nodeagent.probe.dcgm import DcgmActivity, InstanceActivity
 from nodeagent.probe.gpu_health import read_health
 from nodeagent.protocol import (
     XID_ERRORS_MAX,
@@ -86,7 +87,7 @@ class NvmlProbe:
 
     simulated = False
 
-    def __init__(self, facts: NodeFacts | None = None) -> None:
+    def __init__(self, facts: NodeFacts | None = None, dcgm: DcgmActivity | None = None) -> None:
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as error:
@@ -94,6 +95,7 @@ class NvmlProbe:
         self._facts = facts or host_facts()
         self._devices = self._enumerate()
         self._xid = XidWatch(self._devices)
+        self._dcgm = dcgm or DcgmActivity()
 
     def close(self) -> None:
         self._xid.close()
@@ -159,10 +161,13 @@ class NvmlProbe:
 
     def metrics(self, busy_devices: Sequence[str] = ()) -> list[GpuMetrics]:
         xids = self._xid.drain()
-        return [_metrics_of(device, xids.get(device.uuid)) for device in self._devices]
+        activity = self._dcgm.read()
+        return [_metrics_of(device, xids.get(device.uuid), activity) for device in self._devices]
 
 
-def _metrics_of(device: _Device, xid_errors: list[int] | None) -> GpuMetrics:
+def _metrics_of(
+    device: _Device, xid_errors: list[int] | None, activity: InstanceActivity | None = None
+) -> GpuMetrics:
     handle = device.handle
     utilization = read_field(pynvml.nvmlDeviceGetUtilizationRates, handle)
     memory = read_field(pynvml.nvmlDeviceGetMemoryInfo, handle)
@@ -180,7 +185,7 @@ def _metrics_of(device: _Device, xid_errors: list[int] | None) -> GpuMetrics:
     extra: dict[str, Any] = {}
     mig_modes = read_field(pynvml.nvmlDeviceGetMigMode, handle)
     if mig_modes and mig_modes[0] == pynvml.NVML_DEVICE_MIG_ENABLE:
-        extra["slices"] = _slice_metrics(handle)
+        extra["slices"] = _slice_metrics(device, activity or {})
     return GpuMetrics(
         uuid=device.uuid,
         utilization_pct=float(utilization.gpu) if utilization is not None else None,
@@ -199,11 +204,12 @@ def _metrics_of(device: _Device, xid_errors: list[int] | None) -> GpuMetrics:
     )
 
 
-def _slice_metrics(handle: Any) -> list[SliceMetrics]:
-    """Each MIG instance's memory in use (NVML's memory info of the MIG device). Utilisation
-    stays None: nvmlDeviceGetUtilizationRates is not supported on MIG devices (NVML reports
-    no per-instance utilisation; only DCGM's profiling counters do)."""
+def _slice_metrics(device: _Device, activity: InstanceActivity) -> list[SliceMetrics]:
+    """Each MIG instance's memory in use and running CUDA processes (NVML, on the MIG device
+    handle); its utilisation from DCGM's ``activity`` by GPU instance id, else None (NVML's
+    nvmlDeviceGetUtilizationRates is not supported on MIG devices)."""
     readings: list[SliceMetrics] = []
+    handle = device.handle
     count = read_field(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0
     for slot in range(count):
         mig = read_field(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot)
@@ -213,11 +219,19 @@ def _slice_metrics(handle: Any) -> list[SliceMetrics]:
         if not uuid:
             continue
         memory = read_field(pynvml.nvmlDeviceGetMemoryInfo, mig)
+        # Left out (not None) where NVML does not say, as an older agent does.
+        known: dict[str, Any] = {}
+        processes = read_field(pynvml.nvmlDeviceGetComputeRunningProcesses, mig)
+        if processes is not None:
+            known["processes"] = len(processes)
+        instance_id = read_field(pynvml.nvmlDeviceGetGpuInstanceId, mig)
+        busy = None if instance_id is None else activity.get((device.index, int(instance_id)))
         readings.append(
             SliceMetrics(
                 uuid=uuid,
                 memory_used_mb=int(memory.used // _MIB) if memory is not None else None,
-                utilization_pct=None,
+                utilization_pct=busy,
+                **known,
             )
         )
     return readings
@@ -320,14 +334,27 @@ def _mig_instances(handle: Any) -> list[MigInstance]:
         memory = read_field(pynvml.nvmlDeviceGetMemoryInfo, mig)
         if not uuid:
             continue
+        start = _instance_start(handle, mig)
         instances.append(
             MigInstance(
                 uuid=uuid,
                 profile=mig_profile_from_name(name),
                 memory_mb=int(memory.total // _MIB) if memory is not None else 0,
+                **({} if start is None else {"start": start}),
             )
         )
     return instances
+
+
+def _instance_start(parent: Any, mig: Any) -> int | None:
+    """The first memory slice of a MIG device's GPU instance (its placement), None where
+    NVML does not say (reading a GPU instance may need privileges the agent lacks)."""
+    instance_id = read_field(pynvml.nvmlDeviceGetGpuInstanceId, mig)
+    if instance_id is None:
+        return None
+    instance = read_field(pynvml.nvmlDeviceGetGpuInstanceById, parent, int(instance_id))
+    info = read_field(pynvml.nvmlGpuInstanceGetInfo, instance) if instance is not None else None
+    return int(info.placement.start) if info is not None else None
 
 
 def mig_profile_from_name(name: str) -> str:
