@@ -218,10 +218,8 @@ class RegistrationAnswer(PortalMessage):
 class SliceMetrics(AgentMessage):
     """One slice's live readings, where the driver reports them per slice; ``None`` where not.
 
-    A MIG instance: the memory its processes use and its running CUDA processes (NVML, on the
-    MIG device); its utilisation is DCGM's GR_ENGINE_ACTIVE where DCGM answers, else ``None``
-    (NVML has none per MIG instance). Time-sliced shares send no slice readings: a share is
-    not a device, and the agent does not map the GPU's processes to containers.
+    A MIG instance: its memory and CUDA processes (NVML), utilisation from DCGM or ``None``
+    (docs/mig.md). Shares send none: a share is not a device.
     """
 
     uuid: Uuid = Field(description="The slice's device UUID (a MIG instance's).")
