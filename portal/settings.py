@@ -8,6 +8,7 @@ No variables at all gives the embedded default for a first run on a laptop: SQLi
 from __future__ import annotations
 
 import ipaddress
+from email.utils import parseaddr
 from pathlib import Path
 
 import environ
@@ -466,6 +467,11 @@ EMAIL_HOST_PASSWORD = _secret("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
 EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="Deskpool <deskpool@localhost>")
+# Where the Accessibility page (/accessibility/) asks people to report a barrier; there is no
+# separate support address, so by default the one the portal's notices come from.
+ACCESSIBILITY_CONTACT = env.str(
+    "DESKPOOL_ACCESSIBILITY_CONTACT", default=parseaddr(DEFAULT_FROM_EMAIL)[1] or DEFAULT_FROM_EMAIL
+)
 
 LOGGING = {
     "version": 1,

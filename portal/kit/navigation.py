@@ -33,6 +33,13 @@ def is_admin(user: Any) -> bool:
     return bool(user is not None and user.is_authenticated and user.is_staff)
 
 
+def is_current(request: HttpRequest | None, url_name: str) -> bool:
+    """Whether ``request`` shows the page named ``url_name`` (``"namespace:name"`` for a
+    namespaced one): the one test behind every navigation's ``aria-current="page"``."""
+    match = getattr(request, "resolver_match", None)
+    return match is not None and match.view_name == url_name
+
+
 def navigation(request: HttpRequest) -> dict[str, object]:
     """``teaches``: whether to show the Courses link (teachers, TAs and admins); computed
     only when a template reads it. ``quota_requests_waiting``: how many quota requests wait

@@ -1,11 +1,12 @@
-"""The student face's URLs: home, a session and its actions, the desktop, history, files."""
+"""The student face's URLs: home, a session and its actions, the desktop, history, files, and
+the Accessibility page (everyone's)."""
 
 from __future__ import annotations
 
 from django.urls import URLPattern, path
 from django.views.decorators.cache import never_cache
 
-from portal.student import files, retry, views
+from portal.student import accessibility, files, retry, views
 
 SESSION = "sessions/<int:session_id>/"
 
@@ -30,4 +31,6 @@ urlpatterns: list[URLPattern] = [
     path("files/download/", files.download, name="files-download"),
     path("files/delete/", files.delete, name="files-delete"),
     path("files/tasks/<int:task_id>/", files.task_view, name="files-task"),
+    # Open to everyone, signed in or not: linked from every page's footer.
+    path("accessibility/", accessibility.accessibility, name="accessibility"),
 ]
