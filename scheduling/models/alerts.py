@@ -23,6 +23,7 @@ class Metric(models.TextChoices):
     QUEUE_LENGTH = "queue_length", _("Waiting requests")
     GPU_CLAIMS = "gpu_claims", _("Registrations refused for listing this node's GPUs (last hour)")
     START_FAILURES = "start_failures", _("Desktops that failed to start on the node (last hour)")
+    GPU_MIG_LAYOUT = "gpu_mig_layout", _("MIG layout refused (1: refused, 0: accepted)")
 
 
 class Scope(models.TextChoices):
@@ -33,8 +34,9 @@ class Scope(models.TextChoices):
 
 
 GPU_METRICS = frozenset(
-    {Metric.GPU_MEMORY, Metric.GPU_UTILISATION, Metric.GPU_TEMPERATURE, Metric.GPU_XID_ERRORS}
-)
+    {Metric.GPU_MEMORY, Metric.GPU_UTILISATION, Metric.GPU_TEMPERATURE, Metric.GPU_XID_ERRORS,
+     Metric.GPU_MIG_LAYOUT}
+)  # fmt: skip
 # Where each metric can be read. A GPU reading at a wider scope is its worst GPU's.
 METRIC_SCOPES: dict[str, frozenset[str]] = {
     **{m: frozenset({Scope.GPU, Scope.NODE, Scope.RACK, Scope.POOL}) for m in GPU_METRICS},

@@ -138,6 +138,9 @@ class Gpu(models.Model):
     pcie_topology = models.JSONField(
         null=True, blank=True, help_text="Other GPU's UUID -> closest common PCIe ancestor."
     )
+    # Why the portal refuses its reported MIG layout (scheduling.services.mig_layout): while
+    # set, the GPU offers no slice. Null: accepted, or not in MIG mode.
+    mig_layout_problem = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["node__hostname", "index"]

@@ -42,6 +42,7 @@ from ..rules.alert_rules import CRITICAL, Event, Levels, Track, step
 from .audit import record
 from .email_notices import notify
 from .metric_groups import rack_budgets
+from .mig_layout import MIG_LAYOUT_RULE, layout_alert_value, mig_utilisation
 from .pool import DEFAULT_BLOCK_PERCENT, DEFAULT_WARN_PERCENT, pool_utilisation
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ def default_rules() -> list[dict[str, Any]]:
              warning=10.0, critical=20.0, recovery=5.0),
         GPU_CLAIM_RULE,
         START_FAILURE_RULE,
+        MIG_LAYOUT_RULE,
     ]  # fmt: skip
 
 
@@ -129,7 +131,11 @@ def gpu_value(metric: str, gpu: Gpu) -> float | None:
         used = m.get("memory_used_mb")
         return None if used is None or not gpu.memory_mb else 100.0 * used / gpu.memory_mb
     if metric == Metric.GPU_UTILISATION:
+        if m.get("utilization_pct") is None and gpu.mig_mode:  # NVML has none on MIG
+            return mig_utilisation(gpu, [s for s in gpu.slices.all() if s.present])
         return _number(m.get("utilization_pct"))
+    if metric == Metric.GPU_MIG_LAYOUT:
+        return layout_alert_value(gpu)
     if metric == Metric.GPU_TEMPERATURE:
         return _number(m.get("temperature_c"))
     if metric == Metric.GPU_XID_ERRORS:
@@ -167,7 +173,8 @@ class Readings:
         readings.nodes = list(Node.objects.all())
         by_id = {n.pk: n for n in readings.nodes}
         readings.gpus = [
-            (g, by_id[g.node_id]) for g in Gpu.objects.filter(present=True).order_by("pk")
+            (g, by_id[g.node_id])
+            for g in Gpu.objects.filter(present=True).prefetch_related("slices").order_by("pk")
         ]
         for n in readings.nodes:
             readings.node_of[f"node:{n.hostname}"] = n.pk

@@ -30,6 +30,7 @@ from .audit import record
 from .home_files_agent import record_home_usage
 from .kick import schedule_soon
 from .metric_history import record_heartbeat_metrics
+from .mig_layout import layout_problem
 from .node_address import check_node_address, check_node_hostname
 from .session_activity import record_usage_many
 
@@ -327,6 +328,8 @@ def _sync_inventory(node: Node, gpus: list[GpuInventory]) -> None:
         # Claimed by another node between check_claims and now: the transaction rolls back.
         raise Conflict(_("This node lists GPUs that another node holds; try again."))
     for reported in gpus:
+        # A MIG layout the tables do not allow offers no slice (docs/mig.md).
+        problem = layout_problem(reported)
         gpu, _created = Gpu.objects.update_or_create(
             uuid=reported.uuid,
             defaults={
@@ -348,12 +351,15 @@ def _sync_inventory(node: Node, gpus: list[GpuInventory]) -> None:
                 "pcie_link_gen_max": reported.pcie_link_gen_max,
                 "pcie_link_width_max": reported.pcie_link_width_max,
                 "pcie_topology": reported.pcie_topology,
+                "mig_layout_problem": problem,
                 "present": True,
             },
         )
         seen_gpus.append(gpu.pk)
         seen_slices = []
-        for kind, slot, profile, device_uuid, memory, milli in _slices_for(reported):
+        for kind, slot, profile, device_uuid, memory, milli in (
+            [] if problem else _slices_for(reported)
+        ):
             slice_, _created = Slice.objects.update_or_create(
                 gpu=gpu,
                 kind=kind,
