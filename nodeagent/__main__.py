@@ -20,6 +20,7 @@ from nodeagent.gateway.supervisor import GatewaySupervisor, gateway_command
 from nodeagent.gateway_link import GatewayLink
 from nodeagent.home_migration import main as migrate_homes
 from nodeagent.home_migration import warn_old_homes
+from nodeagent.mps import MpsSupervisor
 from nodeagent.portal_client import PortalClient
 from nodeagent.probe import make_probe
 from nodeagent.probe.nvml import NvmlUnavailable
@@ -105,8 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(config.node_name, args.verbose)
     log = logging.getLogger("nodeagent")
     try:
-        probe = make_probe(config)
-        runtime = make_runtime(config)
+        # The GPUs in share mode: one MPS control daemon each, for the probe and the runtime.
+        mps = MpsSupervisor.from_config(config)
+        probe = make_probe(config, mps)
+        runtime = make_runtime(config, mps)
     except (FleetError, NvmlUnavailable, RuntimeUnavailable) as error:
         log.error("%s", error)
         if isinstance(error, NvmlUnavailable):

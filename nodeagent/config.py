@@ -24,6 +24,23 @@ DEFAULT_HOME_QUOTA_MB = 10240
 # counted against its memory): DESKPOOL_DESKTOP_TMPFS_MB.
 DEFAULT_TMPFS_MB = 512
 _RUNTIME_CHOICES: tuple[RuntimeChoice, ...] = ("docker", "simulated", "auto")
+# At most this many shares of one GPU (GpuInventory.share_count's bound).
+SHARES_MAX = 64
+MPS_CONTROL_PROGRAM = "nvidia-cuda-mps-control"
+
+
+@dataclass(frozen=True)
+class GpuShares:
+    """One GPU's share mode: ``count`` desktops at once, each capped at ``memory_mb`` of GPU
+    memory and ``100 / count`` % of its SMs (CUDA MPS; docs/mig.md)."""
+
+    count: int
+    memory_mb: int
+
+    @property
+    def thread_percentage(self) -> int:
+        """Each share's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: 100 / count, rounded, at least 1."""
+        return max(1, round(100 / self.count))
 
 
 class ConfigError(ValueError):
@@ -73,6 +90,11 @@ class AgentConfig:
     # DESKPOOL_GATEWAY_TRUSTED_PROXIES: the nginx hosts, whose X-Real-IP header names the
     # browser in the gateway's events (the audit's address); nobody else's is believed.
     gateway_trusted_proxies: tuple[str, ...] = ()
+    # DESKPOOL_GPU_SHARES: GPUs offered in share mode, by UUID or index ("all": every GPU not
+    # in MIG mode) -> N shares of M MB, enforced by one MPS control daemon per GPU
+    # (nodeagent/mps.py); DESKPOOL_MPS_CONTROL: the control program (found on PATH).
+    gpu_shares: dict[str, GpuShares] = field(default_factory=dict)
+    mps_control: str = MPS_CONTROL_PROGRAM
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AgentConfig:
@@ -120,6 +142,10 @@ class AgentConfig:
             values["gateway_trusted_proxies"] = parse_networks(
                 proxies, "DESKPOOL_GATEWAY_TRUSTED_PROXIES"
             )
+        if shares := env.get("DESKPOOL_GPU_SHARES"):
+            values["gpu_shares"] = parse_gpu_shares(shares)
+        if program := env.get("DESKPOOL_MPS_CONTROL"):
+            values["mps_control"] = program.strip()
         return replace(config, **values)  # type: ignore[arg-type]
 
     def credential_file(self) -> Path:
@@ -129,6 +155,11 @@ class AgentConfig:
     def sessions_dir(self) -> Path:
         """Parent of the per-session VNC password folders (absolute: Docker bind-mounts them)."""
         return self.state_dir.resolve() / "sessions" / self.node_name
+
+    def mps_dir(self) -> Path:
+        """Parent of the per-GPU MPS folders (pipe and log directories, absolute: Docker
+        bind-mounts each GPU's pipe directory into that GPU's share desktops)."""
+        return self.state_dir.resolve() / "mps" / self.node_name
 
     def home_images_dir(self) -> Path | None:
         """Where node-local homes are kept as images (beside the sessions folder unless
@@ -206,6 +237,31 @@ def parse_gateway_port(value: str) -> int:
             f"DESKPOOL_GATEWAY_PORT must be a port number (0: any free one), not {value!r}"
         )
     return port
+
+
+def parse_gpu_shares(value: str) -> dict[str, GpuShares]:
+    """Parse ``all=4x10240`` or ``GPU-3f…=4x10240,1=2x20480`` (a UUID or an index, then N
+    shares of M MB each) into share modes by GPU."""
+    shares: dict[str, GpuShares] = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        gpu, sep, how = item.partition("=")
+        count, times, memory = how.strip().lower().partition("x")
+        gpu = gpu.strip()
+        if not (sep and times and gpu and count.isdigit() and memory.isdigit()):
+            raise ConfigError(
+                "DESKPOOL_GPU_SHARES entries look like GPU=NxMB (all=4x10240, "
+                f"GPU-<uuid>=2x20480 or 0=4x10240), not {item!r}"
+            )
+        if not 1 <= int(count) <= SHARES_MAX or int(memory) < 1:
+            raise ConfigError(
+                f"DESKPOOL_GPU_SHARES {item!r}: 1 to {SHARES_MAX} shares of at least 1 MB"
+            )
+        if gpu in shares or (gpu == "all" and shares) or "all" in shares:
+            raise ConfigError(
+                f"DESKPOOL_GPU_SHARES names GPU {gpu!r} twice (all: every GPU, on its own)"
+            )
+        shares[gpu] = GpuShares(count=int(count), memory_mb=int(memory))
+    return shares
 
 
 def parse_labels(value: str) -> dict[str, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from nodeagent.config import AgentConfig
+from nodeagent.mps import MpsSupervisor
 from nodeagent.runtime.base import (
     DesktopRuntime,
     ManagedContainer,
@@ -39,8 +40,9 @@ __all__ = [
 ]
 
 
-def make_runtime(config: AgentConfig) -> DesktopRuntime:
-    """Docker, simulated, or (``auto``) Docker when an engine answers and simulated otherwise."""
+def make_runtime(config: AgentConfig, mps: MpsSupervisor | None = None) -> DesktopRuntime:
+    """Docker, simulated, or (``auto``) Docker when an engine answers and simulated otherwise;
+    ``mps``: the daemons whose GPUs' desktops are capped MPS clients (Docker only)."""
     if config.runtime == "simulated":
         return SimulatedRuntime.from_config(config)
     try:
@@ -56,4 +58,4 @@ def make_runtime(config: AgentConfig) -> DesktopRuntime:
             config.node_name,
         )
         return SimulatedRuntime.from_config(config)
-    return DockerRuntime.from_config(config, client)
+    return DockerRuntime.from_config(config, client, mps)

@@ -23,6 +23,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.models.containers import Container
 
 from nodeagent.config import DEFAULT_STOP_GRACE_S, DEFAULT_TMPFS_MB
+from nodeagent.mps import CLIENT_PIPE_DIRECTORY, MpsSupervisor, MpsUnavailable
 from nodeagent.protocol import (
     DESKTOP_HOME,
     LABEL_INSTALLATION,
@@ -102,8 +103,11 @@ class DesktopContainers:
         homes_dir: Path | None = None,
         default_quota_mb: int = 0,
         tmpfs_mb: int = DEFAULT_TMPFS_MB,
+        mps: MpsSupervisor | None = None,
     ) -> None:
         self.client = client
+        # The MPS control daemons of the GPUs offered as shares (None: no GPU in share mode).
+        self.mps = mps
         # The portal's installation id (RegistrationAnswer): in every name and label made,
         # and the only containers found are those carrying it.
         self.installation = installation
@@ -278,7 +282,8 @@ class DesktopContainers:
     def limits_args(self, spec: DesktopSpec, what: str) -> dict[str, Any]:
         """Image, limits, lockdown, network, published ports and GPU: what every desktop
         shares. The ports (websockify's, and the sound's where the image serves it) are
-        published on the node's management address only."""
+        published on the node's management address only. ``volumes`` holds the GPU's MPS
+        pipe folder for a share's desktop: callers add theirs to it."""
         environment: dict[str, str] = {}
         args: dict[str, Any] = {
             "image": spec.image,
@@ -299,6 +304,7 @@ class DesktopContainers:
             ),
             "sysctls": dict(DESKTOP_SYSCTLS),
             "environment": environment,
+            "volumes": {},
             # Nothing a desktop writes outside its home reaches the node's disk: a read-only
             # root, and capped temporary folders in memory (docs/security.md).
             "read_only": True,
@@ -311,6 +317,7 @@ class DesktopContainers:
             args["runtime"] = "nvidia"
             environment["NVIDIA_VISIBLE_DEVICES"] = ",".join(devices)
             environment["NVIDIA_DRIVER_CAPABILITIES"] = "compute,utility,graphics"
+            self.share_args(devices, args)
         else:
             # "void": an image that defaults to "all" (CUDA bases do) must not see any GPU.
             environment["NVIDIA_VISIBLE_DEVICES"] = "void"
@@ -320,6 +327,19 @@ class DesktopContainers:
                     "%s: no NVIDIA runtime, GPU slice %s is simulated", what, ",".join(devices)
                 )
         return args
+
+    def share_args(self, devices: Sequence[str], args: dict[str, Any]) -> None:
+        """A share's desktop is a capped MPS client of its GPU's daemon: the pipe folder
+        (read-only) and the caps in its environment; without a healthy daemon it does not
+        start (never an uncapped share)."""
+        try:
+            share = self.mps.client_of(devices) if self.mps is not None else None
+        except MpsUnavailable as error:
+            raise StartFailed(str(error)) from None
+        if share is None:
+            return
+        args["environment"].update(share.environment)
+        args["volumes"] = {str(share.pipe_dir): {"bind": CLIENT_PIPE_DIRECTORY, "mode": "ro"}}
 
     # -- running -------------------------------------------------------------------------
 

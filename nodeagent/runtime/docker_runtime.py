@@ -26,6 +26,7 @@ from docker.errors import DockerException, NotFound
 from docker.models.containers import Container
 
 from nodeagent.config import DEFAULT_STOP_GRACE_S, DEFAULT_TMPFS_MB, AgentConfig
+from nodeagent.mps import MpsSupervisor
 from nodeagent.protocol import (
     DESKTOP_HOME,
     DESKTOP_PASSWORD_MOUNT,
@@ -86,6 +87,7 @@ class DockerRuntime:
         homes_dir: Path | None = None,
         default_quota_mb: int = 0,
         tmpfs_mb: int = DEFAULT_TMPFS_MB,
+        mps: MpsSupervisor | None = None,
     ) -> None:
         self._desktops = DesktopContainers(
             client,
@@ -101,13 +103,16 @@ class DockerRuntime:
             homes_dir=homes_dir,
             default_quota_mb=default_quota_mb,
             tmpfs_mb=tmpfs_mb,
+            mps=mps,
         )
         self._warm = DockerWarmDesktops(self._desktops)
         # NVML only where the engine can give containers a GPU at all.
         self._usage = DockerUsage(client, NvmlUsage() if self.gpu_enabled else None)
 
     @classmethod
-    def from_config(cls, config: AgentConfig, client: docker.DockerClient) -> DockerRuntime:
+    def from_config(
+        cls, config: AgentConfig, client: docker.DockerClient, mps: MpsSupervisor | None = None
+    ) -> DockerRuntime:
         return cls(
             client,
             node_name=config.node_name,
@@ -124,6 +129,7 @@ class DockerRuntime:
             homes_dir=config.home_images_dir(),
             default_quota_mb=config.home_quota_mb,
             tmpfs_mb=config.desktop_tmpfs_mb,
+            mps=mps,
         )
 
     @property
@@ -223,6 +229,7 @@ class DockerRuntime:
             name=container_name(desktops.node, session_id, desktops.installation),
             labels=labels,
             volumes={
+                **args["volumes"],  # a share's MPS pipe folder (limits_args)
                 session.home_volume: {"bind": DESKTOP_HOME, "mode": "rw"},
                 str(attempt.password_dir): {"bind": DESKTOP_PASSWORD_MOUNT, "mode": "ro"},
                 **course_volumes(desktops.sessions_dir, desktops.installation, session.courses),

@@ -156,7 +156,10 @@ class DockerWarmDesktops:
             args.update(
                 name=warm_container_name(desktops.node, key, desktops.installation),
                 labels=labels,
-                volumes={str(password_dir): {"bind": DESKTOP_PASSWORD_MOUNT, "mode": "ro"}},
+                volumes={
+                    **args["volumes"],  # a share's MPS pipe folder (limits_args)
+                    str(password_dir): {"bind": DESKTOP_PASSWORD_MOUNT, "mode": "ro"},
+                },
                 mounts=[
                     Mount(DESKTOP_HOME, str(home), type="bind", propagation="rslave"),
                     course_mounts.warm_mount(desktops.sessions_dir, key),  # /courses
