@@ -16,7 +16,11 @@ from people.models import Member
 from people.preferences import save_preferences
 from portal.account.forms import PreferencesForm
 from portal.kit.person import with_person
-from scheduling.services.lifecycle_notices import email_warnings_of, set_email_warnings
+from scheduling.services.lifecycle_notices import (
+    EmailChoices,
+    email_choices_of,
+    set_email_choices,
+)
 
 
 @with_person
@@ -40,7 +44,7 @@ def account(request: HttpRequest, person: User) -> HttpResponse:
         "form": form,
         "time_zones": sorted(available_timezones()),
         "campus_zone": settings.TIME_ZONE,
-        "email_warnings": email_warnings_of(person),
+        "emails": email_choices_of(person),
     }
     return render(request, "portal/account.html", context, status=status)
 
@@ -48,11 +52,18 @@ def account(request: HttpRequest, person: User) -> HttpResponse:
 @with_person
 @require_POST
 def account_notices(request: HttpRequest, person: User) -> HttpResponse:
-    """The e-mail opt-in for time-limit and idle warnings (a checkbox: absent is off)."""
-    wanted = request.POST.get("email_warnings") == "on"
-    set_email_warnings(person, wanted)
-    if wanted:
-        messages.success(request, _("You will get the time-limit and idle warnings by e-mail too."))
+    """The e-mails a person chose: a desktop ready, about to be preempted, and the time-limit
+    and idle warnings (checkboxes: absent is off)."""
+    chosen = EmailChoices(
+        ready=request.POST.get("email_ready") == "on",
+        preempting=request.POST.get("email_preempting") == "on",
+        warnings=request.POST.get("email_warnings") == "on",
+    )
+    set_email_choices(person, chosen)
+    if chosen == EmailChoices():
+        messages.success(
+            request, _("No e-mails: the pages and browser notifications still tell you.")
+        )
     else:
-        messages.success(request, _("The warnings now only show on the pages."))
+        messages.success(request, _("Your e-mail choices are saved."))
     return redirect("account")

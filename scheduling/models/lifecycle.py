@@ -104,6 +104,12 @@ class LifecycleNotices(models.Model):
     email_warnings = models.BooleanField(
         default=False, help_text=_("E-mail the time-limit and idle warnings too.")
     )
+    email_ready = models.BooleanField(
+        default=False, help_text=_("E-mail when a desktop is ready (running).")
+    )
+    email_preempting = models.BooleanField(
+        default=False, help_text=_("E-mail when a desktop is about to be preempted.")
+    )
 
     class Meta:
         verbose_name_plural = "lifecycle notices"

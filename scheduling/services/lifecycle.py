@@ -24,7 +24,7 @@ from ..events import broadcast_session
 from ..locks import lock_sessions
 from ..models import Allocation, Session
 from ..presenters import stored
-from . import Conflict, usage_runs
+from . import Conflict, lifecycle_notices, usage_runs
 from .agent_wake import wake_nodes
 from .audit import record, record_many
 from .kick import schedule_soon
@@ -148,6 +148,7 @@ def do_transition(
             },
         )
         _after_commit(session_id, capacity_released=released > 0 or target in WAITING_STATES)
+        lifecycle_notices.on_entering(target, [session_id], now)
         if changes_desired(current, target, node_id, changes.get("node_id", node_id)):
             # The node it was on, and the node it is placed on: what they should run changed.
             wake_nodes([node_id, changes.get("node_id")])
@@ -219,6 +220,7 @@ def do_transition_many(
         record_many(AuditKind.SESSION_TRANSITION, actor, audited)
         for session_id in changed:
             _after_commit(session_id, capacity_released=False)
+        lifecycle_notices.on_entering(target, changed, now)
         wake_nodes(woken)
 
 
