@@ -147,3 +147,8 @@ class AuditKind(models.TextChoices):
     COURSE_FOLDER_CAP_CHANGED = "course.folder_cap_changed", _("Course folder cap changed")
     # an admin rotated a node's gateway ticket key (data: the key ids, old and new; never a key)
     NODE_GATEWAY_KEY_ROTATED = "node.gateway_key_rotated", _("Gateway key rotated")
+    # a sick GPU taken out of placement (data: causes; actor health or an admin), put back in
+    # service by an admin, or drained (its desktops requeued) by an admin (docs/monitoring.md)
+    GPU_CORDONED = "gpu.cordoned", _("GPU cordoned")
+    GPU_CORDON_CLEARED = "gpu.cordon_cleared", _("GPU uncordoned")
+    GPU_DRAINED = "gpu.drained", _("GPU drained")

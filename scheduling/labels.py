@@ -136,7 +136,34 @@ RULE_NAMES = {
     "Queue length": gettext_lazy("Queue length"),
     "GPU claimed by another node": gettext_lazy("GPU claimed by another node"),
     "Desktop start failed": gettext_lazy("Desktop start failed"),
+    "GPU cordoned": gettext_lazy("GPU cordoned"),
 }
+
+
+# Why a GPU or node was cordoned (scheduling.rules.gpu_health); an XID is "xid:<code>".
+CORDON_CAUSES = {
+    "ecc_uncorrected": gettext_lazy("uncorrectable ECC errors"),
+    "retired_pages_pending": gettext_lazy("retired memory pages waiting for a GPU reset"),
+    "row_remap_pending": gettext_lazy("remapped memory rows waiting for a GPU reset"),
+    "row_remap_failed": gettext_lazy("a memory row remap failed"),
+    "lost": gettext_lazy("the driver lost the GPU"),
+    "start_failures": gettext_lazy("desktops failed to start on it 3 times within 10 minutes"),
+    "drained": gettext_lazy("drained by an admin"),
+}
+
+
+def cordon_causes(reason: str) -> str:
+    """A cordon's stored causes ("xid:79,lost") in words; an admin's own reason as written."""
+    words = []
+    for cause in (reason or "").split(","):
+        code = cause.strip()
+        if code.startswith("xid:") and code[4:].isdigit():
+            words.append(_("XID %(code)s") % {"code": code[4:]})
+        elif code in CORDON_CAUSES:
+            words.append(str(CORDON_CAUSES[code]))
+        elif code:
+            return reason  # not a list of causes: an admin's words
+    return "; ".join(words)
 
 
 def rule_name(name: str) -> str:

@@ -280,6 +280,20 @@ SENTENCES: dict[Code, Callable[[Mapping[str, Any]], str]] = {
         )
         % {"node": p.get("node", "?"), "since": _clock(p.get("since"))}
     ),
+    Code.GPU_CORDONED: lambda p: (
+        _(
+            "GPU %(gpu)s of node %(node)s reported a fault and takes no new desktops; save your "
+            "work: this desktop may have to stop"
+        )
+        % {"gpu": p.get("gpu", "?"), "node": p.get("node", "?")}
+    ),
+    Code.GPU_DRAINED_REQUEUED: lambda p: (
+        _(
+            "GPU %(gpu)s of node %(node)s is out of service; your session was requeued and keeps "
+            "its place by age"
+        )
+        % {"gpu": p.get("gpu", "?"), "node": p.get("node", "?")}
+    ),
     Code.NODE_SILENT_ENDED: lambda p: (
         _("node %(node)s stopped answering at %(since)s; your session was ended")
         % {"node": p.get("node", "?"), "since": _clock(p.get("since"))}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.urls import URLPattern, path
 
 from portal.console import course_folders, history, idle, ops, overview, pool, prices, queue
+from portal.console.gpu_cordon import gpu_action
 
 urlpatterns: list[URLPattern] = [
     path("", overview.overview, name="console"),
@@ -22,6 +23,7 @@ urlpatterns: list[URLPattern] = [
     path("pool/", pool.pool, name="console-pool"),
     path("pool/fragment/", pool.pool_fragment, name="console-pool-fragment"),
     path("pool/nodes/", pool.node_action, name="console-pool-node-action"),
+    path("pool/gpus/<int:gpu_id>/", gpu_action, name="console-pool-gpu-action"),
     path("pool/tokens/", pool.create_token, name="console-pool-token-create"),
     path("pool/tokens/<int:token_id>/revoke/", pool.revoke_token, name="console-pool-token-revoke"),
     # the queue, quotas and desktop profiles

@@ -57,6 +57,9 @@ class Code(StrEnum):
     NODE_SILENT_REQUEUED = "node_silent_requeued"  # node, since
     NODE_SILENT_ENDED = "node_silent_ended"  # node, since
     NODE_DRAINED_REQUEUED = "node_drained_requeued"  # node, deadline: its drain's deadline passed
+    # node, gpu (its index): the desktop's GPU reported a fault and takes no new work
+    GPU_CORDONED = "gpu_cordoned"
+    GPU_DRAINED_REQUEUED = "gpu_drained_requeued"  # node, gpu: an admin emptied the sick GPU
     AGENT = "agent"  # detail: what the node's agent said (its own words, not translated)
     # cause: a nodeagent.failures code (not_enough_cpus, image_missing, ...); node. The
     # agent's own words are kept for the admins (the transition's audit event), not here.

@@ -24,6 +24,7 @@ class Metric(models.TextChoices):
     GPU_CLAIMS = "gpu_claims", _("Registrations refused for listing this node's GPUs (last hour)")
     START_FAILURES = "start_failures", _("Desktops that failed to start on the node (last hour)")
     GPU_MIG_LAYOUT = "gpu_mig_layout", _("MIG layout refused (1: refused, 0: accepted)")
+    GPU_CORDONED = "gpu_cordoned", _("GPU cordoned for ill health (1: cordoned)")
 
 
 class Scope(models.TextChoices):
@@ -46,6 +47,7 @@ METRIC_SCOPES: dict[str, frozenset[str]] = {
     Metric.QUEUE_LENGTH: frozenset({Scope.POOL}),
     Metric.GPU_CLAIMS: frozenset({Scope.NODE}),
     Metric.START_FAILURES: frozenset({Scope.NODE}),
+    Metric.GPU_CORDONED: frozenset({Scope.GPU}),
 }
 PERCENT_METRICS = frozenset(
     {Metric.GPU_MEMORY, Metric.GPU_UTILISATION, Metric.RACK_POWER, Metric.POOL_USAGE}
@@ -127,6 +129,9 @@ class Alert(models.Model):
     level = models.CharField(max_length=10, choices=AlertLevel.choices)
     state = models.CharField(max_length=15, choices=AlertState.choices, default=AlertState.FIRING)
     value = models.FloatField(null=True, blank=True, help_text="The latest value seen.")
+    detail = models.CharField(
+        max_length=500, blank=True, help_text="What caused it, where the rule says: a GPU's cordon."
+    )
     raised_at = models.DateTimeField(default=timezone.now, db_index=True)
     escalated_at = models.DateTimeField(null=True, blank=True)
     acknowledged_at = models.DateTimeField(null=True, blank=True)

@@ -125,6 +125,11 @@ class Gpu(models.Model):
     simulated = models.BooleanField(default=False)
     metrics = models.JSONField(default=dict, blank=True)
     present = models.BooleanField(default=True)
+    # Sick: it takes no new work until an admin uncordons it (scheduling.services.gpu_cordon);
+    # the causes as scheduling.rules.gpu_health names them, comma-separated.
+    cordoned = models.BooleanField(default=False)
+    cordon_reason = models.CharField(max_length=500, blank=True)
+    cordoned_at = models.DateTimeField(null=True, blank=True)
     # The rest of its inventory as the agent reports it (nodeagent.protocol.GpuInventory);
     # null where the agent does not say (a simulated GPU has no PCIe link).
     mig_mode = models.BooleanField(default=False)

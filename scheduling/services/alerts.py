@@ -78,6 +78,7 @@ def default_rules() -> list[dict[str, Any]]:
              warning=10.0, critical=20.0, recovery=5.0),
         GPU_CLAIM_RULE,
         START_FAILURE_RULE,
+        GPU_CORDON_RULE,
         MIG_LAYOUT_RULE,
     ]  # fmt: skip
 
@@ -95,6 +96,14 @@ CLAIM_WINDOW = timedelta(hours=1)
 START_FAILURE_RULE: dict[str, Any] = dict(
     name="Desktop start failed", metric=Metric.START_FAILURES, scope=Scope.NODE,
     warning=1.0, critical=None, recovery=1.0,
+)  # fmt: skip
+
+
+# A sick GPU was cordoned (services/gpu_cordon.py): raised critical at once, naming the
+# causes (Alert.detail); resolved when an admin uncordons it. Also added by a migration.
+GPU_CORDON_RULE: dict[str, Any] = dict(
+    name="GPU cordoned", metric=Metric.GPU_CORDONED, scope=Scope.GPU,
+    warning=1.0, critical=1.0, recovery=1.0,
 )  # fmt: skip
 
 
@@ -228,11 +237,20 @@ class Readings:
             return {"pool": self.queue_length}
         if metric == Metric.GPU_CLAIMS:
             return {f"node:{n.hostname}": float(self.gpu_claims.get(n.pk, 0)) for n in self.nodes}
+        if metric == Metric.GPU_CORDONED:
+            return {f"gpu:{g.uuid}": 1.0 if g.cordoned else 0.0 for g, _n in self.gpus}
         if metric == Metric.START_FAILURES:
             return {
                 f"node:{n.hostname}": float(self.start_failures.get(n.pk, 0)) for n in self.nodes
             }
         return {}
+
+    def detail(self, rule: AlertRule, subject: str) -> str:
+        """What an alert of the rule about the subject names as its cause: a cordoned GPU's
+        causes (``Gpu.cordon_reason``); "" for the other rules."""
+        if rule.metric != Metric.GPU_CORDONED:
+            return ""
+        return next((g.cordon_reason for g, _n in self.gpus if f"gpu:{g.uuid}" == subject), "")
 
     def _silence(self, node: Node) -> float | None:
         seen = node.last_heartbeat or node.registered_at
@@ -287,7 +305,8 @@ def _evaluate_rule(rule: AlertRule, readings: Readings, result: EvaluationResult
         )
         outcome = step(before, value, levels, now)
         if outcome.event == Event.RAISED:
-            raised = _raise(rule, subject, outcome.track.level or "", value, now)
+            detail = readings.detail(rule, subject)
+            raised = _raise(rule, subject, outcome.track.level or "", value, now, detail)
             if raised is not None:
                 result.raised.append(raised.pk)
         elif outcome.event == Event.ESCALATED and alert is not None:
@@ -345,12 +364,12 @@ def subject_node_id(subject: str) -> int | None:
 
 
 def _raise(
-    rule: AlertRule, subject: str, level: str, value: float | None, now: datetime
+    rule: AlertRule, subject: str, level: str, value: float | None, now: datetime, detail: str = ""
 ) -> Alert | None:
     try:
         with transaction.atomic():
             alert = Alert.objects.create(
-                rule=rule, subject=subject, level=level, value=value, raised_at=now
+                rule=rule, subject=subject, level=level, value=value, raised_at=now, detail=detail
             )
             _audit(AuditKind.ALERT_RAISED, alert, ACTOR)
             send_notices(alert, "alert_raised")

@@ -3,8 +3,9 @@
 A node whose heartbeat is older than ``NODE_HEARTBEAT_TIMEOUT_S`` is unhealthy and gets
 nothing new (``Node.is_healthy``). After ``NODE_LOST_AFTER_S`` of silence the sweep moves
 its sessions off it: the ones it was starting or running go back to the queue with their
-age kept, the ones the user was stopping end. ``CORDON_AFTER_FAILURES`` sessions FAILED in a
-row on one node cordon it until an admin clears it.
+age kept, the ones the user was stopping end. ``CORDON_AFTER_FAILURES`` (3) desktops failing
+to start on one node within ten minutes cordon it until an admin clears it (the rule:
+``rules.gpu_health.node_should_cordon``; failures before the last uncordon do not count).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from django.utils import timezone
 from ..choices import NODE_BOUND_STATES, AuditKind, SessionState
 from ..engine.reasons import Code, Reason
 from ..locks import lock_node
-from ..models import Node, Session
+from ..models import AuditEvent, Node, Session
+from ..rules.gpu_health import NODE_FAILURE_WINDOW, START_FAILURES, node_should_cordon
 from . import Conflict
 from .audit import record
 from .drain import do_requeue_overdue_drains
@@ -123,26 +125,45 @@ def _sweep_node(node_id: int, cutoff: datetime) -> tuple[str, int, int] | None:
     return node.hostname, requeued, ended
 
 
-def do_record_session_failed(node: Node) -> bool:
-    """Count one more FAILED session on this node; True if that cordoned it."""
+def _failed_starts(node: Node, now: datetime) -> tuple[list[datetime], datetime | None]:
+    """When desktops failed to start on the node lately (their FAILED transitions), and
+    when an admin last cleared its cordon."""
+    failed = AuditEvent.objects.filter(
+        kind=AuditKind.SESSION_TRANSITION,
+        node=node,
+        data__to=SessionState.FAILED,
+        at__gt=now - NODE_FAILURE_WINDOW,
+        at__lte=now,
+    )
+    cleared = AuditEvent.objects.filter(kind=AuditKind.NODE_CORDON_CLEARED, node=node)
+    return list(failed.values_list("at", flat=True)), cleared.order_by("-at").values_list(
+        "at", flat=True
+    ).first()
+
+
+def do_record_session_failed(node: Node, now: datetime | None = None) -> bool:
+    """One more desktop failed to start on this node (its FAILED transition is audited);
+    True if that cordoned it: ``CORDON_AFTER_FAILURES`` within ten minutes."""
+    now = now or timezone.now()
     with transaction.atomic():
         Node.objects.filter(pk=node.pk).update(failures_in_a_row=F("failures_in_a_row") + 1)
+        failures, cleared_at = _failed_starts(node, now)
+        due = node_should_cordon(failures, now, cleared_at, count=settings.CORDON_AFTER_FAILURES)
         # Only the writer that flips the flag audits it, however many failures race.
         cordoned = (
-            Node.objects.filter(
-                pk=node.pk,
-                cordoned=False,
-                failures_in_a_row__gte=settings.CORDON_AFTER_FAILURES,
-            ).update(cordoned=True)
+            due
+            and Node.objects.filter(pk=node.pk, cordoned=False).update(
+                cordoned=True, cordon_reason=START_FAILURES
+            )
             == 1
         )
         if cordoned:
-            failures = Node.objects.filter(pk=node.pk).values_list("failures_in_a_row", flat=True)
+            window_s = int(NODE_FAILURE_WINDOW.total_seconds())
             record(
                 AuditKind.NODE_CORDONED,
                 "health",
                 node=node,
-                data={"failures_in_a_row": failures.first()},
+                data={"failures": len(failures), "window_s": window_s, "cause": START_FAILURES},
             )
     if cordoned:
         log.warning("node %s cordoned after repeated session failures", node.hostname)
@@ -150,7 +171,8 @@ def do_record_session_failed(node: Node) -> bool:
 
 
 def do_record_session_running(node: Node) -> None:
-    """A desktop reached RUNNING here: the node's run of failures is over."""
+    """A desktop reached RUNNING here: the node's run of failures is over (shown on the
+    admin's node page; the cordon rule counts failures in a window, not in a row)."""
     Node.objects.filter(pk=node.pk, failures_in_a_row__gt=0).update(failures_in_a_row=0)
 
 

@@ -27,6 +27,7 @@ from ..models import Gpu, JoinToken, Node, Session, Slice, hash_token
 from ..models.pool import join_token_expiry
 from . import Conflict, ServiceError
 from .audit import record
+from .gpu_cordon import do_judge_gpu_reports
 from .home_files_agent import record_home_usage
 from .kick import schedule_soon
 from .metric_history import record_heartbeat_metrics
@@ -388,6 +389,7 @@ def do_heartbeat(node: Node, payload: Heartbeat | Mapping[str, Any]) -> None:
         Node.objects.filter(pk=node.pk).update(
             last_heartbeat=now, running_sessions=payload.running_sessions
         )
+        do_judge_gpu_reports(node, payload.gpus, now)  # sick GPUs cordoned (gpu_cordon)
         by_uuid = {m.uuid: m for m in payload.gpus}
         for gpu in Gpu.objects.filter(node=node, uuid__in=by_uuid):
             gpu.metrics = to_wire(by_uuid[gpu.uuid])

@@ -36,6 +36,7 @@ from ..models import (
     WarmDesktop,
 )
 from .billed import slice_units
+from .gpu_cordon import cordoned_gpu_ids
 from .home_place import booking_home_nodes, home_nodes
 from .pool import admission
 from .quota_requests import extra_gpu_hours
@@ -314,6 +315,7 @@ def build_snapshot(now: datetime | None = None) -> engine.Snapshot:
     # Every live hold (a session's or a warm desktop's) is out of the free pool; a warm
     # desktop's booking holds one seat fewer.
     held = held_slice_ids()
+    cordoned_gpus = cordoned_gpu_ids()  # sick: their slices take no new work
     warm_seats = warm_counts()
     for s in (
         Session.objects.on_node()
@@ -375,7 +377,9 @@ def build_snapshot(now: datetime | None = None) -> engine.Snapshot:
     )
     return engine.Snapshot(
         nodes=nodes,
-        free_slices=tuple(v for k, v in slices.items() if k not in held),
+        free_slices=tuple(
+            v for k, v in slices.items() if k not in held and v.gpu_id not in cordoned_gpus
+        ),
         queue=queue,
         running=tuple(running),
         bookings=bookings,

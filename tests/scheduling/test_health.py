@@ -149,7 +149,7 @@ def fail_one(user, profile, token: str, reason: str = "image not found") -> Sess
     return session
 
 
-def test_failures_in_a_row_cordon_the_node_and_the_admin_action_clears_it(
+def test_failed_starts_within_ten_minutes_cordon_the_node_and_the_admin_action_clears_it(
     owner, admin_user, profile, register_node
 ):
     node, token = register_node("gpu-a01", [gpu_inventory("GPU-a", 0, mig_slices=1)])
@@ -159,10 +159,14 @@ def test_failures_in_a_row_cordon_the_node_and_the_admin_action_clears_it(
     fail_one(owner, profile, token)
 
     node.refresh_from_db()
-    assert (node.cordoned, node.failures_in_a_row) == (True, settings.CORDON_AFTER_FAILURES)
+    assert (node.cordoned, node.cordon_reason) == (True, "start_failures")
     assert not node.is_healthy()
     cordon = AuditEvent.objects.get(kind=AuditKind.NODE_CORDONED, node=node)
-    assert cordon.data == {"failures_in_a_row": settings.CORDON_AFTER_FAILURES}
+    assert cordon.data == {
+        "failures": settings.CORDON_AFTER_FAILURES,
+        "window_s": 600,
+        "cause": "start_failures",
+    }
     waiting = submit(owner, profile)
     do_scheduling_cycle()
     assert Session.objects.get(pk=waiting.pk).state == S.QUEUED
@@ -185,10 +189,16 @@ def test_failures_in_a_row_cordon_the_node_and_the_admin_action_clears_it(
     assert Session.objects.get(pk=waiting.pk).state == S.PLACED
 
 
-def test_a_desktop_that_reaches_running_ends_the_run_of_failures(owner, profile, register_node):
+def test_failed_starts_spread_over_more_than_ten_minutes_do_not_cordon(
+    owner, profile, register_node
+):
     node, token = register_node("gpu-a01", [gpu_inventory("GPU-a", 0, mig_slices=1)])
     for _ in range(settings.CORDON_AFTER_FAILURES - 1):
         fail_one(owner, profile, token)
+    # the earlier failures happened eleven minutes ago: out of the window
+    AuditEvent.objects.filter(kind=AuditKind.SESSION_TRANSITION, node=node).update(
+        at=timezone.now() - timedelta(minutes=11)
+    )
     good = submit(owner, profile)
     do_scheduling_cycle()
     do_report(node, good.pk, {"state": "RUNNING", "port": 32000})
@@ -197,6 +207,7 @@ def test_a_desktop_that_reaches_running_ends_the_run_of_failures(owner, profile,
 
     node.refresh_from_db()
     assert (node.cordoned, node.failures_in_a_row) == (False, 1)
+    assert not AuditEvent.objects.filter(kind=AuditKind.NODE_CORDONED, node=node).exists()
 
 
 def test_the_sweep_has_a_named_beat_entry_that_expires():
