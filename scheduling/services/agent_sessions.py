@@ -222,6 +222,9 @@ def do_report(node: Node, session_id: int, report: SessionReport | Mapping[str, 
     if session.state in TERMINAL_STATES:
         return session  # a late ENDED/FAILED/LOST after the portal already ended it
     target = {"ENDED": S.ENDED, "FAILED": S.FAILED, "LOST": S.LOST}[state]
+    if target == S.ENDED and why is None and session.reason_code == Code.TIME_LIMIT:
+        # Stopped at its time limit (timers.stop_overdue): the ended session still says why.
+        why = Reason(Code.TIME_LIMIT, dict(session.reason_params or {}))
     if target != S.FAILED:
         return do_transition(session_id, target, actor=actor, reason=why)
     why, raw = start_failure(node, report)

@@ -105,6 +105,12 @@ import { liveUpdates, readWire, updatesPath } from "./live_socket.js";
     }
     liveUpdates({
       path: updatesPath(readWire(), "none"),
+      live() {
+        part.dataset.live = "true"; // following the sessions now (the browser tests wait for it)
+      },
+      closed() {
+        delete part.dataset.live;
+      },
       message(msg) {
         if (msg.type === "session.update" && msg.session) seen(msg.session);
       },
