@@ -15,7 +15,10 @@ next verdict back (docs/lifecycle.md):
   Any activity after a warning resets it to ACTIVE;
 - never idle: a booked class's session inside its booking window, a session whose policy is
   off, and a session whose agent reports no utilisation (no sample in the last
-  :data:`SAMPLES_FRESH`): without the GPU's figures nobody can say it is idle.
+  :data:`SAMPLES_FRESH`): without the GPU's figures nobody can say it is idle;
+- busy now, whatever its figures, input or viewers: a session whose MIG instance runs a CUDA
+  process (``Context.cuda_running``, from the agent's latest per-slice report). NVML has no
+  utilisation per MIG instance, so a GPU-bound run there could otherwise look idle.
 
 ``since`` is when the verdict changed: the time of the step that changed it, or for a
 reset to ACTIVE the time of the activity that reset it.
@@ -77,6 +80,7 @@ class Policy:
 class Context:
     thesis: bool = False  # its purpose is a thesis
     in_class: bool = False  # a booked class's session, inside the booking's window
+    cuda_running: bool = False  # a CUDA process runs on its MIG instance now
 
 
 @dataclass(frozen=True)
@@ -125,7 +129,7 @@ def step(
             return Track(Idle.ENDED, now)
         return Track(Idle.SUSPENDED, since)
     fed = any(s.at >= now - SAMPLES_FRESH for s in activity.samples)
-    if context.in_class or not policy.enabled or not fed:
+    if context.in_class or context.cuda_running or not policy.enabled or not fed:
         return _keep(track, Idle.ACTIVE, now)
     last_use = quiet_since(activity, policy, context)
     if track.state == Idle.WARNED and track.since is not None and last_use <= track.since:

@@ -30,6 +30,7 @@ from ..rules.idle_rules import Context, Idle, Track
 from . import Conflict, NotFound
 from .email_notices import notify
 from .lifecycle import do_transition
+from .mig_layout import sessions_running_cuda
 from .session_activity import activity_of, forget
 
 # Minutes before the time limit at which the person is warned.
@@ -55,8 +56,12 @@ def in_class(session: Session, now: datetime) -> bool:
     )
 
 
-def context_of(session: Session, now: datetime) -> Context:
-    return Context(thesis=session.purpose == Purpose.THESIS, in_class=in_class(session, now))
+def context_of(session: Session, now: datetime, cuda_running: bool = False) -> Context:
+    return Context(
+        thesis=session.purpose == Purpose.THESIS,
+        in_class=in_class(session, now),
+        cuda_running=cuda_running,
+    )
 
 
 def wants_email(user_id: int) -> bool:
@@ -69,16 +74,18 @@ def do_idle_sweep(now: datetime | None = None) -> SweepResult:
     now = now or timezone.now()
     result = SweepResult()
     rows = list(IdlePolicy.objects.all())
-    sessions = Session.objects.filter(
-        state__in=[SessionState.RUNNING, SessionState.SUSPENDED]
-    ).select_related("profile", "booking", "user", "activity")
+    sessions = list(
+        Session.objects.filter(
+            state__in=[SessionState.RUNNING, SessionState.SUSPENDED]
+        ).select_related("profile", "booking", "user", "activity")
+    )
+    cuda = sessions_running_cuda([s.pk for s in sessions if s.state == SessionState.RUNNING])
     for session in sessions:
         activity = getattr(session, "activity", None)
         policy = policy_for(session, rows)
         track = Track(Idle(session.idle_state), session.idle_since)
-        verdict = idle_rules.step(
-            track, activity_of(session, activity), policy, context_of(session, now), now
-        )
+        context = context_of(session, now, cuda_running=session.pk in cuda)
+        verdict = idle_rules.step(track, activity_of(session, activity), policy, context, now)
         if verdict != track:
             _apply(session, verdict, policy, activity, result, now)
         if session.state == SessionState.RUNNING and verdict.state != Idle.SUSPENDED:

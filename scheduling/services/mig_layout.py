@@ -6,7 +6,7 @@
   (``Gpu.mig_layout_problem``): the GPU offers no slice while it is refused, the console's
   pool page says why (:func:`describe`), and the "MIG layout refused" alert rule raises an
   alert at the next evaluation (:func:`layout_alert_value`).
-- :func:`slice_running_cuda` and :func:`mig_utilisation`: what the agent reports per MIG
+- :func:`sessions_running_cuda` and :func:`mig_utilisation`: what the agent reports per MIG
   instance (``nodeagent.protocol.SliceMetrics`` in ``Gpu.metrics["slices"]``): a slice with
   a running CUDA process is busy, for the idle rules and the utilisation alerts.
 """
@@ -20,8 +20,9 @@ from django.utils.translation import gettext as _
 
 from nodeagent.protocol import GpuInventory
 
+from ..choices import SliceKind
 from ..engine.mig_check import LayoutProblem, Problem, ReportedInstance, check_layout
-from ..models import Gpu, Slice
+from ..models import Allocation, Gpu, Slice
 from ..models.alerts import Metric
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "layout_alert_value",
     "layout_problem",
     "mig_utilisation",
+    "sessions_running_cuda",
     "slice_running_cuda",
 ]
 
@@ -92,6 +94,20 @@ def slice_running_cuda(gpu: Gpu, device_uuid: str) -> bool:
     """Whether the agent's latest report has a CUDA process running on this MIG device."""
     reading = _slice_readings(gpu).get(device_uuid) or {}
     return bool(reading.get("processes"))
+
+
+def sessions_running_cuda(session_ids: Iterable[int]) -> set[int]:
+    """Those of the sessions whose held MIG instance runs a CUDA process (one query)."""
+    holds = Allocation.objects.filter(
+        session_id__in=list(session_ids), released_at__isnull=True, slice__kind=SliceKind.MIG
+    ).select_related("slice__gpu")
+    return {
+        a.session_id
+        for a in holds
+        if a.slice is not None
+        and a.session_id is not None
+        and slice_running_cuda(a.slice.gpu, a.slice.device_uuid)
+    }
 
 
 def mig_utilisation(gpu: Gpu, slices: Iterable[Slice]) -> float | None:

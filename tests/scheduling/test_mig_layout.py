@@ -1,6 +1,7 @@
 """MIG checked and watched on the real database (issue 37 items 2 and 3): a reported layout
 the tables refuse offers no slice, says why and raises an alert; an accepted one offers its
-instances again; the utilisation alert counts MIG GPUs from their instances."""
+instances again; the utilisation alert counts MIG GPUs from their instances; the idle sweep
+never suspends a desktop whose MIG instance runs a CUDA process."""
 
 from __future__ import annotations
 
@@ -10,10 +11,16 @@ import pytest
 from django.utils import timezone
 from django.utils.translation import override
 
-from scheduling.models import Alert, AlertState, Gpu, Slice
+from scheduling.choices import SessionState
+from scheduling.models import Alert, AlertState, Allocation, Gpu, Session, Slice
+from scheduling.services.agent_sessions import do_report
 from scheduling.services.alerts import evaluate_alerts
+from scheduling.services.cycle import do_scheduling_cycle
+from scheduling.services.idle import do_idle_sweep
 from scheduling.services.mig_layout import describe, mig_utilisation
 from scheduling.services.nodes import do_register
+from scheduling.services.session_activity import record_usage
+from scheduling.services.sessions import check_submit, do_submit
 from tests.conftest import gpu_inventory, registration
 
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -126,3 +133,38 @@ def test_a_mig_gpu_without_instance_readings_has_no_utilisation(pool):
     assert mig_utilisation(gpu, gpu.slices.all()) is None
     set_slices("GPU-a", [{"uuid": "MIG-GPU-a-0", "processes": 0}])
     assert mig_utilisation(Gpu.objects.get(uuid="GPU-a"), gpu.slices.all()) == 0.0
+
+
+def running_mig_desktop(owner, profile, register_node) -> Session:
+    """A desktop on a node whose only GPU is one MIG instance, started 40 minutes ago."""
+    node, _token = register_node("node-i", [gpu_inventory("GPU-i", 0, mig_slices=1)])
+    session = do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
+    do_scheduling_cycle()
+    do_report(node, session.pk, {"state": "RUNNING", "port": 32000})
+    at = timezone.now() - timedelta(minutes=40)
+    Session.objects.filter(pk=session.pk).update(started_at=at)
+    return Session.objects.get(pk=session.pk)
+
+
+@pytest.mark.django_db
+@pytest.mark.lifecycle
+def test_the_idle_sweep_never_suspends_a_mig_desktop_running_cuda(owner, profile, register_node):
+    session = running_mig_desktop(owner, profile, register_node)
+    [hold] = Allocation.objects.filter(session=session, released_at=None)
+    assert hold.slice is not None and hold.slice.device_uuid == "MIG-GPU-i-0"
+    now = timezone.now()
+    # No input for 40 minutes; NVML gives no GPU figure on MIG; the CPU idles.
+    record_usage(session.pk, None, 1.0, at=now)
+    set_slices("GPU-i", [{"uuid": "MIG-GPU-i-0", "processes": 1, "memory_used_mb": 9000}])
+    assert do_idle_sweep(now).warned == 0
+    assert Session.objects.get(pk=session.pk).idle_state == "active"
+    later = now + timedelta(minutes=30)
+    record_usage(session.pk, None, 1.0, at=later)
+    assert do_idle_sweep(later).suspended == 0
+    assert Session.objects.get(pk=session.pk).state == SessionState.RUNNING
+
+    # The training run ends: no CUDA process on the instance; the quiet desktop is warned.
+    set_slices("GPU-i", [{"uuid": "MIG-GPU-i-0", "processes": 0, "memory_used_mb": 0}])
+    end = later + timedelta(minutes=31)
+    record_usage(session.pk, None, 1.0, at=end)
+    assert do_idle_sweep(end).warned == 1
