@@ -35,6 +35,7 @@ from scheduling.models import Allocation, Gpu, JoinToken, Node, Session, Slice, 
 from scheduling.services.drain import do_drain, do_end_drain
 from scheduling.services.gateway_keys import do_rotate_gateway_key
 from scheduling.services.health import do_clear_cordon, do_cordon
+from scheduling.services.mig_layout import describe
 from scheduling.services.nodes import do_create_join_token, do_revoke_join_token, join_token_state
 
 TOKENS_SHOWN = 50
@@ -68,6 +69,11 @@ class GpuRow:
     def memory_used_ratio(self) -> float | None:
         used = self.metrics.get("memory_used_mb")
         return used / self.gpu.memory_mb if used is not None and self.gpu.memory_mb else None
+
+    @property
+    def mig_refusal(self) -> str:
+        """Why its reported MIG layout is refused, in the reader's language; "" if it is not."""
+        return describe(self.gpu.mig_layout_problem, self.gpu.model)
 
 
 @dataclass
