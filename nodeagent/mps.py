@@ -33,6 +33,11 @@ logger = logging.getLogger(__name__)
 PID_FILE = "nvidia-cuda-mps-control.pid"  # the daemon writes it into its pipe directory
 # Where a share desktop sees its GPU's pipe directory (mounted read-only).
 CLIENT_PIPE_DIRECTORY = "/run/deskpool/mps"
+# MPS clients and their server meet in /dev/shm too (the path is fixed: cuda.shm.*), so the
+# daemon (in a mount namespace of its own) and the GPU's share desktops see one tmpfs there,
+# of this size per share; it counts against the memory limit of the desktop that fills it.
+SHM_MOUNT = "/dev/shm"
+SHM_MB_PER_SHARE = 1024
 # The uid:gid the desktops run as (docker_desktops.DESKTOP_USER): the MPS server runs as the
 # client's uid and writes its own pipes and log into the daemon's folders.
 DESKTOP_UID = 1000
@@ -67,6 +72,7 @@ class ShareClient:
     """What a share desktop of one GPU gets: its environment and the pipe folder to mount."""
 
     pipe_dir: Path
+    shm_dir: Path
     environment: dict[str, str]
 
 
@@ -85,6 +91,10 @@ class _Daemon:
     @property
     def log_dir(self) -> Path:
         return self.folder / "log"
+
+    @property
+    def shm_dir(self) -> Path:
+        return self.folder / "shm"
 
 
 def client_environment(shares: GpuShares) -> dict[str, str]:
@@ -113,10 +123,14 @@ class MpsSupervisor:
         root: Path,
         program: str = MPS_CONTROL_PROGRAM,
         *,
+        private_shm: bool = True,
         run: Runner = subprocess.run,
     ) -> None:
         self.root = root
         self.program = program
+        # The daemon's /dev/shm: the GPU's tmpfs, in a mount namespace of its own (root
+        # only: without it the daemon's is the host's, which no desktop may be given).
+        self.private_shm = private_shm
         self._run = run
         self._daemons: dict[str, _Daemon] = {}
         # The GPUs the portal was told are shares (at the last inventory): their desktops
@@ -128,7 +142,7 @@ class MpsSupervisor:
         """A supervisor where the node's admin put GPUs in share mode; None otherwise."""
         if not config.gpu_shares:
             return None
-        return cls(config.mps_dir(), config.mps_control)
+        return cls(config.mps_dir(), config.mps_control, private_shm=os.geteuid() == 0)
 
     def unavailable(self) -> str | None:
         """Why MPS cannot run on this node at all (no control program); None when it can."""
@@ -194,7 +208,7 @@ class MpsSupervisor:
                 f"GPU {uuid} cannot be shared now: its MPS control daemon is not healthy "
                 f"({daemon.health.reason}); no desktop gets an uncapped share"
             )
-        return ShareClient(daemon.pipe_dir, client_environment(daemon.shares))
+        return ShareClient(daemon.pipe_dir, daemon.shm_dir, client_environment(daemon.shares))
 
     def quit_all(self) -> None:
         """Ask each daemon to quit (its server ends once its clients are gone). The agent
@@ -221,8 +235,10 @@ class MpsSupervisor:
             logger.warning("MPS control daemon of GPU %s is gone: starting it again", daemon.uuid)
         try:
             _prepare_folders(daemon)
+            if self.private_shm:
+                self._mount_shm(daemon)
             if not running:
-                answer = self._invoke(daemon, ["-d"], "")
+                answer = self._start_daemon(daemon)
                 if answer.returncode != 0:
                     raise MpsUnavailable(f"{self.program} -d failed: {_output(answer)}")
                 if self._await_pid(daemon) is None:
@@ -244,6 +260,32 @@ class MpsSupervisor:
             restarts,
         )
         logger.info("MPS on GPU %s: %s", daemon.uuid, daemon.health.text())
+
+    def _mount_shm(self, daemon: _Daemon) -> None:
+        """A tmpfs on the GPU's shm folder, unless one is there (a previous agent's)."""
+        if os.path.ismount(daemon.shm_dir):
+            return
+        size = daemon.shares.count * SHM_MB_PER_SHARE
+        done = self._run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}m,mode=1777,nosuid,nodev"]
+            + ["tmpfs", str(daemon.shm_dir)],
+            capture_output=True,
+            text=True,
+            timeout=_COMMAND_TIMEOUT_S,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise MpsUnavailable(f"cannot mount its shm folder: {_output(done)}")
+
+    def _start_daemon(self, daemon: _Daemon) -> subprocess.CompletedProcess[str]:
+        """``-d``; with a private shm in a mount namespace whose /dev/shm is the GPU's
+        folder (the servers it spawns inherit it)."""
+        if not self.private_shm:
+            return self._invoke(daemon, ["-d"], "")
+        script = 'mount --bind "$1" "$2" && exec "$3" -d'
+        shell = ["sh", "-c", script, "sh", str(daemon.shm_dir), SHM_MOUNT, self.program]
+        namespace = ["unshare", "--mount", "--propagation", "private"]
+        return self._invoke(daemon, [], "", [*namespace, *shell])
 
     def _alive(self, daemon: _Daemon) -> int | None:
         """The daemon's pid while it runs (its pid file names a live control program)."""
@@ -272,10 +314,10 @@ class MpsSupervisor:
             return subprocess.CompletedProcess([self.program], 1, "", str(error))
 
     def _invoke(
-        self, daemon: _Daemon, args: list[str], stdin: str
+        self, daemon: _Daemon, args: list[str], stdin: str, command: list[str] | None = None
     ) -> subprocess.CompletedProcess[str]:
         return self._run(
-            [self.program, *args],
+            command or [self.program, *args],
             input=stdin,
             env=self._environment(daemon),
             capture_output=True,
@@ -288,8 +330,10 @@ class MpsSupervisor:
 def _prepare_folders(daemon: _Daemon) -> None:
     """The pipe and log folders: the desktops' uid's (its MPS server writes there), 0700,
     the rest of the host kept out; share desktops mount the pipe folder read-only."""
-    for folder in (daemon.folder, daemon.pipe_dir, daemon.log_dir):
+    for folder in (daemon.folder, daemon.pipe_dir, daemon.log_dir, daemon.shm_dir):
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not os.path.ismount(daemon.shm_dir):
+        os.chmod(daemon.shm_dir, 0o1777)  # as /dev/shm (a tmpfs is mounted so where root)
     for folder in (daemon.pipe_dir, daemon.log_dir):
         if os.geteuid() == 0:
             os.chown(folder, DESKTOP_UID, DESKTOP_UID)

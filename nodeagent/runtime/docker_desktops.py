@@ -23,7 +23,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.models.containers import Container
 
 from nodeagent.config import DEFAULT_STOP_GRACE_S, DEFAULT_TMPFS_MB
-from nodeagent.mps import CLIENT_PIPE_DIRECTORY, MpsSupervisor, MpsUnavailable
+from nodeagent.mps import CLIENT_PIPE_DIRECTORY, SHM_MOUNT, MpsSupervisor, MpsUnavailable
 from nodeagent.protocol import (
     DESKTOP_HOME,
     LABEL_INSTALLATION,
@@ -339,7 +339,12 @@ class DesktopContainers:
         if share is None:
             return
         args["environment"].update(share.environment)
-        args["volumes"] = {str(share.pipe_dir): {"bind": CLIENT_PIPE_DIRECTORY, "mode": "ro"}}
+        args["volumes"] = {
+            str(share.pipe_dir): {"bind": CLIENT_PIPE_DIRECTORY, "mode": "ro"},
+            # The GPU's shm, where MPS clients meet their server (in place of the desktop's own).
+            str(share.shm_dir): {"bind": SHM_MOUNT, "mode": "rw"},
+        }
+        del args["shm_size"]
 
     # -- running -------------------------------------------------------------------------
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -88,7 +90,8 @@ def fake_mps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeMp
 
 
 def _supervisor(fake: FakeMps) -> MpsSupervisor:
-    return MpsSupervisor(fake.root, PROGRAM)
+    """Without the private shm (a mount namespace and a tmpfs: root only; tested apart)."""
+    return MpsSupervisor(fake.root, PROGRAM, private_shm=False)
 
 
 FOUR = GpuShares(count=4, memory_mb=10240)
@@ -211,7 +214,7 @@ def test_without_the_control_program_mps_is_unavailable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    mps = MpsSupervisor(tmp_path / "mps", PROGRAM)
+    mps = MpsSupervisor(tmp_path / "mps", PROGRAM, private_shm=False)
     [health] = mps.ensure({"GPU-a": FOUR}).values()
     assert not health.ok
     assert health.reason.startswith(f"MPS is not available: {PROGRAM} is not installed")
@@ -225,6 +228,7 @@ def test_a_share_client_gets_the_pipe_folder_and_the_caps(fake_mps: FakeMps) -> 
     share = mps.client_of(["GPU-a"])
 
     assert share is not None and share.pipe_dir == fake_mps.root / "GPU-a" / "pipe"
+    assert share.shm_dir == fake_mps.root / "GPU-a" / "shm"
     assert share.environment == {
         "CUDA_MPS_PIPE_DIRECTORY": CLIENT_PIPE_DIRECTORY,
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=10240M",
@@ -236,6 +240,30 @@ def test_a_share_client_gets_the_pipe_folder_and_the_caps(fake_mps: FakeMps) -> 
     fake_mps.kill("GPU-a")
     assert mps.client_of(["GPU-a"]) is not None
     assert len(fake_mps.starts()) == 2
+
+
+ROOT_AND_UNSHARE = os.geteuid() == 0 and shutil.which("unshare") is not None
+
+
+@pytest.mark.skipif(not ROOT_AND_UNSHARE, reason="a mount namespace and a tmpfs need root")
+def test_the_daemon_sees_the_gpus_shm_tmpfs_as_its_dev_shm(fake_mps: FakeMps) -> None:
+    mps = MpsSupervisor(fake_mps.root, PROGRAM, private_shm=True)
+    shm = fake_mps.root / "GPU-a" / "shm"
+    try:
+        [health] = mps.ensure({"GPU-a": GpuShares(2, 100)}).values()
+        assert health.ok, health.reason
+        assert os.path.ismount(shm)
+        [start] = fake_mps.starts()
+        seen = os.stat(shm)
+        # In its own mount namespace the daemon's /dev/shm is the GPU's tmpfs; ours is not.
+        assert start["shm"] == [seen.st_dev, seen.st_ino]
+        assert [os.stat("/dev/shm").st_dev, os.stat("/dev/shm").st_ino] != start["shm"]
+        with open("/proc/mounts") as mounts:
+            [line] = [m for m in mounts if f" {shm} " in m]
+        assert line.startswith("tmpfs ") and "size=2097152k" in line  # 2 shares of 1024 MB
+    finally:
+        fake_mps.kill_all()
+        subprocess.run(["umount", str(shm)], check=False)
 
 
 # -- the probe ---------------------------------------------------------------------------
@@ -276,7 +304,7 @@ def test_without_mps_the_gpus_are_whole_and_the_heartbeat_says_why(
     nvml: TwoGpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    mps = MpsSupervisor(tmp_path / "mps", PROGRAM)
+    mps = MpsSupervisor(tmp_path / "mps", PROGRAM, private_shm=False)
     probe = _sharing(nvml, mps, {"all": FOUR})
 
     assert [g["sharing"] for g in wire(probe.inventory())] == ["whole", "whole"]

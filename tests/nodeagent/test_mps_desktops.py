@@ -44,7 +44,7 @@ def _desktops(docker_client, node_name: str, sessions_dir: Path, mps: MpsSupervi
 def test_a_share_desktop_gets_its_gpu_the_pipe_folder_and_the_caps(
     docker_client, node_name, sessions_dir, fake_mps
 ) -> None:  # type: ignore[no-untyped-def]
-    mps = MpsSupervisor(fake_mps.root, PROGRAM)
+    mps = MpsSupervisor(fake_mps.root, PROGRAM, private_shm=False)
     mps.ensure({GPU: GpuShares(count=4, memory_mb=10240)})
     mps.offer([GPU])
     desktops = _desktops(docker_client, node_name, sessions_dir, mps)
@@ -59,18 +59,20 @@ def test_a_share_desktop_gets_its_gpu_the_pipe_folder_and_the_caps(
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
     # Its GPU's pipe folder only, read-only: it cannot plant files there for the others.
     assert args["volumes"] == {
-        str(fake_mps.root / GPU / "pipe"): {"bind": CLIENT_PIPE_DIRECTORY, "mode": "ro"}
+        str(fake_mps.root / GPU / "pipe"): {"bind": CLIENT_PIPE_DIRECTORY, "mode": "ro"},
+        str(fake_mps.root / GPU / "shm"): {"bind": "/dev/shm", "mode": "rw"},
     }
+    assert "shm_size" not in args  # the GPU's shm (its tmpfs) is the desktop's /dev/shm
     # A whole GPU (and a MIG instance) on the same node: no MPS at all.
     whole = desktops.limits_args(desired_session(2, gpu_devices=[OTHER]), "session 2")
-    assert whole["volumes"] == {}
+    assert whole["volumes"] == {} and whole["shm_size"] == "64m"
     assert not any(key.startswith("CUDA_MPS") for key in whole["environment"])
 
 
 def test_the_session_and_warm_mounts_keep_the_pipe_folder(
     docker_client, node_name, sessions_dir, fake_mps, tiny_image
 ) -> None:  # type: ignore[no-untyped-def]
-    mps = MpsSupervisor(fake_mps.root, PROGRAM)
+    mps = MpsSupervisor(fake_mps.root, PROGRAM, private_shm=False)
     mps.ensure({GPU: GpuShares(count=2, memory_mb=100)})
     mps.offer([GPU])
     runtime = DockerRuntime(docker_client, node_name=node_name, sessions_dir=sessions_dir, mps=mps)
@@ -86,7 +88,7 @@ def test_a_share_without_a_healthy_daemon_does_not_start(
     docker_client, node_name, sessions_dir, fake_mps, tiny_image, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("FAKE_MPS_FAIL", "1")
-    mps = MpsSupervisor(fake_mps.root, PROGRAM)
+    mps = MpsSupervisor(fake_mps.root, PROGRAM, private_shm=False)
     mps.ensure({GPU: GpuShares(count=4, memory_mb=10240)})
     mps.offer([GPU])  # as if offered at the inventory; its daemon cannot start
     runtime = DockerRuntime(docker_client, node_name=node_name, sessions_dir=sessions_dir, mps=mps)
