@@ -2,14 +2,17 @@
 // the portal for every try: live_socket.js), full screen, the clipboard both ways,
 // reconnection after a network blip, the session's timer and live
 // banner (the time limit with Extend, the idle verdict, a preemption's grace), the side
-// drawer (desktop_drawer.js; its upload, desktop_upload.js; its sound, desktop_audio.js)
-// and, on touch devices, the on-screen keyboard (desktop_keyboard.js). Addresses and words
+// drawer (desktop_drawer.js; its upload, desktop_upload.js; its sound, desktop_audio.js),
+// the screen's place in the Tab order and its way out (desktop_focus.js), and, on touch
+// devices, the on-screen keyboard (desktop_keyboard.js). Addresses and words
 // come from the page (#page-config, in the reader's language); the close codes and socket paths
 // from #live-wire (nodeagent/gateway/codes.py).
 import RFB from "../vendor/novnc/core/rfb.js";
+import { announce } from "./announce.js";
 import { setUpAudio } from "./desktop_audio.js";
 import { setUpDrawer } from "./desktop_drawer.js";
 import { setUpEnded } from "./desktop_ended.js";
+import { setUpCanvasKeys } from "./desktop_focus.js";
 import { setUpKeyboard } from "./desktop_keyboard.js";
 import { setUpUpload } from "./desktop_upload.js";
 import { clock, extendRefusal, hhmm as zoned, say } from "./desktop_time.js";
@@ -48,11 +51,18 @@ const RETRY_WORDS = { busy: "retry_busy", unreachable: "retry_unreachable", time
 const ANSWER_WITHIN_S = config.screen_answer_s;
 const retryButton = $("screen-retry");
 
+// Ctrl+Alt+Shift leaves the screen: to the drawer when it is open, else to its button.
+const canvasKeys = setUpCanvasKeys({
+  screen,
+  leave: () => ($("drawer").hidden ? $("drawer-toggle") : $("drawer-close")).focus(),
+});
+
 // No credentials: the gateway logs in to the desktop itself and offers this page security
 // type None, so the desktop's password never reaches the browser. noVNC takes the already
 // open socket (the ticket sent) as its channel.
 function attach(channel) {
   rfb = new RFB(screen, channel);
+  canvasKeys.adopt(screen.querySelector("canvas"));
   // The desktop follows the window: noVNC asks the desktop (Xvnc's SetDesktopSize) for the
   // size of #screen, now and after every resize, instead of a fixed 1280x800 letterboxed
   // into a phone. Scaling stays on for a desktop that cannot change its size.
@@ -191,15 +201,22 @@ function bannerState(now) {
   return { text: lines.join(" "), loud, extend, left };
 }
 
+let preemptTold = false; // its first warning has been told
 function showTime() {
   const now = new Date();
   const endsAt = session.ends_at ? new Date(session.ends_at) : null;
   timer.hidden = !endsAt;
   if (endsAt) timer.textContent = say(words.time_left, { time: clock((endsAt - now) / 1000) });
   const shown = bannerState(now);
-  // The alert's words change only when the message does (minutes, not seconds), so a
-  // screen reader is not interrupted every second; the countdown beside it is not live.
-  if (shown.text !== bannerText.textContent) bannerText.textContent = shown.text;
+  // The words change only when the message does (minutes, not seconds) and are told
+  // politely, at most every 30 s (announce.js), a preemption's first warning at once; the
+  // countdown beside them is not live.
+  if (shown.text !== bannerText.textContent) {
+    bannerText.textContent = shown.text;
+    const preempting = session.state === "PREEMPTING";
+    announce(shown.text, { now: preempting && !preemptTold });
+    preemptTold = preempting;
+  }
   bannerLeft.hidden = !shown.left;
   bannerLeft.textContent = shown.left || "";
   extendButton.hidden = !shown.extend;

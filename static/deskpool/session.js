@@ -2,7 +2,10 @@
 // rendering of it (templates/portal/_session.html); a live update carries that fragment,
 // rendered in this reader's language and time zone, and this script only swaps it in.
 // The socket is the pages' one reconnecting socket (live_socket.js), its path and close codes
-// the server's (#live-wire).
+// the server's (#live-wire). What changed in a card (its state, queue position, reason,
+// estimated start: the parts marked data-announce) is told through the page's polite,
+// throttled announcer (announce.js); a desktop becoming ready is told at once.
+import { announce } from "./announce.js";
 import { liveUpdates, readWire, updatesPath } from "./live_socket.js";
 
 (function () {
@@ -28,19 +31,23 @@ import { liveUpdates, readWire, updatesPath } from "./live_socket.js";
     return node;
   }
 
-  // A live region keeps its node: screen readers announce a change to a region already on
-  // the page, not a region that replaces it.
-  function keepLiveRegions(old, fresh) {
-    fresh.querySelectorAll("[data-live]").forEach((node) => {
-      const kept = old.querySelector('[data-live="' + node.dataset.live + '"]');
-      if (!kept) return;
-      for (const attr of Array.from(kept.attributes)) {
-        if (!node.hasAttribute(attr.name)) kept.removeAttribute(attr.name);
-      }
-      for (const attr of Array.from(node.attributes)) kept.setAttribute(attr.name, attr.value);
-      kept.replaceChildren(...Array.from(node.childNodes));
-      node.replaceWith(kept);
-    });
+  // What a screen reader is told of a card: its marked parts, in the reader's language.
+  function summary(card) {
+    return Array.from(card.querySelectorAll("[data-announce]"))
+      .map((node) => node.textContent.replace(/\s+/g, " ").trim())
+      .filter(Boolean)
+      .join(" — ");
+  }
+
+  // A change worth telling: the card's marked parts changed; the moment its desktop can be
+  // opened (data-ready, the sentence saying so) is told at once.
+  function tell(old, fresh) {
+    const ready = fresh.dataset.ready && !(old && old.dataset.ready);
+    if (ready) {
+      announce(fresh.dataset.ready + " — " + summary(fresh), { now: true });
+    } else if (!old || summary(old) !== summary(fresh)) {
+      announce(summary(fresh));
+    }
   }
 
   // Keyboard focus inside a replaced card moves to the same control in the new one.
@@ -60,8 +67,8 @@ import { liveUpdates, readWire, updatesPath } from "./live_socket.js";
     const variant = old ? old.dataset.variant : list ? "item" : null;
     if (!variant) return;
     const fresh = parse(variant === "detail" ? update.html : update.html_item);
+    tell(old, fresh);
     if (old) {
-      keepLiveRegions(old, fresh);
       const focus = keepFocus(old, fresh);
       old.replaceWith(fresh);
       if (focus) focus.focus();

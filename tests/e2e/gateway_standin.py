@@ -108,9 +108,12 @@ def closing_with(code: int) -> Behaviour:
     return close
 
 
-async def rfb_server_none(connection: ServerConnection, name: bytes = b"standin") -> None:
+async def rfb_server_none(
+    connection: ServerConnection, name: bytes = b"standin", record: bytearray | None = None
+) -> None:
     """Play an RFB 3.8 server with security type None, as the gateway does once the ticket is
-    good, up to ServerInit; then keep the socket open until the browser closes it."""
+    good, up to ServerInit; then keep the socket open until the browser closes it, adding
+    what the browser sends from then on (its key events among it) to ``record``."""
     received = bytearray()
 
     async def read(size: int) -> bytes:
@@ -131,5 +134,6 @@ async def rfb_server_none(connection: ServerConnection, name: bytes = b"standin"
     pixel_format = struct.pack(">BBBBHHHBBB3x", 32, 24, 0, 1, 255, 255, 255, 16, 8, 0)
     size = struct.pack(">HH", 64, 48)
     await connection.send(size + pixel_format + struct.pack(">I", len(name)) + name)
-    async for _ in connection:  # what noVNC sends from then on (SetEncodings, updates asked)
-        pass
+    async for message in connection:  # what noVNC sends (SetEncodings, updates asked, keys)
+        if record is not None:
+            record.extend(message if isinstance(message, bytes) else message.encode())
