@@ -113,6 +113,7 @@ class MigInstance(AgentMessage):
     uuid: Uuid
     profile: str = Field(min_length=1, max_length=40, examples=["1g.10gb"])
     memory_mb: Count
+    start: SmallCount | None = Field(default=None, description="Its first memory slice (NVML).")
 
 
 class GpuInventory(AgentMessage):
@@ -217,15 +218,30 @@ class RegistrationAnswer(PortalMessage):
 class SliceMetrics(AgentMessage):
     """One slice's live readings, where the driver reports them per slice; ``None`` where not.
 
-    A MIG instance: the memory its processes use (NVML's memory info of the MIG device);
-    its utilisation is ``None`` on the NVML probe (NVML does not report utilisation per MIG
-    instance; DCGM's profiling counters would). Time-sliced shares send no slice readings:
-    a share is not a device, and the agent does not map the GPU's processes to containers.
+    A MIG instance: its memory and CUDA processes (NVML), utilisation from DCGM or ``None``
+    (docs/mig.md). Shares send none: a share is not a device.
     """
 
     uuid: Uuid = Field(description="The slice's device UUID (a MIG instance's).")
     memory_used_mb: int | None = Field(default=None, ge=0)
     utilization_pct: float | None = Field(default=None, ge=0, le=100)
+    processes: int | None = Field(default=None, ge=0, description="CUDA processes running on it.")
+
+
+class GpuHealth(AgentMessage):
+    """What NVML says about a GPU's health beyond XIDs and ECC counts
+    (``nodeagent.probe.gpu_health``); ``None`` where the card does not report it."""
+
+    lost: bool = Field(default=False, description="NVML lost the GPU (GPU_IS_LOST) or it vanished.")
+    retired_pages_pending: bool | None = Field(
+        default=None, description="Pages retired for ECC errors wait for a GPU reset."
+    )
+    row_remap_pending: bool | None = Field(
+        default=None, description="Rows remapped for ECC errors wait for a GPU reset."
+    )
+    row_remap_failed: bool | None = Field(
+        default=None, description="A row remapping failed: the memory cannot be repaired."
+    )
 
 
 class GpuMetrics(AgentMessage):
@@ -259,6 +275,10 @@ class GpuMetrics(AgentMessage):
     )
     # A GPU in share mode only: its MPS control daemon, running with the caps or why not.
     share_health: str | None = Field(default=None, max_length=200)
+    health: GpuHealth | None = Field(
+        default=None,
+        description="Lost GPU, pending page retirement or row remap; absent from an older agent.",
+    )
 
 
 # At most this many sessions' usage in one heartbeat (a node runs far fewer desktops).
