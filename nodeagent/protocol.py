@@ -48,6 +48,7 @@ from .addresses import NODE_ADDRESS_MAX
 from .protocol_courses import CourseFolders
 from .protocol_files import HomeTask
 from .protocol_gateway import GatewayAccess, RevokedTicket
+from .protocol_gpu import GpuHealth, SliceMetrics
 from .wire_types import (  # noqa: F401 - REASON_MAX_CHARS: the agent and tests read it here
     ID_MAX,
     INT32_MAX,
@@ -213,35 +214,6 @@ class RegistrationAnswer(PortalMessage):
 
 
 # -- heartbeat -------------------------------------------------------------------------------
-
-
-class SliceMetrics(AgentMessage):
-    """One slice's live readings, where the driver reports them per slice; ``None`` where not.
-
-    A MIG instance: its memory and CUDA processes (NVML), utilisation from DCGM or ``None``
-    (docs/mig.md). Shares send none: a share is not a device.
-    """
-
-    uuid: Uuid = Field(description="The slice's device UUID (a MIG instance's).")
-    memory_used_mb: int | None = Field(default=None, ge=0)
-    utilization_pct: float | None = Field(default=None, ge=0, le=100)
-    processes: int | None = Field(default=None, ge=0, description="CUDA processes running on it.")
-
-
-class GpuHealth(AgentMessage):
-    """What NVML says about a GPU's health beyond XIDs and ECC counts
-    (``nodeagent.probe.gpu_health``); ``None`` where the card does not report it."""
-
-    lost: bool = Field(default=False, description="NVML lost the GPU (GPU_IS_LOST) or it vanished.")
-    retired_pages_pending: bool | None = Field(
-        default=None, description="Pages retired for ECC errors wait for a GPU reset."
-    )
-    row_remap_pending: bool | None = Field(
-        default=None, description="Rows remapped for ECC errors wait for a GPU reset."
-    )
-    row_remap_failed: bool | None = Field(
-        default=None, description="A row remapping failed: the memory cannot be repaired."
-    )
 
 
 class GpuMetrics(AgentMessage):
