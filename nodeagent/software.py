@@ -55,6 +55,18 @@ IMAGE_PROGRAMS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Which PyTorch each known image holds, as its Dockerfile labels it (LABEL deskpool.torch):
+# "cuda" computes on the GPU, "cpu" only on the CPU whatever slice the desktop holds. The
+# seed command, the console's profile form and a desktop's own page say it.
+TORCH_LABEL = "deskpool.torch"
+IMAGE_TORCH: dict[str, str] = {STUDIO_IMAGE: "cpu", STUDIO_CUDA_IMAGE: "cuda"}
+
+
+def torch_build(image: str) -> str | None:
+    """The PyTorch build ("cuda" or "cpu") of an image known to hold one; else None."""
+    return IMAGE_TORCH.get(image)
+
+
 def programs_of(image: str) -> tuple[str, ...]:
     """The keys of the programs ``image`` holds; none for an image not listed here."""
     return IMAGE_PROGRAMS.get(image, ())

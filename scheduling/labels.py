@@ -17,6 +17,8 @@ from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from nodeagent.software import IMAGE_TORCH
+
 from .choices import AuditKind, SliceKind
 
 AUDIT_LABELS = {
@@ -150,6 +152,21 @@ CORDON_CAUSES = {
     "start_failures": gettext_lazy("desktops failed to start on it 3 times within 10 minutes"),
     "drained": gettext_lazy("drained by an admin"),
 }
+
+
+# Which PyTorch an image holds (nodeagent.software.IMAGE_TORCH), for the profile form.
+TORCH_BUILDS = {
+    "cuda": gettext_lazy("PyTorch's CUDA build, computes on the GPU"),
+    "cpu": gettext_lazy("PyTorch's CPU build, computes on the CPU only"),
+}
+
+
+def torch_images_help() -> str:
+    """The known images and the PyTorch each holds, in words."""
+    known = "; ".join(
+        f"{image}: {TORCH_BUILDS[build]}" for image, build in sorted(IMAGE_TORCH.items())
+    )
+    return _("Images with PyTorch: %(images)s.") % {"images": known}
 
 
 def cordon_causes(reason: str) -> str:

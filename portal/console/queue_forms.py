@@ -7,11 +7,14 @@ from typing import Any
 
 from django import forms
 from django.contrib.auth.models import User
+from django.utils.functional import lazy
+from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 
 from portal.kit.form_fields import AsciiFloatField, AsciiIntegerField
 from portal.kit.forms import CheckedForm
 from scheduling.choices import SliceKind
+from scheduling.labels import torch_images_help
 from scheduling.models import DesktopProfile, Quota, Session
 from scheduling.models.policy import QuotaScope
 from scheduling.services.catalogue_changes import (
@@ -121,7 +124,11 @@ class ProfileForm(CheckedForm):
         label=_("Container image"),
         max_length=200,
         required=False,
-        help_text=_("For example registry.example.edu/desktops/painting:1.4"),
+        help_text=format_lazy(
+            "{} {}",
+            _("For example registry.example.edu/desktops/painting:1.4"),
+            lazy(torch_images_help, str)(),
+        ),
     )
     cpus = AsciiFloatField(label=_("CPUs"), initial=2.0)
     memory_mb = AsciiIntegerField(label=_("Memory (MB)"), initial=4096)

@@ -11,7 +11,14 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
-from nodeagent.software import DESKTOP_IMAGE, STUDIO_IMAGE, named, programs_of
+from nodeagent.software import (
+    DESKTOP_IMAGE,
+    IMAGE_TORCH,
+    STUDIO_CUDA_IMAGE,
+    STUDIO_IMAGE,
+    named,
+    programs_of,
+)
 from people.models import Course, Member, Role
 from scheduling.models import DesktopProfile, PoolPolicy, Quota, set_default_profile
 from scheduling.services.eligibility import active_thesis_grant
@@ -92,12 +99,22 @@ PROFILES: list[dict[str, Any]] = [
 ]
 
 
-def profile_fields(spec: dict[str, Any], image: str | None = None) -> dict[str, Any]:
-    """A profile's model fields: its image (or ``image`` for all), and a description that
-    names only the programs of that image."""
+def profile_fields(
+    spec: dict[str, Any], image: str | None = None, gpu_image: str = STUDIO_IMAGE
+) -> dict[str, Any]:
+    """A profile's model fields: its image (``image`` for all, else ``gpu_image`` for a GPU
+    profile of the studio), and a description that names only the programs of that image
+    ("pytorch" names whichever PyTorch build the image holds)."""
     fields = {k: v for k, v in spec.items() if k not in ("lead", "software")}
-    fields["image"] = image or spec["image"]
-    held = [key for key in spec["software"] if key in programs_of(fields["image"])]
+    on_gpu = spec["gpu_count"] > 0 and spec["image"] == STUDIO_IMAGE
+    fields["image"] = image or (gpu_image if on_gpu else spec["image"])
+    programs = programs_of(fields["image"])
+    held = [
+        key
+        for wanted in spec["software"]
+        for key in programs
+        if key == wanted or key.startswith(wanted + "-")
+    ]
     fields["description"] = spec["lead"] + (f" With {named(held)}." if held else "")
     return fields
 
@@ -127,9 +144,15 @@ class Command(BaseCommand):
         parser.add_argument(
             "--image", default=None, help="One image for every profile (default: each its own)."
         )
+        parser.add_argument(
+            "--gpu-image",
+            default=STUDIO_IMAGE,
+            help=f"The GPU profiles' image: {STUDIO_CUDA_IMAGE} (PyTorch's CUDA build) where "
+            f"it is built (build.sh studio-cuda), else {STUDIO_IMAGE} (its CPU build).",
+        )
 
     @transaction.atomic
-    def handle(self, *args, image: str | None, **options) -> None:
+    def handle(self, *args, image: str | None, gpu_image: str, **options) -> None:
         password = os.environ.get("DEMO_PASSWORD") or "deskpool"
         users = {}
         user_model = get_user_model()
@@ -153,7 +176,7 @@ class Command(BaseCommand):
         course.students.set([users["student1"], users["student2"]])
         for spec in PROFILES:
             DesktopProfile.objects.update_or_create(
-                slug=spec["slug"], defaults=profile_fields(spec, image)
+                slug=spec["slug"], defaults=profile_fields(spec, image, gpu_image)
             )
         set_default_profile(course, DesktopProfile.objects.get(slug="ai-painting"))
         teacher = users["instructor1"]
@@ -161,8 +184,24 @@ class Command(BaseCommand):
         if active_thesis_grant(users["student1"]) is None:
             until = timezone.localdate() + timedelta(days=THESIS_DAYS)
             do_grant(teacher, check_grant(teacher, "student1", until, "demo thesis"))
+        used = sorted(
+            set(
+                DesktopProfile.objects.filter(slug__in=[p["slug"] for p in PROFILES]).values_list(
+                    "image", flat=True
+                )
+            )
+        )
         self.stdout.write(
             f"Demo accounts: {', '.join(u for u, _ in USERS)} (password from DEMO_PASSWORD, "
-            f"or 'deskpool'); {len(PROFILES)} desktop profiles using "
-            f"{image or ', '.join(sorted({spec['image'] for spec in PROFILES}))}."
+            f"or 'deskpool'); {len(PROFILES)} desktop profiles using {', '.join(used)}."
         )
+        for held in used:
+            build = IMAGE_TORCH.get(held)
+            if build == "cpu":
+                self.stdout.write(
+                    f"{held} holds PyTorch's CPU build: its GPU desktops compute on the CPU. "
+                    f"Build {STUDIO_CUDA_IMAGE} (bash nodeagent/images/build.sh studio-cuda) "
+                    f"and seed with --gpu-image {STUDIO_CUDA_IMAGE}."
+                )
+            elif build == "cuda":
+                self.stdout.write(f"{held} holds PyTorch's CUDA build: it computes on the GPU.")
