@@ -166,16 +166,22 @@ class MpsSupervisor:
         return self.check()
 
     def check(self) -> dict[str, MpsHealth]:
-        """Look at every daemon; start a dead one again (each heartbeat)."""
+        """Look at every daemon (each heartbeat): start a dead one again, set a running
+        one's caps again."""
         why_not = self.unavailable()
         for daemon in self._daemons.values():
-            if why_not is not None:
-                daemon.health = MpsHealth(False, why_not, daemon.health.restarts)
-            elif self._alive(daemon) is None:
-                self._start(daemon)
-            elif not daemon.health.ok:  # found running (a previous agent's): caps set again
-                self._start(daemon, running=True)
+            self._look(daemon, why_not)
         return self.health()
+
+    def _look(self, daemon: _Daemon, why_not: str | None) -> None:
+        if why_not is not None:
+            daemon.health = MpsHealth(False, why_not, daemon.health.restarts)
+        elif self._alive(daemon) is None:
+            self._start(daemon)
+        else:
+            # Found running (a previous agent's), or running: its caps set again each time,
+            # since a client can reach the control socket (docs/security.md).
+            self._start(daemon, running=True)
 
     def health(self) -> dict[str, MpsHealth]:
         """Each shared GPU's health as last seen (by UUID)."""
@@ -197,12 +203,12 @@ class MpsSupervisor:
 
     def client(self, uuid: str) -> ShareClient:
         """What a share desktop of GPU ``uuid`` gets, or MpsUnavailable (never an uncapped
-        share): the daemon is looked at now, not only at the last heartbeat."""
+        share): the daemon is looked at now (started again, or its caps set again), not only
+        at the last heartbeat."""
         daemon = self._daemons.get(uuid)
         if daemon is None:
             raise MpsUnavailable(f"GPU {uuid} is not in share mode on this node")
-        if not daemon.health.ok or self._alive(daemon) is None:
-            self.check()
+        self._look(daemon, self.unavailable())  # and its caps set again
         if not daemon.health.ok:
             raise MpsUnavailable(
                 f"GPU {uuid} cannot be shared now: its MPS control daemon is not healthy "
@@ -233,6 +239,7 @@ class MpsSupervisor:
         restarts = daemon.health.restarts + (1 if daemon.started and not running else 0)
         if daemon.started and not running:
             logger.warning("MPS control daemon of GPU %s is gone: starting it again", daemon.uuid)
+        was_ok = daemon.health.ok
         try:
             _prepare_folders(daemon)
             if self.private_shm:
@@ -259,7 +266,8 @@ class MpsSupervisor:
             f"{shares.thread_percentage}% of the SMs each",
             restarts,
         )
-        logger.info("MPS on GPU %s: %s", daemon.uuid, daemon.health.text())
+        if not was_ok:
+            logger.info("MPS on GPU %s: %s", daemon.uuid, daemon.health.text())
 
     def _mount_shm(self, daemon: _Daemon) -> None:
         """A tmpfs on the GPU's shm folder, unless one is there (a previous agent's)."""
@@ -282,7 +290,9 @@ class MpsSupervisor:
         folder (the servers it spawns inherit it)."""
         if not self.private_shm:
             return self._invoke(daemon, ["-d"], "")
-        script = 'mount --bind "$1" "$2" && exec "$3" -d'
+        # umask 022: the agent's unit runs with 0077, and the desktops' uid must reach the
+        # daemon's sockets.
+        script = 'umask 022 && mount --bind "$1" "$2" && exec "$3" -d'
         shell = ["sh", "-c", script, "sh", str(daemon.shm_dir), SHM_MOUNT, self.program]
         namespace = ["unshare", "--mount", "--propagation", "private"]
         return self._invoke(daemon, [], "", [*namespace, *shell])

@@ -177,6 +177,22 @@ def test_a_dead_daemon_is_started_again_and_counted(fake_mps: FakeMps) -> None:
     assert health["GPU-a"].text().endswith("restarted 1×")
 
 
+def test_each_look_sets_a_running_daemons_caps_again(
+    fake_mps: FakeMps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A client reaches the control socket and may change the defaults: the agent sets them
+    # again at every heartbeat; a daemon that refuses them is asked to quit, no share offered.
+    mps = _supervisor(fake_mps)
+    mps.ensure({"GPU-a": FOUR})
+    mps.check()
+    caps = [call["stdin"] for call in fake_mps.calls() if call["argv"] == []]
+    assert len(caps) == 2 and caps[0] == caps[1]
+    monkeypatch.setenv("FAKE_MPS_REFUSE", "1")
+    [health] = mps.check().values()
+    assert not health.ok and "caps were refused" in health.reason
+    assert fake_mps.calls()[-1]["stdin"] == "quit\n"
+
+
 def test_a_daemon_found_running_is_adopted_with_its_caps_set_again(fake_mps: FakeMps) -> None:
     _supervisor(fake_mps).ensure({"GPU-a": FOUR})  # an earlier agent's
     again = _supervisor(fake_mps)
