@@ -13,6 +13,8 @@ from django.utils import timezone
 from people.models import Member
 from scheduling.models import Session
 from scheduling.services.lifecycle_notices import EmailChoices, email_choices_of
+from tests.portal.student.test_limit_pages import desktop_page
+from tests.scheduling.test_away_emails import run_desktop
 
 pytestmark = pytest.mark.django_db
 
@@ -45,7 +47,8 @@ def test_each_email_is_chosen_on_its_own_and_none_is_on_before(owner):
     # Anything but "on" is off; none chosen says where they are told instead.
     client.post("/account/notices/", {"email_ready": "yes please", "email_warnings": ""})
     assert email_choices_of(owner) == EmailChoices()
-    assert "the pages and browser notifications still tell you" in client.get("/account/").content.decode()
+    page = client.get("/account/").content.decode()
+    assert "the pages and browser notifications still tell you" in page
 
 
 def test_the_choices_are_only_the_signed_in_persons(owner, stranger):
@@ -94,3 +97,12 @@ def test_the_notification_words_are_in_the_persons_language(owner):
     words = away_config(signed_in(owner).get("/").content.decode())["words"]
     for name in ("ready_title", "ready_body", "preempting_body", "limit_body", "on"):
         assert any("\u4e00" <= ch <= "\u9fff" for ch in words[name]), (name, words[name])
+
+
+def test_the_desktop_pages_drawer_carries_the_button(owner, profile, pool):
+    """On a desktop's page the button sits in the drawer's Time part."""
+    session = run_desktop(owner, profile)
+    html = desktop_page(signed_in(owner), session)
+    drawer = re.search(r'<aside id="drawer".*?</aside>', html, re.S)
+    assert drawer and 'id="away-ask"' in drawer.group(0)
+    assert str(session.pk) in away_config(html)["sessions"]
