@@ -14,6 +14,7 @@ from scheduling.models import Alert, AuditEvent, Gpu, Node, Session
 from scheduling.services.agent_sessions import do_report
 from scheduling.services.alerts import ensure_default_rules, evaluate_alerts
 from scheduling.services.cycle import do_scheduling_cycle
+from scheduling.services.gpu_cordon import do_uncordon_gpu
 from scheduling.services.nodes import do_heartbeat
 from scheduling.services.sessions import check_submit, do_submit
 
@@ -122,8 +123,6 @@ def test_xid_79_cordons_the_gpu_tells_its_desktop_raises_the_alert_and_placement
 
 
 def test_a_lasting_sign_cordons_once_and_a_new_one_again(two_gpus, admin_user):
-    from scheduling.services.gpu_cordon import do_uncordon_gpu
-
     beat(two_gpus, reading("GPU-a", ecc_uncorrected_volatile=2), reading("GPU-b"))
     gpu = Gpu.objects.get(uuid="GPU-a")
     assert (gpu.cordoned, gpu.cordon_reason) == (True, "ecc_uncorrected")
