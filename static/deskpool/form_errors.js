@@ -44,8 +44,8 @@
   }
 
   function focusFirstError() {
-    const first = document.querySelector(ERRORS);
-    if (!first || first.closest("[hidden]")) return;
+    const first = [...document.querySelectorAll(ERRORS)].find((e) => !e.closest("[hidden]"));
+    if (!first) return;
     let target = first.matches(CONTROLS) ? first : describedField(first);
     if (target && !target.disabled) {
       target = focusable(target);
