@@ -165,6 +165,8 @@ class Slice(models.Model):
     milli = models.PositiveIntegerField(default=1000, help_text="The part of its GPU, of 1000.")
     slot = models.PositiveIntegerField(default=0)
     present = models.BooleanField(default=True)
+    # A MIG instance's first memory slice as its agent reported it (null: not reported).
+    mig_start = models.PositiveSmallIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["gpu__node__hostname", "gpu__index", "slot"]

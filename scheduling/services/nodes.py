@@ -358,6 +358,7 @@ def _sync_inventory(node: Node, gpus: list[GpuInventory]) -> None:
         )
         seen_gpus.append(gpu.pk)
         seen_slices = []
+        starts = {m.uuid: m.start for m in reported.mig_instances}
         for kind, slot, profile, device_uuid, memory, milli in (
             [] if problem else _slices_for(reported)
         ):
@@ -370,6 +371,7 @@ def _sync_inventory(node: Node, gpus: list[GpuInventory]) -> None:
                     "device_uuid": device_uuid,
                     "memory_mb": memory,
                     "milli": milli,
+                    "mig_start": starts.get(device_uuid) if kind == SliceKind.MIG else None,
                     "present": True,
                 },
             )

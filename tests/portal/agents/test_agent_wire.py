@@ -98,7 +98,13 @@ def stored_gpu(gpu: Gpu) -> dict[str, Any]:
         "compute_capability": gpu.compute_capability,
         "mig_mode": gpu.mig_mode,
         "mig_instances": [
-            {"uuid": s.device_uuid, "profile": s.profile, "memory_mb": s.memory_mb} for s in mig
+            {
+                "uuid": s.device_uuid,
+                "profile": s.profile,
+                "memory_mb": s.memory_mb,
+                "start": s.mig_start,
+            }
+            for s in mig
         ],
         "nvlink_peers": gpu.nvlink_peers,
         "pci_bus_id": gpu.pci_bus_id,
@@ -172,8 +178,8 @@ def full_gpu(uuid: str, index: int, peer: str) -> GpuInventory:
         compute_capability="8.0",
         mig_mode=True,
         mig_instances=[
-            MigInstance(uuid=f"MIG-{uuid}-0", profile="3g.40gb", memory_mb=40192),
-            MigInstance(uuid=f"MIG-{uuid}-1", profile="1g.10gb", memory_mb=9984),
+            MigInstance(uuid=f"MIG-{uuid}-0", profile="3g.40gb", memory_mb=40192, start=4),
+            MigInstance(uuid=f"MIG-{uuid}-1", profile="1g.10gb", memory_mb=9984, start=0),
         ],
         nvlink_peers=[peer],
         pci_bus_id=f"00000000:{0x07 + index:02X}:00.0",
@@ -203,7 +209,11 @@ def full_metrics(uuid: str, index: int) -> GpuMetrics:
         ecc_corrected_volatile=3,
         ecc_uncorrected_volatile=1,
         xid_errors=[79, 48],
-        slices=[SliceMetrics(uuid=f"MIG-{uuid}-0", memory_used_mb=1024, utilization_pct=7.5)],
+        slices=[
+            SliceMetrics(
+                uuid=f"MIG-{uuid}-0", memory_used_mb=1024, utilization_pct=7.5, processes=2
+            )
+        ],
     )
 
 
