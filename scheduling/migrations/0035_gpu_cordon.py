@@ -21,6 +21,7 @@ def add_cordon_rule(apps, schema_editor):
 class Migration(migrations.Migration):
     dependencies = [
         ("scheduling", "0034_mig_layout_check"),
+        ("scheduling", "0034_away_notices"),
     ]
 
     operations = [
