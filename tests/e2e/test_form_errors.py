@@ -108,3 +108,24 @@ def test_a_refused_booking_focuses_the_first_of_its_refused_fields(
     assert refused[:2] == ["profile", "seats"], refused
     required = in_language(language, lambda: gettext("This field is required."))
     assert focused_error(page) == {"name": "profile", "invalid": "true", "described": [required]}
+
+
+def test_a_refused_form_folded_in_a_closed_details_opens_with_the_focus_on_its_error(
+    stack, make_user, owner, new_page
+):
+    course = Course.objects.create(code="cs101", title="Intro")
+    course.instructors.add(make_user("ines"))
+    course.students.add(owner)
+    page = new_page()
+    log_in(page, "ines", "pw-ines")
+    page.goto("/courses/cs101/")
+    page.click("#roster details summary")
+    page.fill("#roster details input[name=identity]", "ada")  # already enrolled
+    with page.expect_navigation():
+        page.click("#roster details button[type=submit]")
+
+    assert page.evaluate("document.querySelector('#roster details').open")
+    focus = focused_error(page)
+    assert (focus["name"], focus["invalid"]) == ("identity", "true"), focus
+    enrolled = in_language("en", lambda: gettext("%(name)s is already enrolled.") % {"name": "ada"})
+    assert focus["described"] == [enrolled]
