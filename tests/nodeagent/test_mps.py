@@ -106,8 +106,12 @@ def test_shares_are_read_by_uuid_index_or_all() -> None:
         "GPU-full": FOUR,
         "1": GpuShares(count=2, memory_mb=20000),
     }
-    config = AgentConfig.from_env({"DESKPOOL_GPU_SHARES": "0=3x100", "DESKPOOL_STATE_DIR": "/s"})
+    config = AgentConfig.from_env(
+        {"DESKPOOL_GPU_SHARES": "0=3x100", "DESKPOOL_MPS_CONTROL": " /opt/nv/mps-control "}
+    )
     assert config.gpu_shares == {"0": GpuShares(3, 100)}
+    assert config.mps_control == "/opt/nv/mps-control"
+    assert AgentConfig.from_env({}).gpu_shares == {}  # unset: whole GPUs, no supervisor
     assert GpuShares(3, 100).thread_percentage == 33
     assert GpuShares(64, 100).thread_percentage == 2
 
