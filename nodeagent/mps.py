@@ -8,8 +8,12 @@ and ``set_default_active_thread_percentage``), so a desktop that drops the varia
 environment still gets the caps. The daemon spawns its MPS server with the uid of the client
 (the desktops' uid 1000), which is why the pipe and log directories belong to that uid.
 
+Clients and server also meet in ``/dev/shm``: each shared GPU has a tmpfs (``<uuid>/shm``)
+that is the daemon's ``/dev/shm`` (a mount namespace of its own) and its desktops'.
+
 The agent looks at each daemon at every heartbeat (:meth:`MpsSupervisor.check`): a dead one is
-started again. A share desktop starts only while its GPU's daemon is healthy
+started again, a running one gets its caps set again (a client can reach the control socket).
+A share desktop starts only while its GPU's daemon is healthy
 (:meth:`MpsSupervisor.client`); otherwise the start fails with a sentence, and where MPS is not
 available at all the probe reports the GPU whole (docs/mig.md, docs/security.md).
 """
