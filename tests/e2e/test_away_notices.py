@@ -2,8 +2,9 @@
 permission only when pressed, never on load; then, while the tab is hidden, a desktop made
 ready through the service (lifecycle.do_transition, as the agent's report makes it) and one
 preempted through the scheduler's own path (placement.apply_preemption) each bring a
-notification with the person's words (en, zh-Hans) and, for the preemption, the minutes left.
-While the tab is visible the page says it and no notification comes.
+notification with the person's words (en, zh-Hans) and, for the preemption, the minutes left;
+so does the idle sweep's time-limit warning. While the tab is visible the page says it and no
+notification comes. The page with the button passes axe-core (every impact).
 
 The page's window.Notification is wrapped (an init script) to record what the page shows, and
 document.visibilityState is the test's to set (window.__hidden)."""
@@ -20,9 +21,11 @@ from scheduling.choices import SessionState
 from scheduling.engine import Preemption
 from scheduling.engine.reasons import Code, Reason
 from scheduling.models import Session
+from scheduling.services.idle import do_idle_sweep
 from scheduling.services.lifecycle import do_transition
 from scheduling.services.placement import apply_preemption
 
+from .axe import ALL_IMPACTS, check_axe, describe
 from .conftest import log_in, wait_js
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
@@ -57,6 +60,8 @@ WORDS = {
         "ready_title": "Your desktop is ready",
         "ready_body": "Desktop #{id} (AI painting) is running: open it.",
         "preempting_title": "Your desktop is about to be preempted",
+        "limit_title": "Your desktop nears its time limit",
+        "limit_body": "Desktop #{id} stops in {minutes} min: save your work.",
         "preempting_body": (
             "Desktop #{id} is needed for a request that comes first: it stops in {minutes} "
             "min. Save your work."
@@ -66,6 +71,8 @@ WORDS = {
         "ready_title": "你的桌面已就绪",
         "ready_body": "桌面 #{id}（AI painting）已在运行：打开它吧。",
         "preempting_title": "你的桌面即将被抢占",
+        "limit_title": "你的桌面快到时间上限了",
+        "limit_body": "桌面 #{id} 将在 {minutes} 分钟后停止：请保存你的工作。",
         "preempting_body": (
             "桌面 #{id} 要让给优先的请求：它将在 {minutes} 分钟后停止。请保存你的工作。"
         ),
@@ -105,6 +112,8 @@ def test_the_button_asks_once_pressed_and_a_hidden_tab_is_told_ready_and_preempt
     assert page.is_visible("#away-ask"), page.inner_html("#away")
     assert page.evaluate("window.__asked") == 0
     assert page.evaluate("Notification.permission") == "default"
+    violations = check_axe(page, f"student-home-away-{language}", ALL_IMPACTS)
+    assert not violations, describe(violations)
 
     # Pressed: the browser asks (the test's context answers yes), and the page says so.
     page.context.grant_permissions(["notifications"], origin=stack.url)
@@ -141,7 +150,17 @@ def test_the_button_asks_once_pressed_and_a_hidden_tab_is_told_ready_and_preempt
     told = notes(page)[1]
     assert told["title"] == words["preempting_title"]
     # Minutes left, rounded up: 5 (4 once a minute has passed since the deadline was set).
-    assert told["body"] in {
-        words["preempting_body"].format(id=hidden_ready.pk, minutes=m) for m in (4, 5)
-    }
-    assert len(notes(page)) == 2
+    bodies = {words["preempting_body"].format(id=hidden_ready.pk, minutes=m) for m in (4, 5)}
+    assert told["body"] in bodies, told
+
+    # The other desktop nears its limit: the sweep's 15-minute warning, told with the minutes.
+    Session.objects.filter(pk=seen_ready.pk).update(
+        started_at=timezone.now() - timedelta(minutes=profile.max_duration_minutes - 10)
+    )
+    assert do_idle_sweep().limit_warnings == 1
+    wait_js(page, "() => window.__notes.length >= 3")
+    told = notes(page)[2]
+    assert told["title"] == words["limit_title"]
+    bodies = {words["limit_body"].format(id=seen_ready.pk, minutes=m) for m in (9, 10)}
+    assert told["body"] in bodies, told
+    assert len(notes(page)) == 3
