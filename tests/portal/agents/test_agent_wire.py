@@ -27,6 +27,7 @@ from nodeagent.probe.nvml import NvmlProbe
 from nodeagent.probe.simulated import SimulatedProbe, load_fleet
 from nodeagent.protocol import (
     PROTOCOL_VERSION,
+    GpuHealth,
     GpuInventory,
     GpuMetrics,
     Heartbeat,
@@ -214,6 +215,10 @@ def full_metrics(uuid: str, index: int) -> GpuMetrics:
                 uuid=f"MIG-{uuid}-0", memory_used_mb=1024, utilization_pct=7.5, processes=2
             )
         ],
+        share_health="",
+        health=GpuHealth(
+            lost=False, retired_pages_pending=False, row_remap_pending=False, row_remap_failed=False
+        ),
     )
 
 
