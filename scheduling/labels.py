@@ -74,6 +74,12 @@ AUDIT_LABELS = {
 # The keys events' details use most; any other key is shown as itself, spaced.
 DETAIL_LABELS = {
     "action": gettext_lazy("action"),
+    "gpu": gettext_lazy("GPU"),
+    "index": gettext_lazy("GPU index"),
+    "cause": gettext_lazy("cause"),
+    "causes": gettext_lazy("causes"),
+    "window_s": gettext_lazy("window (s)"),
+    "requeued": gettext_lazy("requeued"),
     "after": gettext_lazy("after"),
     "before": gettext_lazy("before"),
     "booking": gettext_lazy("booking"),

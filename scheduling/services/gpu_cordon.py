@@ -46,6 +46,15 @@ def cordoned_gpu_ids() -> frozenset[int]:
     return frozenset(Gpu.objects.filter(cordoned=True).values_list("pk", flat=True))
 
 
+def holds_cordoned_gpu(session_id: int) -> bool:
+    """Whether the session holds a slice of a cordoned GPU now (its page says so)."""
+    return Gpu.objects.filter(
+        cordoned=True,
+        slices__allocation__session_id=session_id,
+        slices__allocation__released_at=None,
+    ).exists()
+
+
 def _sessions_on(gpu: Gpu) -> list[int]:
     """The sessions holding a slice of the GPU now, oldest first."""
     return list(
@@ -184,4 +193,5 @@ __all__ = [
     "do_drain_gpu",
     "do_judge_gpu_reports",
     "do_uncordon_gpu",
+    "holds_cordoned_gpu",
 ]

@@ -1,7 +1,7 @@
 """GPU profiles compute on the GPU (issue 37 item 5): the seed command puts the GPU profiles
 on the image it is given (deskpool/studio-cuda where it is built) and says which image holds
 which PyTorch; the console's profile form names the known images' PyTorch builds; a desktop's
-own page says when its PyTorch is a CPU build."""
+own page says when its PyTorch is a CPU build, and when its GPU is cordoned."""
 
 from __future__ import annotations
 
@@ -14,13 +14,15 @@ from django.utils import translation
 
 from nodeagent.software import DESKTOP_IMAGE, STUDIO_CUDA_IMAGE, STUDIO_IMAGE
 from portal.console.queue_forms import ProfileForm
-from scheduling.models import DesktopProfile
+from scheduling.models import DesktopProfile, Gpu
+from scheduling.services.gpu_cordon import do_cordon_gpu
 from tests.portal.student.test_limit_pages import desktop_page, signed_in
 from tests.scheduling.test_lifecycle import run_desktop
 
 pytestmark = pytest.mark.django_db
 
 CPU_NOTE = 'id="desktop-torch-cpu"'
+GPU_NOTE = 'id="desktop-gpu-cordoned"'
 
 
 def seed(*args: str) -> str:
@@ -75,3 +77,12 @@ def test_a_desktop_page_says_when_its_pytorch_is_a_cpu_build(owner, profile, poo
     session = run_desktop(owner, profile)
     html = desktop_page(signed_in(owner), session)
     assert (CPU_NOTE in html) is noted
+
+
+def test_a_desktop_on_a_cordoned_gpu_says_so_on_its_page(owner, profile, pool):
+    session = run_desktop(owner, profile)
+    client = signed_in(owner)
+    assert GPU_NOTE not in desktop_page(client, session)
+    gpu = Gpu.objects.get(slices__allocation__session=session)
+    do_cordon_gpu(gpu, "health", ["xid:79"])
+    assert GPU_NOTE in desktop_page(client, session)
