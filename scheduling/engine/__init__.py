@@ -28,6 +28,7 @@ from .booking_fit import (
 )
 from .compute import gpu_compute_units, slice_milli
 from .explain import never_fits
+from .mig_check import LayoutProblem, Problem, ReportedInstance, check_layout
 from .model import (
     TIER_BOOKED,
     TIER_KEYS,
@@ -73,6 +74,10 @@ __all__ = [
     "PoolSlice",
     "booking_alternatives",
     "booking_fit",
+    "check_layout",
+    "LayoutProblem",
+    "Problem",
+    "ReportedInstance",
     "never_fits",
     "fit_codes",
     "TIER_BOOKED",

@@ -21,7 +21,7 @@ from django.utils.translation import gettext as _
 from nodeagent.protocol import GpuInventory
 
 from ..choices import SliceKind
-from ..engine.mig_check import LayoutProblem, Problem, ReportedInstance, check_layout
+from ..engine import LayoutProblem, Problem, ReportedInstance, check_layout
 from ..models import Allocation, Gpu, Slice
 from ..models.alerts import Metric
 
