@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import template
+from django.urls import reverse
 from django.utils.html import json_script
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
@@ -49,6 +50,8 @@ def away_config(context: dict[str, Any]) -> SafeString:
     config = {
         "sessions": sessions,
         "warn_minutes": sorted(LIMIT_WARNINGS, reverse=True),
+        # A session's API address (its id for the 0): what a reconnected page catches up from.
+        "session_api": reverse("session-detail", args=[0]),
         "words": away_words(),
     }
     return json_script(config, "away-config")

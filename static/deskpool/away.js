@@ -93,6 +93,22 @@ import { liveUpdates, readWire, updatesPath } from "./live_socket.js";
     checkLimit(session);
   }
 
+  // Once the socket is open, and again after it dropped (a laptop asleep, a worker
+  // restarted), ask for each session the page follows (the API answers with the live
+  // updates' payload): a change missed meanwhile is told then. An answer overtaken by a
+  // live update is dropped (it is older).
+  let received = 0;
+  function catchUp() {
+    const since = received;
+    known.forEach((session, id) => {
+      const url = config.session_api.replace(/\/0\/$/, "/" + id + "/");
+      fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+        .then((r) => (r.ok ? r.json() : null))
+        .then((fresh) => fresh && received === since && seen(fresh))
+        .catch(() => {});
+    });
+  }
+
   let watching = false;
   function watch() {
     if (watching) return;
@@ -106,13 +122,16 @@ import { liveUpdates, readWire, updatesPath } from "./live_socket.js";
     liveUpdates({
       path: updatesPath(readWire(), "none"),
       live() {
+        catchUp();
         part.dataset.live = "true"; // following the sessions now (the browser tests wait for it)
       },
       closed() {
         delete part.dataset.live;
       },
       message(msg) {
-        if (msg.type === "session.update" && msg.session) seen(msg.session);
+        if (msg.type !== "session.update" || !msg.session) return;
+        received += 1;
+        seen(msg.session);
       },
     });
     // The warning moments pass without a message: look every 15 s.

@@ -164,3 +164,26 @@ def test_the_button_asks_once_pressed_and_a_hidden_tab_is_told_ready_and_preempt
     bodies = {words["limit_body"].format(id=seen_ready.pk, minutes=m) for m in (9, 10)}
     assert told["body"] in bodies, told
     assert len(notes(page)) == 3
+
+
+def test_a_desktop_made_ready_while_the_socket_was_down_is_told_once_it_is_back(
+    stack, owner, profile, new_page
+):
+    session = starting(owner, profile)
+    page = new_page()
+    page.context.add_init_script(RECORD_NOTIFICATIONS)
+    page.context.grant_permissions(["notifications"], origin=stack.url)
+    log_in(page, "ada", "pw-ada")
+    # Allowed before: the page follows the sessions at once, without a press.
+    wait_js(page, "() => document.getElementById('away').dataset.live === 'true'")
+    assert page.evaluate("window.__asked") == 0 and page.is_hidden("#away-ask")
+    page.evaluate("window.__hidden = true")
+
+    # The portal goes away (its live socket with it); meanwhile the desktop becomes ready:
+    # its live update reaches nobody.
+    stack.stop("portal")
+    wait_js(page, "() => document.getElementById('away').dataset.live !== 'true'")
+    make_ready(session)
+    stack.start_portal()
+    wait_js(page, "() => window.__notes.length >= 1", timeout=30_000)
+    assert [note["tag"] for note in notes(page)] == [f"deskpool-{session.pk}-ready"]
