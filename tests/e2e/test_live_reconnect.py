@@ -51,12 +51,12 @@ def page(stackless_page):
 
 
 def serve_scripts(page) -> None:
-    """session.js and the module it imports."""
+    """session.js and the modules it imports."""
 
     def fulfil(script: str):
         return lambda route: route.fulfill(body=script, content_type="text/javascript")
 
-    for name in ("session.js", "live_socket.js"):
+    for name in ("session.js", "live_socket.js", "announce.js"):
         script = (ROOT / "static" / "deskpool" / name).read_text()
         page.route(f"{ORIGIN}/static/deskpool/{name}", fulfil(script))
 
