@@ -7,8 +7,9 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from nodeagent.config import AgentConfig
 from nodeagent.course_files import CourseFolders
@@ -33,6 +34,7 @@ from nodeagent.protocol import (
     AGENT_VERSION,
     PROTOCOL_VERSION,
     DesiredState,
+    GpuInventory,
     Heartbeat,
     Registration,
     RegistrationAnswer,
@@ -103,6 +105,7 @@ class Agent:
         # The node's desktop gateway (nodeagent.gateway_link); None: run without one.
         self.gateway = gateway
         self.node_id = 0  # from the registration's answer
+        self._registered_mig: list[tuple[Any, ...]] | None = None  # the last registered layout
         self.reconciler = Reconciler(
             runtime, client, start_workers=config.start_workers, on_running=self._feed_gateway
         )
@@ -190,6 +193,7 @@ class Agent:
                 exit_code=2,
             ) from None
         self.node_id = answer.node_id
+        self._registered_mig = mig_layout(registration.gpus)
         if self.gateway is not None:
             self.gateway.registered_port = registration.gateway_port
         if answer.node_token:
@@ -240,7 +244,18 @@ class Agent:
         )
 
     def heartbeat(self) -> None:
+        self.register_again_if_mig_changed()
         self.client.heartbeat(self.heartbeat_message())
+
+    def register_again_if_mig_changed(self) -> None:
+        """A GPU's MIG mode or instances changed since the registration (an admin set a new
+        layout on a drained node, docs/deploy.md): register again, so that the portal
+        checks the new layout and offers its instances (docs/mig.md)."""
+        if self._registered_mig is None:
+            return
+        if mig_layout(self.probe.inventory()) != self._registered_mig:
+            logger.info("the GPUs' MIG layout changed: registering again")
+            self.register()
 
     def run(self, *, once: bool = False) -> None:
         """Run until :attr:`stopping` is set (or one round with ``once``). Desktops stay up.
@@ -327,6 +342,14 @@ class Agent:
         if self.gateway is not None:
             self.gateway.close()
         logger.info("agent stopped; desktops keep running")
+
+
+def mig_layout(gpus: Sequence[GpuInventory]) -> list[tuple[Any, ...]]:
+    """What of an inventory makes the MIG slices: each GPU's mode and instances."""
+    return [
+        (g.uuid, g.mig_mode, tuple((m.uuid, m.profile, m.start) for m in g.mig_instances))
+        for g in gpus
+    ]
 
 
 class PortalFollower(threading.Thread):
