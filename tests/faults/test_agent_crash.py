@@ -34,7 +34,8 @@ def test_agent_killed_while_starting_ten_desktops_recovers_without_duplicates(
     require_image(TEST_IMAGE)
     stack.start_agent(
         do_create_join_token(stack.node, actor="test"),
-        write_fleet(tmp_path / "fleet.yaml", stack.node, DESKTOPS),
+        # Two A100s of five 1g.10gb each: an A100 holds seven at most (the MIG tables).
+        write_fleet(tmp_path / "fleet.yaml", stack.node, DESKTOPS // 2, gpus=2),
     )
     wait_node_up(stack.node)
     clients = [token_client(stack, make_user(f"student{i}")) for i in range(DESKTOPS)]
