@@ -182,3 +182,20 @@ def test_the_gpu_actions_check_who_asks_and_what_they_send(owner, admin_user, tw
         assert Gpu.objects.get(pk=gpu.pk).cordoned
     assert browser.post("/console/pool/gpus/999999/", {"action": "uncordon"}).status_code == 404
     assert not AuditEvent.objects.filter(kind=AuditKind.GPU_CORDON_CLEARED).exists()
+
+
+def test_a_node_cordoned_for_failed_starts_shows_why_and_uncordons_from_its_buttons(
+    admin_user, two_gpus
+):
+    Node.objects.filter(pk=two_gpus.pk).update(cordoned=True, cordon_reason="start_failures")
+    browser = Client()
+    browser.force_login(admin_user)
+    page = browser.get("/console/pool/").content.decode()
+    assert "Cordoned because: desktops failed to start on it 3 times within 10 minutes" in page
+    assert f'data-cordon-actions="node-{two_gpus.pk}"' in page
+    # what the node's Uncordon button sends: the node, the action and the reason typed
+    fields = {"node": two_gpus.pk, "action": "uncordon", "reason": "image fixed"}
+    assert browser.post("/console/pool/nodes/", fields).status_code == 302
+    assert not Node.objects.get(pk=two_gpus.pk).cordoned
+    cleared = AuditEvent.objects.get(kind=AuditKind.NODE_CORDON_CLEARED, node=two_gpus)
+    assert cleared.data["reason"] == "image fixed"
