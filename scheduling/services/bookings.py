@@ -158,7 +158,9 @@ def pool_records() -> engine.Pool:
             memory_mb=s.memory_mb,
             gpu_model=s.gpu.model,
             compute_units=slice_units(s.gpu.compute_units, s.milli),
-            available=s.gpu.present and nodes[s.gpu.node_id].takes_new_work,
+            available=s.gpu.present
+            and not s.gpu.cordoned  # a sick GPU: services/gpu_cordon.py
+            and nodes[s.gpu.node_id].takes_new_work,
         )
         for s in Slice.objects.filter(present=True).select_related("gpu")
     )

@@ -10,9 +10,10 @@ from django.test import Client
 
 from scheduling.choices import AuditKind, SessionState
 from scheduling.engine.reasons import Code
-from scheduling.models import Alert, AuditEvent, Gpu, Node, Session
+from scheduling.models import Alert, AuditEvent, Gpu, Node, Session, Slice
 from scheduling.services.agent_sessions import do_report
 from scheduling.services.alerts import ensure_default_rules, evaluate_alerts
+from scheduling.services.bookings import pool_records
 from scheduling.services.cycle import do_scheduling_cycle
 from scheduling.services.gpu_cordon import do_uncordon_gpu
 from scheduling.services.nodes import do_heartbeat
@@ -199,3 +200,10 @@ def test_a_node_cordoned_for_failed_starts_shows_why_and_uncordons_from_its_butt
     assert not Node.objects.get(pk=two_gpus.pk).cordoned
     cleared = AuditEvent.objects.get(kind=AuditKind.NODE_CORDON_CLEARED, node=two_gpus)
     assert cleared.data["reason"] == "image fixed"
+
+
+def test_bookings_do_not_count_on_a_cordoned_gpus_slices(two_gpus):
+    beat(two_gpus, reading("GPU-a", xid_errors=[95]), reading("GPU-b"))
+    available = {s.slice_id: s.available for s in pool_records().slices}
+    for slice_ in Slice.objects.filter(gpu__node=two_gpus):
+        assert available[slice_.pk] is (slice_.gpu.uuid == "GPU-b")
