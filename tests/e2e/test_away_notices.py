@@ -25,10 +25,14 @@ from scheduling.services.idle import do_idle_sweep
 from scheduling.services.lifecycle import do_transition
 from scheduling.services.placement import apply_preemption
 
+from ..integration.stack import ROOT
 from .axe import ALL_IMPACTS, check_axe, describe
 from .conftest import log_in, wait_js
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
+
+SHOTS = ROOT / "test-output" / "screenshots"
+PHONE, LAPTOP = {"width": 390, "height": 844}, {"width": 1280, "height": 900}
 
 RECORD_NOTIFICATIONS = """
 (() => {
@@ -114,6 +118,10 @@ def test_the_button_asks_once_pressed_and_a_hidden_tab_is_told_ready_and_preempt
     assert page.evaluate("Notification.permission") == "default"
     violations = check_axe(page, f"student-home-away-{language}", ALL_IMPACTS)
     assert not violations, describe(violations)
+    page.set_viewport_size(PHONE)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"student-{language}-home-away-390.png"))
+    page.set_viewport_size(LAPTOP)
 
     # Pressed: the browser asks (the test's context answers yes), and the page says so.
     page.context.grant_permissions(["notifications"], origin=stack.url)
