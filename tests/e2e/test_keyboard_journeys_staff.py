@@ -1,11 +1,14 @@
-"""The staff's journeys with the keyboard only, in Debian's chromium in front of a real stack:
-an instructor imports a class list with a bad row (the focus lands on the errors), imports the
-corrected one and books a weekly lab (check, then confirm); an admin edits an alert rule (a
-refused value first) and answers a quota request (no decision first).
+"""The staff's journeys with the keyboard only, in English and Simplified Chinese, in Debian's
+chromium in front of a real stack: an instructor imports a class list with a bad row (the
+focus lands on the errors), imports the corrected one and books a weekly lab (check, then
+confirm); an admin edits an alert rule (refused values first) and answers a quota request (no
+decision first).
 
-Only ``page.keyboard`` acts: Tab, Shift+Tab, Enter, Space, arrows and typing. Selectors only
-say where the focus is. The one dialog the pages open, the system's file chooser, is answered
-by Playwright as the person would answer it; the keyboard opens it (Space on the file field).
+Only ``page.keyboard`` acts: Tab, Shift+Tab, Enter, Space, arrows and typing; the language is
+chosen in the header the same way. Selectors only say where the focus is. The one dialog the
+pages open, the system's file chooser, is answered by Playwright as the person would answer
+it; the keyboard opens it (Space on the file field). Chromium's date and time fields take
+their parts in the browser's locale (en-US here), whatever the page's language.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from __future__ import annotations
 from datetime import date, time, timedelta
 
 import pytest
-from django.utils import timezone
+from django.utils import timezone, translation
+from django.utils.translation import gettext
 
 from people.models import Course
 from scheduling.models import AlertRule, Booking, Quota
@@ -21,7 +25,7 @@ from scheduling.models.policy import QuotaRequest, QuotaRequestState
 from scheduling.services.alert_changes import check_rule, do_save_rule
 from scheduling.services.quota_requests import check_ask, do_ask
 
-from .test_journeys import BAD_ROSTER, GOOD_ROSTER, start_simulated_agent
+from .test_journeys import BAD_ROSTER, GOOD_ROSTER, LANGUAGES, start_simulated_agent
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -72,10 +76,23 @@ def log_in_by_keyboard(page, username: str) -> None:
     assert page.url.endswith("/"), page.url
 
 
+def choose_language_by_keyboard(page, language: str) -> None:
+    """The header's language list: arrows to the language, then Switch."""
+    tab_to(page, "#language-select")
+    for _ in range(page.locator("#language-select option").count()):
+        if page.evaluate("document.activeElement.value") == language:
+            break
+        page.keyboard.press("ArrowDown")
+    tab_to(page, "#language-form button[type=submit]")
+    press_and_wait(page, "Enter")
+    assert page.get_attribute("html", "lang") == language
+
+
 def choose_file(page, name: str, content: bytes) -> None:
     """Space on the focused file field opens the system's chooser; it is answered."""
     assert focus_matches(page, "input[type=file]"), focus_describes(page)
-    with page.expect_file_chooser() as chooser:
+    # A loaded machine can be slow to open the chooser: more time than a page's 15 s.
+    with page.expect_file_chooser(timeout=60_000) as chooser:
         page.keyboard.press("Space")
     chooser.value.set_files(files=[{"name": name, "mimeType": "text/csv", "buffer": content}])
 
@@ -98,12 +115,14 @@ def course(make_user, owner, profile):
     return course
 
 
+@pytest.mark.parametrize("language", LANGUAGES)
 def test_instructor_imports_a_roster_with_an_error_then_books_a_weekly_lab_by_keyboard(
-    stack, course, profile, new_page, tmp_path
+    stack, course, profile, new_page, tmp_path, language
 ):
     start_simulated_agent(stack, tmp_path)
     page = new_page(locale="en-US")
     log_in_by_keyboard(page, "ines")
+    choose_language_by_keyboard(page, language)
     follow(page, "header a[href='/courses/']")
     follow(page, "main a[href='/courses/cs101/']")
 
@@ -122,7 +141,11 @@ def test_instructor_imports_a_roster_with_an_error_then_books_a_weekly_lab_by_ke
         """() => document.activeElement.getAttribute("aria-describedby").split(" ")
                  .map((id) => document.getElementById(id).textContent).join(" ")"""
     )
-    assert "nothing was imported" in described, described
+    with translation.override(language):
+        refused = gettext(
+            "The file has %(count)s error(s); nothing was imported. Fix them and try again."
+        ) % {"count": 1}
+    assert described.endswith(refused), described
 
     # The corrected list: imported.
     choose_file(page, "class.csv", GOOD_ROSTER)
@@ -184,8 +207,9 @@ def asked(make_user, owner):
     return do_ask(owner, check_ask(owner, "cs101", 6, "Final project training runs"))
 
 
+@pytest.mark.parametrize("language", LANGUAGES)
 def test_admin_edits_an_alert_rule_and_answers_a_quota_request_by_keyboard(
-    stack, admin_user, asked, new_page
+    stack, admin_user, asked, new_page, language
 ):
     rule = do_save_rule(
         admin_user,
@@ -196,6 +220,7 @@ def test_admin_edits_an_alert_rule_and_answers_a_quota_request_by_keyboard(
     )
     page = new_page(locale="en-US")
     log_in_by_keyboard(page, "root")
+    choose_language_by_keyboard(page, language)
     follow(page, "header a[href='/console/']")
     follow(page, "nav.console-nav a[href='/console/alerts/']")
     follow(page, f"#alert-rules a[href='/console/alerts/rules/{rule.pk}/']")
