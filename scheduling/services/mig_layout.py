@@ -63,21 +63,25 @@ def describe(problem: Mapping[str, Any] | None, model: str) -> str:
         str(problem.get("code", "")), str(problem.get("profile") or ""), problem.get("start")
     )
     words = {"model": model, "profile": p.profile, "start": p.start}
-    if p.code == Problem.UNKNOWN_MODEL:
-        return _("MIG is on, but the portal has no MIG table for a %(model)s.") % words
-    if p.code == Problem.UNKNOWN_PROFILE:
-        return _("The MIG profile %(profile)s is not one the portal knows for a %(model)s.") % words
-    if p.code == Problem.TOO_MANY:
-        return _("A %(model)s allows fewer %(profile)s instances than the node reports.") % words
-    if p.code == Problem.ENGINES:
-        return _("The instances need more media engines than a %(model)s has.") % words
-    if p.code == Problem.BAD_START:
-        return _("A %(profile)s instance cannot start at memory slice %(start)s.") % words
-    if p.code == Problem.OVERLAP:
-        return _("The %(profile)s instance at memory slice %(start)s overlaps another.") % words
-    if p.code == Problem.NO_ROOM:
-        return _("The reported instances do not fit together on a %(model)s.") % words
-    return _("The reported MIG layout is not one the portal allows.")
+    sentence = _sentences().get(p.code, _("The reported MIG layout is not one the portal allows."))
+    return sentence % words
+
+
+def _sentences() -> dict[str, str]:
+    """Each problem in the reader's language (gettext at the time of asking)."""
+    return {
+        Problem.UNKNOWN_MODEL: _(
+            "MIG is on, but the portal has no MIG table for this GPU model (%(model)s)."
+        ),
+        Problem.UNKNOWN_PROFILE: _(
+            "The portal knows no MIG profile %(profile)s for this GPU model (%(model)s)."
+        ),
+        Problem.TOO_MANY: _("This GPU allows fewer %(profile)s instances than the node reports."),
+        Problem.ENGINES: _("The instances need more media engines than this GPU has."),
+        Problem.BAD_START: _("A %(profile)s instance cannot start at memory slice %(start)s."),
+        Problem.OVERLAP: _("The %(profile)s instance at memory slice %(start)s overlaps another."),
+        Problem.NO_ROOM: _("The reported instances do not fit together on this GPU."),
+    }
 
 
 def layout_alert_value(gpu: Gpu) -> float | None:
