@@ -17,8 +17,10 @@ import axe_playwright_python
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORTS = ROOT / "test-output" / "axe"
-# Violations that fail a test; "moderate" and "minor" ones are only written to the report.
+# Violations that fail a test by default; "moderate" and "minor" ones are only written to the
+# report. ``ALL_IMPACTS``: every violation fails (the sweep, tests/e2e/test_axe_sweep.py).
 FAILING_IMPACTS = ("serious", "critical")
+ALL_IMPACTS = ("minor", "moderate", "serious", "critical")
 
 RUN_AXE = """
 async () => {
@@ -45,8 +47,9 @@ def axe_version() -> str:
     return axe_script().split("\n", 1)[0].removeprefix("/*! axe v").strip()
 
 
-def check_axe(page, name: str) -> list[dict]:
-    """Run axe-core on ``page``; return its serious and critical violations.
+def check_axe(page, name: str, impacts: tuple[str, ...] = FAILING_IMPACTS) -> list[dict]:
+    """Run axe-core on ``page``; return its violations of the given ``impacts`` (by default
+    the serious and critical ones; ``ALL_IMPACTS`` for every one).
 
     Every violation found (any impact) is written to ``test-output/axe/<name>.json`` with
     the page's address, so that a failing test's report says where and what.
@@ -63,7 +66,7 @@ def check_axe(page, name: str) -> list[dict]:
         ),
         encoding="utf-8",
     )
-    return [v for v in violations if v["impact"] in FAILING_IMPACTS]
+    return [v for v in violations if v["impact"] in impacts]
 
 
 def describe(violations: list[dict]) -> str:
