@@ -50,7 +50,7 @@ HELP = {
     "en": "to leave it, press Ctrl+Alt+Shift together and let go",
     "zh-hans": "同时按下 Ctrl+Alt+Shift 然后松开",
 }
-QUEUE_WORDS = {"en": "Queue position: ", "zh-hans": "排队位置："}
+QUEUE_WORDS = {"en": "Queue position: ", "zh-hans": "排队位置： "}
 READY = {"en": "Desktop #{id} is ready to open.", "zh-hans": "桌面 #{id} 已就绪，可以打开。"}
 ACTIVE = (
     "() => document.activeElement && (document.activeElement.id || document.activeElement.tagName)"
