@@ -44,7 +44,9 @@
   }
 
   function focusFirstError() {
-    const first = [...document.querySelectorAll(ERRORS)].find((e) => !e.closest("[hidden]"));
+    // A refused control that cannot take the focus (disabled) leaves it to the next error.
+    const first = [...document.querySelectorAll(ERRORS)].find(
+      (e) => !e.closest("[hidden]") && !(e.matches(CONTROLS) && e.disabled));
     if (!first) return;
     let target = first.matches(CONTROLS) ? first : describedField(first);
     if (target && !target.disabled) {

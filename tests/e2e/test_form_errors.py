@@ -129,3 +129,23 @@ def test_a_refused_form_folded_in_a_closed_details_opens_with_the_focus_on_its_e
     assert (focus["name"], focus["invalid"]) == ("identity", "true"), focus
     enrolled = in_language("en", lambda: gettext("%(name)s is already enrolled.") % {"name": "ada"})
     assert focus["described"] == [enrolled]
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_a_refused_desktop_request_focuses_the_course_described_by_the_error(
+    stack, owner, profile, new_page, language
+):
+    for code in ("cs101", "ee201"):
+        Course.objects.create(code=code, title=code).students.add(owner)
+    page = new_page()
+    log_in(page, "ada", "pw-ada")
+    Journey(page, "student", language).choose_language("ada")
+    page.check("#purpose-coursework")  # and no course chosen of her two
+    assert page.input_value("#id_course") == ""
+    with page.expect_navigation():
+        page.click("#submit-form button[type=submit]")
+
+    refused = in_language(
+        language, lambda: gettext("Coursework requests name the course they are for.")
+    )
+    assert focused_error(page) == {"name": "course", "invalid": "true", "described": [refused]}
