@@ -9,7 +9,8 @@ in chromium, in English and Chinese.
 - The home and session pages tell a queue position's change once in the page's polite live
   region (#announcer, announce.js); a burst right after it is held back (the region unchanged
   while the card already shows the burst's last position); the desktop becoming ready is told
-  at once. The desktop page tells a preemption's first warning at once, politely (no alert).
+  at once. The desktop page tells a preemption's first warning at once, politely (no alert);
+  the quota page tells an answer with its row (each cell after its column's heading).
 
 The pages are the portal's own (rendered by Django), their scripts and noVNC the files in
 ``static/``; tests/e2e/gateway_standin.py serves them and stands in for the gateway and the live
@@ -31,10 +32,12 @@ from django.utils import timezone, translation
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
+from people.models import Course
 from portal.kit.session_fragment import DETAIL, ITEM, render_forms
 from scheduling.choices import Purpose, SessionState
-from scheduling.events import session_payload
+from scheduling.events import quota_request_payload, session_payload
 from scheduling.models import Session
+from scheduling.models.policy import QuotaRequest, QuotaRequestState
 from scheduling.services.sessions import check_submit, do_submit
 from tests.e2e.axe import check_axe, describe
 from tests.e2e.gateway_standin import gateway_standing_in, keeping_first, rfb_server_none
@@ -301,3 +304,31 @@ def test_a_preemption_warning_on_the_desktop_page_is_told_at_once_and_politely(
         page.wait_for_function("() => window.__said.length === 1")
         told = page.evaluate("window.__said[0]")
         assert told == page.text_content("#banner-text") and "5 min" in told, told
+
+
+def test_a_quota_answer_is_told_politely_with_its_row(owner, make_user):
+    course = Course.objects.create(code="cs101", title="Deep learning lab", department="cs")
+    course.students.add(owner)
+    asked = QuotaRequest.objects.create(student=owner, course=course, hours=5, reason="a run")
+    html = page_of(owner, "/quota-requests/", "en")
+    QuotaRequest.objects.filter(pk=asked.pk).update(
+        state=QuotaRequestState.GRANTED,
+        answer="Granted for the thesis run",
+        answered_by=make_user("ines"),
+    )
+    answer = quota_request_payload(
+        QuotaRequest.objects.select_related("course", "answered_by").get(pk=asked.pk)
+    )
+    outbox: queue.Queue[str] = queue.Queue()
+    path = "/quota-requests/"
+    with (
+        gateway_standing_in({path: html}, {"/ws/updates/": feeding(outbox)}) as standin,
+        chromium_page() as page,
+    ):
+        page.goto(standin.origin + path)
+        assert page.evaluate(WATCH_ANNOUNCER) == "polite"
+        outbox.put(json.dumps({"type": "quota.update", "request": answer}))
+        page.wait_for_function("() => window.__said.length === 1")
+        told = page.evaluate("window.__said[0]")
+        assert told.startswith("Course: cs101 — GPU-hours: 5 — Asked: "), told
+        assert told.endswith("State: Granted — Answer: Granted for the thesis run"), told
