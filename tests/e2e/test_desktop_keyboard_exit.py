@@ -327,6 +327,7 @@ def test_a_quota_answer_is_told_politely_with_its_row(owner, make_user):
     ):
         page.goto(standin.origin + path)
         assert page.evaluate(WATCH_ANNOUNCER) == "polite"
+        assert page.locator("#my-requests [aria-live]").count() == 0  # one region: said once
         outbox.put(json.dumps({"type": "quota.update", "request": answer}))
         page.wait_for_function("() => window.__said.length === 1")
         told = page.evaluate("window.__said[0]")
