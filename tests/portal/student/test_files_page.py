@@ -64,7 +64,7 @@ def test_without_a_home_the_page_says_why_and_what_to_do(owner):
     assert "Start a desktop, then come back to add files." in html
     assert "files-upload-form" not in html and "files-listing" not in html
     assert not HomeTask.objects.exists()
-    assert '<a href="/files/">Files</a>' in html  # the navigation's entry
+    assert '<a href="/files/" aria-current="page">Files</a>' in html  # the navigation's entry
 
 
 def test_signed_out_people_go_to_the_login_page():
