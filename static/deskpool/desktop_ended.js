@@ -58,6 +58,7 @@ export function setUpEnded({ config, words, stop }) {
       over = true;
       stop();
       $("screen").hidden = true;
+      $("screen-help").hidden = true; // how to reach the screen, now gone
       panel.hidden = false;
       title.focus();
     },

@@ -166,7 +166,7 @@ def test_a_stopped_desktop_ends_the_viewer_without_trying_again(
         assert (page.text_content("#ended-why") or "").startswith(where)
         assert page.text_content("#desktop-status") == status
         assert page.evaluate("document.activeElement.id") == "ended-title"
-        assert page.is_hidden("#screen")
+        assert page.is_hidden("#screen") and page.is_hidden("#screen-help")
         disabled = page.evaluate(
             "ids => ids.map(id => [id, document.getElementById(id).disabled])", CONTROLS
         )
