@@ -128,4 +128,5 @@ def log_in(page, username: str, password: str) -> None:
     page.fill("input[name=password]", password)
     with page.expect_navigation():
         page.click("main form button[type=submit]")
-    assert page.locator("header nav").inner_text().startswith(username), page.content()
+    # text_content, not inner_text: on a phone the navigation is folded behind the menu button
+    assert page.locator("header nav").text_content().strip().startswith(username), page.content()
