@@ -27,7 +27,12 @@ def test_slice_readings_are_validated_like_every_request_field() -> None:
         {"gpus": [OLD_AGENT_GPU | {"slices": [mig]}], "running_sessions": []}
     )
     assert to_wire(beat)["gpus"][0]["slices"] == [mig]
-    for bad in ({"memory_used_mb": -1}, {"utilization_pct": 101.0}, {"processes": -1}, {"cores": 2}):
+    for bad in (
+        {"memory_used_mb": -1},
+        {"utilization_pct": 101.0},
+        {"processes": -1},
+        {"cores": 2},
+    ):
         with pytest.raises(ValidationError):
             Heartbeat.model_validate(
                 {"gpus": [OLD_AGENT_GPU | {"slices": [mig | bad]}], "running_sessions": []}
