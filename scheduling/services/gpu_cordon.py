@@ -25,6 +25,7 @@ from ..models import Gpu, Node, Session
 from ..rules.gpu_health import gpu_causes, merge_causes
 from . import Conflict
 from .audit import record
+from .health import ON_SILENCE
 from .kick import schedule_soon
 from .lifecycle import do_transition
 
@@ -32,12 +33,9 @@ log = logging.getLogger(__name__)
 
 ACTOR = "health"
 S = SessionState
-# Where a drained GPU's sessions go (as a silent node's: services/health.py).
+# Where a drained GPU's sessions go: as a silent node's, but a stopping one is left to stop.
 ON_DRAIN: dict[SessionState, SessionState] = {
-    S.PLACED: S.QUEUED,
-    S.STARTING: S.QUEUED,
-    S.RUNNING: S.QUEUED,
-    S.PREEMPTING: S.PREEMPTED,
+    state: target for state, target in ON_SILENCE.items() if state != S.STOPPING
 }
 
 
