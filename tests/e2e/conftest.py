@@ -121,6 +121,13 @@ def wait_js(page, expression: str, arg=None, timeout: float | None = None, polli
         page.wait_for_timeout(polling)
 
 
+def open_menu(page) -> None:
+    """On a phone the header's navigation is folded behind the menu button: open it."""
+    toggle = page.locator("#menu-toggle")
+    if toggle.is_visible() and toggle.get_attribute("aria-expanded") != "true":
+        toggle.click()
+
+
 def log_in(page, username: str, password: str) -> None:
     """Log in through the real login form and land on the home page."""
     page.goto("/login/")

@@ -28,12 +28,14 @@ WATCH_STATE = """
 () => {
   window.__deskpoolMarker = Math.random().toString(36).slice(2);
   window.__deskpoolStates = [document.getElementById("state").dataset.state];
+  // The whole document is watched: a live update may swap the card, #state included.
   new MutationObserver(() => {
-    const text = document.getElementById("state").dataset.state;
+    const state = document.getElementById("state");
+    const text = state && state.dataset.state;
     const seen = window.__deskpoolStates;
-    if (seen[seen.length - 1] !== text) seen.push(text);
-  }).observe(document.getElementById("state"), {attributes: true, childList: true,
-                                                 characterData: true, subtree: true});
+    if (text && seen[seen.length - 1] !== text) seen.push(text);
+  }).observe(document.body, {attributes: true, childList: true, characterData: true,
+                             subtree: true});
   return window.__deskpoolMarker;
 }
 """

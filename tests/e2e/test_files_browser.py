@@ -25,7 +25,7 @@ from tests.conftest import TEST_IMAGE
 
 from ..integration.stack import ROOT, wait_for, write_fleet
 from .axe import check_axe, describe
-from .conftest import log_in, wait_js
+from .conftest import log_in, open_menu, wait_js
 from .test_desktop_drawer import desktop_file
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.docker]
@@ -97,6 +97,7 @@ def test_list_upload_download_and_delete_a_file(
 
             # The navigation's Files entry; the page lists the home (asked of the node).
             page.goto("/")
+            open_menu(page)
             with page.expect_navigation():
                 page.locator("header nav a[href='/files/']").click()
             assert stack.node in page.inner_text("#files-place")
