@@ -10,7 +10,9 @@ def add_cordon_rule(apps, schema_editor):
     """Pools that already have rules get the new one (a new pool gets every default rule
     from scheduling.services.alerts.ensure_default_rules)."""
     AlertRule = apps.get_model("scheduling", "AlertRule")
-    if AlertRule.objects.exists():
+    # Only the "Pool usage" rule (migration 0031 makes it from the policy): the defaults,
+    # this one included, still come on first use (ensure_default_rules).
+    if AlertRule.objects.exclude(metric="pool_usage").exists():
         AlertRule.objects.get_or_create(
             name="GPU cordoned",
             defaults=dict(metric="gpu_cordoned", scope="gpu", warning=1.0, critical=1.0,
