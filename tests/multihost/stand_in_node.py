@@ -19,6 +19,7 @@ from dataclasses import replace
 
 import nodeagent.__main__ as agent_main
 from nodeagent.config import AgentConfig
+from nodeagent.mps import MpsSupervisor
 from nodeagent.protocol import DesiredSession
 from nodeagent.runtime.base import ManagedContainer
 from nodeagent.runtime.simulated_runtime import SimulatedRuntime
@@ -43,7 +44,8 @@ class StandInRuntime(SimulatedRuntime):
         return container
 
 
-def stand_in_runtime(config: AgentConfig) -> StandInRuntime:
+def stand_in_runtime(config: AgentConfig, mps: MpsSupervisor | None = None) -> StandInRuntime:
+    """``make_runtime``'s signature; the stand-in nodes share no GPU, so ``mps`` is unused."""
     return StandInRuntime.from_config(config)  # type: ignore[return-value]
 
 
