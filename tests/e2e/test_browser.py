@@ -133,8 +133,9 @@ CONNECTED = """
 """
 
 
-def open_desktop(page, session_id: int, attempts: int = 5) -> None:
-    """Open the desktop page and wait for noVNC to connect.
+def open_desktop(page, session_id: int, attempts: int = 5, *, follow=None) -> None:
+    """Open the desktop page (``follow`` navigates to it; by default a click on the Open
+    link) and wait for noVNC to connect.
 
     Docker adds a veth interface (and, a moment later, its IPv6 address) as the desktop's
     container starts; chromium takes that for a network change and fails the requests
@@ -152,7 +153,7 @@ def open_desktop(page, session_id: int, attempts: int = 5) -> None:
     connected = CONNECTED
     try:
         with page.expect_navigation():
-            page.click("#open-desktop")
+            (follow or (lambda: page.click("#open-desktop")))()
         for attempt in range(1, attempts + 1):
             assert page.url.endswith(f"/desktop/{session_id}/"), page.url
             try:

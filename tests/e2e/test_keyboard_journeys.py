@@ -21,7 +21,7 @@ from tests.conftest import TEST_IMAGE
 
 from ..integration.stack import wait_for, write_fleet
 from .conftest import wait_js
-from .test_browser import CONNECTED, expect_state
+from .test_browser import expect_state, open_desktop
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.docker]
 
@@ -93,9 +93,7 @@ def test_student_journey(stack, owner, profile, docker_engine, require_image, ne
 
     # Open it: the link reached with Tab, followed with Enter; the screen connects.
     tab_to(page, "#open-desktop")
-    press_and_wait(page, "Enter")
-    assert page.url.endswith(f"/desktop/{session_id}/"), page.url
-    wait_js(page, CONNECTED, timeout=30_000, polling=250)
+    open_desktop(page, session_id, follow=lambda: page.keyboard.press("Enter"))
 
     # The screen is reached with Tab and keeps Tab; Ctrl+Alt+Shift leaves it for Controls.
     tab_to(page, "#screen canvas")
