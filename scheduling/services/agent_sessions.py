@@ -32,7 +32,7 @@ from .course_files_agent import folders_of_people
 from .gateway_keys import gateway_access
 from .gateway_revocation import revoked_tickets
 from .health import do_record_session_failed, do_record_session_running
-from .home_files import MB, quota_bytes_of
+from .home_files import MB, quota_bytes_of_many
 from .home_files_agent import desired_home_tasks
 from .installation import installation_id
 from .lifecycle import Move, do_transition, do_transition_many
@@ -100,10 +100,11 @@ def desired_sessions(node: Node) -> list[DesiredSession]:
     )
     found = list(sessions)
     folders = folders_of_people({s.user_id for s in found})  # docs/course-files.md
-    return [_desired(s, folders.get(s.user_id, [])) for s in found]
+    quotas = quota_bytes_of_many(s.user.get_username() for s in found)
+    return [_desired(s, folders.get(s.user_id, []), quotas[s.user.get_username()]) for s in found]
 
 
-def _desired(s: Session, courses: list[CourseFolderRef]) -> DesiredSession:
+def _desired(s: Session, courses: list[CourseFolderRef], quota_bytes: int) -> DesiredSession:
     desired = DesiredSession(
         session_id=s.pk,
         user=s.user.get_username(),
@@ -121,7 +122,7 @@ def _desired(s: Session, courses: list[CourseFolderRef]) -> DesiredSession:
         vnc_password=s.vnc_password,
         home_volume=s.home_volume,
         # The same quota the Files page holds the person to; the node's disk enforces it.
-        home_quota_mb=quota_bytes_of(s.user) // MB,
+        home_quota_mb=quota_bytes // MB,
         placement=placement_id(s),
         # Claim that warm desktop instead of starting one; absent (not set) when none.
         **_warm_key(s),
@@ -280,7 +281,9 @@ def _plain_starts(
     wanted = {reports[i].session_id for i in kept if reports[i].state in _PLAIN_FROM}
     sessions = {
         s.pk: s
-        for s in Session.objects.filter(pk__in=wanted, node=node).prefetch_related("allocations")
+        for s in Session.objects.filter(pk__in=wanted, node=node)
+        .order_by()  # a look-up by id: no sort
+        .prefetch_related("allocations")
     }
     plain: dict[int, Move] = {}
     now = timezone.now()

@@ -67,11 +67,14 @@ def check_token(plain: str, now: datetime | None = None) -> ApiToken:
     """The live token ``plain`` names, its use noted; else ``TokenRefused`` saying why."""
     now = now or timezone.now()
     # The person's saved preferences come with them (apply_preferences reads them next).
-    token = (
+    # The hash is unique: no sort (``first()`` sorts, and over this many selected columns
+    # Django's sort took about half of the look-up's CPU).
+    found = (
         ApiToken.objects.select_related("user", "user__member")
         .filter(key_hash=hash_token(plain))
-        .first()
+        .order_by()
     )
+    token = next(iter(found), None)
     if token is None:
         raise TokenRefused(_("Invalid token."))
     if token.revoked_at is not None:

@@ -13,6 +13,7 @@ Sizes: MB is 1024 * 1024 bytes (the settings, ``Quota.max_home_mb`` and the sent
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -72,13 +73,20 @@ class FilesPlace:
 def quota_bytes_of(user: User) -> int:
     """The person's home quota in bytes (0: none): their user-scope quota's ``max_home_mb``,
     else the user-scope default's (key ``*``), else ``HOME_QUOTA_MB``."""
+    return quota_bytes_of_many([user.get_username()])[user.get_username()]
+
+
+def quota_bytes_of_many(usernames: Iterable[str]) -> dict[str, int]:
+    """:func:`quota_bytes_of` for several people by username, in one query (an agent's
+    desired state names every desktop's home quota)."""
+    names = set(usernames)
     limits = dict(
         Quota.objects.filter(
-            scope=QuotaScope.USER, key__in=(user.get_username(), "*"), max_home_mb__isnull=False
+            scope=QuotaScope.USER, key__in=[*names, "*"], max_home_mb__isnull=False
         ).values_list("key", "max_home_mb")
     )
-    megabytes = limits.get(user.get_username(), limits.get("*", settings.HOME_QUOTA_MB))
-    return int(megabytes) * MB
+    default = limits.get("*", settings.HOME_QUOTA_MB)
+    return {name: int(limits.get(name, default)) * MB for name in names}
 
 
 def home_full(used_bytes: int | None, quota_bytes: int) -> bool:

@@ -36,9 +36,10 @@ def schedule_soon() -> None:
 
 def _send() -> None:
     try:
-        client = shared_redis()
-        client.set(CYCLE_DIRTY, 1)
-        if not client.set(CYCLE_ASKED, 1, nx=True, ex=CYCLE_ASKED_S):
+        pipe = shared_redis().pipeline(transaction=False)  # one round trip for the two
+        pipe.set(CYCLE_DIRTY, 1)
+        pipe.set(CYCLE_ASKED, 1, nx=True, ex=CYCLE_ASKED_S)
+        if not pipe.execute()[1]:
             return  # the queued task begins after this commit: its cycle sees it
     except redis.RedisError as error:
         log.warning("cycle ask not coalesced (%s); sending the task", error)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from django.db.models import OuterRef, Q, Subquery, Sum
 
+from .. import engine
 from ..choices import ON_NODE_STATES, WAITING_STATES
 from ..models import Alert, AlertRule, Allocation, Node, Session, Slice
 from ..models.alerts import AlertLevel, Metric, Scope
@@ -83,6 +84,19 @@ def pool_state() -> tuple[Admission, str]:
 def admission() -> Admission:
     """The pool's admission threshold (:func:`pool_state`)."""
     return pool_state()[0]
+
+
+def admission_refusal(tier: int) -> engine.Reason | None:
+    """Why a new request of this tier is refused now by the pool's admission threshold (the
+    rule's block level against the pool's utilisation; only hobby is ever refused), or None.
+    Two queries, the rule and the utilisation: a class's submits all read them."""
+    if not engine.admission_may_block(tier):
+        return None
+    levels = admission()
+    policy = engine.Policy(
+        warn_utilisation=levels.warn_percent / 100, block_utilisation=levels.block_percent / 100
+    )
+    return engine.admission_block(tier, pool_utilisation(), policy)
 
 
 def pool_alert_level() -> str:

@@ -27,7 +27,7 @@ from ..engine.reasons import Code, Reason
 from ..events import broadcast_created
 from ..excerpt import excerpt
 from ..locks import lock_person
-from ..models import Booking, DesktopProfile, PoolPolicy, Session
+from ..models import Booking, DesktopProfile, Session
 from ..presenters import refusal, stored
 from . import Conflict, ServiceError
 from .audit import record
@@ -35,10 +35,10 @@ from .eligibility import active_thesis_grant
 from .feasibility import check_profile_can_run
 from .kick import schedule_soon
 from .lifecycle import do_transition
-from .pool import pool_utilisation
+from .pool import admission_refusal
 from .quota_requests import extra_gpu_hours
 from .rate_limits import STOP, SUBMIT, check_session_rate
-from .snapshot import engine_policy, engine_quota, profile_request, quota_rows
+from .snapshot import engine_quota, profile_request, quota_rows
 from .usage import collect_usage, department_of
 
 MAX_OPEN_SESSIONS_PER_USER = 3
@@ -124,9 +124,7 @@ def enrolment(user: User) -> dict[str, Exists]:
 def hobby_refusal() -> str:
     """Why a new hobby request would be refused now, in the reader's language ("" when it
     would not): the request form says so before anyone asks, next to its waits."""
-    tier = PURPOSE_TIER[Purpose.HOBBY]
-    policy = engine_policy(PoolPolicy.current())
-    refused = engine.admission_block(tier, pool_utilisation(), policy)
+    refused = admission_refusal(PURPOSE_TIER[Purpose.HOBBY])
     return refusal(refused) if refused else ""
 
 
@@ -135,11 +133,9 @@ def _check_admission(
 ) -> None:
     """Refuse what the pool's thresholds or the quotas refuse now, saying why."""
     tier = PURPOSE_TIER[purpose]
-    if engine.admission_may_block(tier):  # the pool's utilisation is read only for hobby
-        policy = engine_policy(PoolPolicy.current())
-        refused = engine.admission_block(tier, pool_utilisation(), policy)
-        if refused:
-            raise ServiceError(refusal(refused), field="purpose")
+    refused = admission_refusal(tier)  # the pool's utilisation is read only for hobby
+    if refused:
+        raise ServiceError(refusal(refused), field="purpose")
     probe = Session(user=user, profile=profile, purpose=purpose, course=course)
     request = profile_request(
         profile,
