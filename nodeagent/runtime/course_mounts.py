@@ -198,7 +198,8 @@ def mounted_sources(
     """Course copies mounted into this node's desktops now: the sources of their
     ``/courses/...`` binds (cold starts) and of the warm desktops' claims."""
     found = warm_sources(sessions_dir)
-    for container in client.containers.list(all=True, filters={"label": labels}):
+    # sparse: the listing's summaries carry the mounts (no inspection of each container)
+    for container in client.containers.list(all=True, filters={"label": labels}, sparse=True):
         for mount in container.attrs.get("Mounts") or []:
             if str(mount.get("Destination", "")).startswith(f"{COURSES_MOUNT}/"):
                 found.add(Path(mount.get("Source", "")))

@@ -38,6 +38,7 @@ from nodeagent.protocol import (
 from nodeagent.readiness import VNC_PASSWORD_LENGTH, DesktopNotReady, wait_for_desktop
 from nodeagent.runtime.base import ManagedContainer, RuntimeUnavailable, StartFailed
 from nodeagent.runtime.claims import ClaimRecord, ClaimRecords
+from nodeagent.runtime.container_listing import ContainerListing
 from nodeagent.runtime.desktop_network import DESKTOP_SYSCTLS, ensure_network
 from nodeagent.runtime.desktop_ports import (
     AUDIO_PORT_KEY,
@@ -106,6 +107,7 @@ class DesktopContainers:
         mps: MpsSupervisor | None = None,
     ) -> None:
         self.client = client
+        self.listing = ContainerListing(client)  # inspections kept while unchanged
         # The MPS control daemons of the GPUs offered as shares (None: no GPU in share mode).
         self.mps = mps
         # The portal's installation id (RegistrationAnswer): in every name and label made,
@@ -163,7 +165,7 @@ class DesktopContainers:
         this installation only: another portal's agent of the same node name on this engine
         has other ones (without an installation id: only those carrying none)."""
         wanted = [f"{key}={value}" for key, value in self.own_labels().items()]
-        found = self.client.containers.list(all=True, filters={"label": [*wanted, *labels]})
+        found = self.listing.list({"label": [*wanted, *labels]})
         if self.installation:
             return list(found)
         return [c for c in found if LABEL_INSTALLATION not in (c.labels or {})]

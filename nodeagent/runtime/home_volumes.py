@@ -177,7 +177,9 @@ class HomeVolumes:
         """Whether a container (a running one, or any with ``stopped``) uses the volume; True
         when the engine cannot tell."""
         try:
-            return bool(self.client.containers.list(all=stopped, filters={"volume": name}))
+            # sparse: the listing alone tells (no inspection of each container found)
+            listed = self.client.containers.list(all=stopped, filters={"volume": name}, sparse=True)
+            return bool(listed)
         except DockerException as error:
             logger.error("home volume %s: cannot tell who uses it: %s", name, error)
             return True

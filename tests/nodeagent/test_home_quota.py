@@ -332,6 +332,30 @@ def test_a_new_10_gb_home_takes_a_few_megabytes_of_the_nodes_disk(
 
 
 @pytest.mark.docker
+def test_a_second_home_of_a_quota_is_made_at_its_size_at_once(
+    docker_client, node_name, sessions_dir, homes_dir, caplog
+) -> None:  # type: ignore[no-untyped-def]
+    """The first home of a quota is made at the quota and grown by ext4's own blocks; the
+    image size that took is kept, and the next home of that quota is made at it, with the
+    same room and no grow (a class's forty new homes at its first start)."""
+    quota_mb = QUOTA_MB + 13  # a quota no other test made a home for in this process
+    desktops = desktops_with_images(docker_client, node_name, sessions_dir, homes_dir)
+    caplog.set_level("INFO", logger="nodeagent.runtime.home_images")
+    rooms: list[int] = []
+    for who in ("alice", "bob"):
+        caplog.clear()
+        name = f"deskpool-test-home-{node_name}-{who}"
+        desktops.ensure_volume(name, who, quota_mb)
+        space = home_images.space(home_images.mount_point(homes_dir, name))
+        assert space is not None
+        assert quota_mb * MB <= space.size_bytes <= (quota_mb + 4) * MB
+        rooms.append(home_images.image_path(homes_dir, name).stat().st_size)
+        grown = [r for r in caplog.records if "grown from" in r.getMessage()]
+        assert bool(grown) == (who == "alice"), [r.getMessage() for r in caplog.records]
+    assert rooms[0] == rooms[1]  # the image sizes (ext4 made at once gives a little more room)
+
+
+@pytest.mark.docker
 def test_starts_that_make_the_same_home_at_once_make_one_image(
     docker_client, node_name, sessions_dir, homes_dir
 ) -> None:  # type: ignore[no-untyped-def]
