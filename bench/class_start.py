@@ -152,12 +152,16 @@ def make_class(code: str, seats: int) -> tuple[Course, User, list[Student]]:
     return course, teacher, students
 
 
-def start_node(stack: Stack, seats: int, workdir: Path) -> None:
-    """An agent on the real Docker engine with enough simulated MIG slices for ``seats``."""
+def start_node(stack: Stack, seats: int, workdir: Path, profile: DesktopProfile) -> None:
+    """An agent on the real Docker engine with enough simulated MIG slices for ``seats``, and
+    a node as large as the seats' desktops need (CPUs and memory as the profile asks: a
+    32-CPU node holds only 64 desktops of half a CPU, and a larger class's warm desktops
+    beyond them never start)."""
     gpus = math.ceil(seats / SLICES_PER_GPU)
+    cpus = max(32, math.ceil(seats * profile.cpus), math.ceil(seats * profile.memory_mb / 4096))
     stack.start_agent(
         do_create_join_token(stack.node, actor="bench"),
-        write_fleet(workdir / "fleet.yaml", stack.node, SLICES_PER_GPU, gpus),
+        write_fleet(workdir / "fleet.yaml", stack.node, SLICES_PER_GPU, gpus, cpu_count=cpus),
     )
     wait_for(
         lambda: (
@@ -198,7 +202,7 @@ def run_class(
     """Book the class, let warm desktops start, then every student asks within ``spread_s``
     of the window opening; returns when each is RUNNING, has failed, or timed out."""
     course, teacher, students = make_class(code, seats)
-    start_node(stack, seats, workdir)
+    start_node(stack, seats, workdir, profile)
     booking = book(teacher, course, profile, seats, opens_in_s)
     opens = time.monotonic() + (booking.starts_at - timezone.now()).total_seconds()
     body = {"profile": profile.pk, "purpose": "coursework", "course": course.code}
@@ -271,11 +275,13 @@ def end_class(stack: Stack, run: ClassRun, client, timeout_s: float = 90.0) -> l
 
 
 def release_warm_homes(workdir: Path) -> None:
-    """Unmount the warm desktops' home folders an agent left under ``workdir``, so that
-    deleting the folder never deletes through a mount."""
+    """Unmount the warm desktops' home and course folders an agent left under ``workdir``
+    (the deepest first), so that deleting the folder never deletes through a mount."""
     with open("/proc/self/mountinfo", encoding="utf-8") as f:
-        points = {line.split(" ")[4] for line in f if "/warm-homes/" in line}
-    for point in sorted(points):
+        points = {
+            line.split(" ")[4] for line in f if "/warm-homes/" in line or "/warm-courses/" in line
+        }
+    for point in sorted(points, reverse=True):
         if point.startswith(str(workdir)):
             home_mounts.release(Path(point))
 

@@ -86,15 +86,18 @@ def database_url_of(settings_dict: dict) -> str:
     return f"postgres://{s['USER']}{password}@{host}/{s['NAME']}"
 
 
-def write_fleet(path: Path, node: str, mig_instances: int, gpus: int = 1) -> Path:
-    """A simulated fleet file: ``node`` with ``gpus`` A100s of ``mig_instances`` 1g.10gb each."""
+def write_fleet(
+    path: Path, node: str, mig_instances: int, gpus: int = 1, *, cpu_count: int = 32
+) -> Path:
+    """A simulated fleet file: ``node`` with ``gpus`` A100s of ``mig_instances`` 1g.10gb each,
+    ``cpu_count`` CPUs and 4 GB of memory per CPU."""
     fleet = {
         "simulated": True,
         "nodes": [
             {
                 "name": node,
-                "cpu_count": 32,
-                "memory_mb": 131072,
+                "cpu_count": cpu_count,
+                "memory_mb": cpu_count * 4096,
                 "labels": {"rack": "test", "network_plane": "eth0"},
                 "gpus": [
                     {

@@ -8,6 +8,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from scheduling.choices import SessionState
@@ -28,6 +30,7 @@ from scheduling.services.home_files_agent import do_home_report
 from scheduling.services.sessions import check_submit, do_stop, do_submit
 
 from ..conftest import gpu_inventory
+from .test_lifecycle import run_desktop
 
 pytestmark = pytest.mark.django_db
 
@@ -208,3 +211,21 @@ def test_a_running_desktop_wins_over_where_the_last_one_ran(register_node, owner
     desktop = running_desktop(owner, profile)
     assert desktop.node == second and desktop.state == SessionState.RUNNING
     assert files_place(owner).node == second
+
+
+def test_a_nodes_desired_state_reads_every_home_quota_in_one_query(owner, stranger, profile, pool):
+    """Each desktop carries its person's quota (theirs, else the default), and however many
+    desktops the node runs, the quotas are one query (an agent's wait/ answers with them all
+    at a class start)."""
+    Quota.objects.create(scope="user", key="*", max_home_mb=500)
+    Quota.objects.create(scope="user", key="ada", max_home_mb=2000)
+    sessions = [run_desktop(owner, profile), run_desktop(stranger, profile)]
+    assert sessions[0].node == sessions[1].node  # the pool's one node
+    with CaptureQueriesContext(connection) as queries:
+        desired = desired_state(sessions[0].node).sessions
+    assert {d.session_id: d.home_quota_mb for d in desired} == {
+        sessions[0].pk: 2000,
+        sessions[1].pk: 500,
+    }
+    quota_reads = [q for q in queries.captured_queries if "scheduling_quota" in q["sql"]]
+    assert len(quota_reads) == 1, quota_reads
