@@ -69,6 +69,7 @@ from scheduling.services.bookings import (  # noqa: E402
 )
 from scheduling.services.nodes import do_create_join_token  # noqa: E402
 from tests.integration.stack import (  # noqa: E402
+    MEMORY_MB_PER_CPU,
     ROOT,
     Stack,
     database_url_of,
@@ -158,7 +159,8 @@ def start_node(stack: Stack, seats: int, workdir: Path, profile: DesktopProfile)
     32-CPU node holds only 64 desktops of half a CPU, and a larger class's warm desktops
     beyond them never start)."""
     gpus = math.ceil(seats / SLICES_PER_GPU)
-    cpus = max(32, math.ceil(seats * profile.cpus), math.ceil(seats * profile.memory_mb / 4096))
+    memory_cpus = math.ceil(seats * profile.memory_mb / MEMORY_MB_PER_CPU)
+    cpus = max(32, math.ceil(seats * profile.cpus), memory_cpus)
     stack.start_agent(
         do_create_join_token(stack.node, actor="bench"),
         write_fleet(workdir / "fleet.yaml", stack.node, SLICES_PER_GPU, gpus, cpu_count=cpus),

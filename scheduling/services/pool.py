@@ -92,11 +92,17 @@ def admission_refusal(tier: int) -> engine.Reason | None:
     Two queries, the rule and the utilisation: a class's submits all read them."""
     if not engine.admission_may_block(tier):
         return None
+    return engine.admission_block(tier, pool_utilisation(), admission_policy())
+
+
+def admission_policy() -> engine.Policy:
+    """The engine's policy holding the admission threshold (ratios 0..1 of the "Pool usage"
+    rule's levels, the one threshold; one query), its other knobs the engine's defaults:
+    :func:`~scheduling.services.snapshot.engine_policy` fills those from the pool policy."""
     levels = admission()
-    policy = engine.Policy(
+    return engine.Policy(
         warn_utilisation=levels.warn_percent / 100, block_utilisation=levels.block_percent / 100
     )
-    return engine.admission_block(tier, pool_utilisation(), policy)
 
 
 def pool_alert_level() -> str:

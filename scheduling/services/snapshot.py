@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -38,7 +39,7 @@ from ..models import (
 from .billed import slice_units
 from .gpu_cordon import cordoned_gpu_ids
 from .home_place import booking_home_nodes, home_nodes
-from .pool import admission
+from .pool import admission_policy
 from .quota_requests import extra_gpu_hours
 from .usage import Usage, collect_usage, department_of
 
@@ -76,10 +77,8 @@ def warm_node_use() -> dict[int, tuple[float, int]]:
 
 
 def engine_policy(policy: PoolPolicy) -> engine.Policy:
-    levels = admission()  # the "Pool usage" rule's levels: the one admission threshold
-    return engine.Policy(
-        warn_utilisation=levels.warn_percent / 100,
-        block_utilisation=levels.block_percent / 100,
+    return replace(
+        admission_policy(),  # the "Pool usage" rule's levels: the one admission threshold
         # The GPU temperature alert rule's level, where there is one (docs/alerts.md).
         temperature_limit_c=AlertRule.temperature_limit_c(policy.temperature_limit_c),
         protected_runtime_s=int(policy.protected_minutes * 60),

@@ -86,18 +86,22 @@ def database_url_of(settings_dict: dict) -> str:
     return f"postgres://{s['USER']}{password}@{host}/{s['NAME']}"
 
 
+# A simulated fleet file's node has this much memory per CPU.
+MEMORY_MB_PER_CPU = 4096
+
+
 def write_fleet(
     path: Path, node: str, mig_instances: int, gpus: int = 1, *, cpu_count: int = 32
 ) -> Path:
     """A simulated fleet file: ``node`` with ``gpus`` A100s of ``mig_instances`` 1g.10gb each,
-    ``cpu_count`` CPUs and 4 GB of memory per CPU."""
+    ``cpu_count`` CPUs and :data:`MEMORY_MB_PER_CPU` of memory each."""
     fleet = {
         "simulated": True,
         "nodes": [
             {
                 "name": node,
                 "cpu_count": cpu_count,
-                "memory_mb": cpu_count * 4096,
+                "memory_mb": cpu_count * MEMORY_MB_PER_CPU,
                 "labels": {"rack": "test", "network_plane": "eth0"},
                 "gpus": [
                     {
