@@ -52,6 +52,10 @@ from .test_multihost import connect as tcp_connect
 
 REVOKED_WITHIN_S = 2.0  # the bound on revocation
 WAIT_S = 15.0
+# The upgrade through nginx to a gateway answers in milliseconds here; once, late in a CI run
+# on a loaded machine, it took over 15 s (and the test's own next step 45 s more): the
+# opening handshake is given this long, so that such a pause is not taken for a refusal.
+OPEN_WAIT_S = 60.0
 FLOOD_S = 6.0  # how long the hostile desktop's viewer does not read
 GATEWAY_GROWTH_MAX_MB = 40.0  # 4-message queues of at most 1 MiB each way, and some
 NGINX_GROWTH_MAX_MB = 16.0  # an upgraded connection's fixed buffers
@@ -94,7 +98,7 @@ def screen_url(stack, node: str) -> str:
 
 def open_socket(stack, url: str, **options: Any) -> ClientConnection:
     connection = connect(
-        url, ssl=stack.ssl_context(), origin=Origin(stack.url), open_timeout=WAIT_S, **options
+        url, ssl=stack.ssl_context(), origin=Origin(stack.url), open_timeout=OPEN_WAIT_S, **options
     )
     # Entered by hand (the caller closes it), as test_multihost's updates_socket does.
     return connection.__enter__()
