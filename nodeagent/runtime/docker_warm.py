@@ -1,25 +1,27 @@
 """Warm desktops as Docker containers: started for a class booking, claimed by a session.
 
 A warm desktop is started before anyone asks: a random password in its own password folder
-(``w<key>``), its home a shared host folder (``warm-homes/<key>``, seeded with the image's
-skeleton) mounted with rslave propagation, labels ``deskpool.warm=<key>`` and
-``deskpool.booking``. A claim mounts the student's home volume on that folder
-(:mod:`~nodeagent.runtime.home_mounts`: it shows up in the running desktop), writes the
-session's password into the password folder, runs deskpool-claim in the container (one exec:
-Xvnc re-reads its password file at every authentication, and with the session's language the
-X session is started again as the student's: their locale and input method, their home's
-settings; Xvnc stays up), records the claim
-(:mod:`~nodeagent.runtime.claims`: labels cannot change, and a restarted agent must still
-know whose desktop it is) and logs in through websockify with the session's password: that
-proves the new password is in force (the warm one no longer opens the desktop) before the
-desktop is reported RUNNING.
+(``w<key>``, with the claim's two pipes), its home a shared host folder (``warm-homes/<key>``,
+seeded with the image's skeleton) mounted with rslave propagation, labels
+``deskpool.warm=<key>`` and ``deskpool.booking``. A claim mounts the student's home volume on
+that folder (:mod:`~nodeagent.runtime.home_mounts`: it shows up in the running desktop),
+writes the session's password into the password folder, has deskpool-claim run in the
+container (Xvnc re-reads its password file at every authentication, and with the session's
+language the X session is started again as the student's: their locale and input method,
+their home's settings; Xvnc stays up), records the claim (:mod:`~nodeagent.runtime.claims`:
+labels cannot change, and a restarted agent must still know whose desktop it is) and logs in
+through websockify with the session's password: that proves the new password is in force
+(the warm one no longer opens the desktop) before the desktop is reported RUNNING.
 
 A class start claims dozens at once on a 2-core node, so a claim makes few engine calls
 (``bench.agent --warm-together``): one inspect by the container's name (its labels checked:
 this node's warm desktop of that key, running; it also gives the ports and limits the
-report needs), the home volume's look-up (and creation), and the exec's three (create,
-start, exit code). A new home is seeded with the image's skeleton fetched at the warm start
-(kept per image id), not fetched again.
+report needs) and the home volume's look-up (and creation). deskpool-claim is asked for
+through the password folder's pipes (:mod:`~nodeagent.runtime.claim_pipes`), not with a
+``docker exec``, which was most of a claim's CPU on the node; a desktop that does not listen
+for them (an older image or agent) is claimed with the exec (create, start, exit code). A
+new home is seeded with the image's skeleton fetched at the warm start (kept per image id),
+not fetched again.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from nodeagent.protocol import (
 )
 from nodeagent.readiness import DesktopNotReady, keep_trying
 from nodeagent.rfb_login import RfbError, log_in_upstream
-from nodeagent.runtime import course_mounts, home_mounts
+from nodeagent.runtime import claim_pipes, course_mounts, home_mounts
 from nodeagent.runtime.base import (
     ManagedContainer,
     StartFailed,
@@ -144,6 +146,7 @@ class DockerWarmDesktops:
         try:
             self.remove(key)  # a leftover of this key (crashed agent) would clash
             desktops.write_password(password_dir, secrets.token_urlsafe(6)[:8])
+            claim_pipes.make(password_dir)  # the claim is asked for through these
             labels = {
                 **desktops.own_labels(),
                 LABEL_WARM: key,
@@ -194,13 +197,7 @@ class DockerWarmDesktops:
                 desktops.sessions_dir, desktops.installation, key, session.courses
             )
             desktops.replace_password(self.password_dir(key), session.vnc_password)
-            applied = container.exec_run(claim_command(session))
-            if applied.exit_code != 0:
-                output = (applied.output or b"").decode(errors="replace").strip()
-                raise StartFailed(
-                    f"warm desktop {key}: the claim was not applied "
-                    f"(exit code {applied.exit_code}: {output[:120]})"
-                )
+            self._apply_claim(key, container, session)
             desktops.claims.write(key, session)
             port = published_port(container.attrs)
             if port is None:
@@ -218,6 +215,22 @@ class DockerWarmDesktops:
         described = desktops.describe(container)
         assert described is not None  # the claim record was just written
         return described
+
+    def _apply_claim(self, key: str, container: Container, session: DesiredSession) -> None:
+        """deskpool-claim in the desktop: asked for through its pipes (no engine call), or,
+        where it does not listen for them, run with ``docker exec``; StartFailed unless it
+        succeeded."""
+        status = claim_pipes.ask(self.password_dir(key), session.language)
+        if status is None:
+            applied = container.exec_run(claim_command(session))
+            status = applied.exit_code
+            said = (applied.output or b"").decode(errors="replace").strip()[:120]
+        else:
+            said = "its words are in the desktop's log"
+        if status != 0:
+            raise StartFailed(
+                f"warm desktop {key}: the claim was not applied (exit code {status}: {said})"
+            )
 
     def _running(self, key: str) -> Container:
         """Warm desktop ``key``'s container, by its name (one engine call): this node's and

@@ -19,7 +19,7 @@ import pytest
 from nodeagent.images.check_image import handshake
 from nodeagent.protocol import LABEL_BOOKING, LABEL_MANAGED, LABEL_NODE, LABEL_SESSION, LABEL_WARM
 from nodeagent.reconcile import Reconciler
-from nodeagent.runtime import docker_warm, home_mounts, warm_container_name
+from nodeagent.runtime import claim_pipes, home_mounts, warm_container_name
 from nodeagent.runtime.base import StartFailed
 from nodeagent.runtime.desktop_network import remove_networks
 from nodeagent.runtime.docker_runtime import DockerRuntime
@@ -277,7 +277,7 @@ def assert_warm_desktop_gone(docker_client, node_name: str, sessions_dir: Path, 
 
 @pytest.mark.docker
 @pytest.mark.parametrize("installation", ["", "aaaa11112222"])
-def test_a_claim_makes_six_engine_calls_and_proves_the_new_password(
+def test_a_claim_makes_three_engine_calls_and_proves_the_new_password(
     docker_client, tiny_image, node_name, sessions_dir, monkeypatch, make_session, installation
 ) -> None:  # type: ignore[no-untyped-def]
     """A class start claims dozens at once: what one claim asks the engine is counted, so a
@@ -296,10 +296,7 @@ def test_a_claim_makes_six_engine_calls_and_proves_the_new_password(
         f"GET /containers/{name}/json",  # the warm container: labels, state, ports, limits
         f"GET /volumes/{first.home_volume}",  # a first-time student's home: not there ...
         "POST /volumes/create",  # ... made, seeded with the skeleton kept from the start
-        f"POST /containers/{warm.container_id}/exec",  # deskpool-claim ...
-        "POST /exec/<exec>/start",
-        "GET /exec/<exec>/json",  # ... and its exit code
-    ]
+    ]  # deskpool-claim: asked for through the password folder's pipes, not docker exec
     assert (claimed.session_id, claimed.container_id) == (7301, warm.container_id)
     assert claimed.running and claimed.port == warm.port
     assert login(warm.port, "countpw1") == "OK"
@@ -308,6 +305,27 @@ def test_a_claim_makes_six_engine_calls_and_proves_the_new_password(
     runtime.stop(7301)
     assert node_containers(docker_client, node_name) == []
     remove_networks(docker_client, node_name, installation)
+
+
+@pytest.mark.docker
+def test_a_warm_desktop_without_the_claim_pipes_is_claimed_with_docker_exec(
+    docker_runtime, docker_client, tiny_image, node_name, sessions_dir, monkeypatch, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    """One started by an agent from before the pipes (its password folder holds none): the
+    claim runs deskpool-claim with docker exec, and the new password opens the desktop."""
+    warm = docker_runtime.start_warm(desired_warm("c1-2", image=tiny_image))
+    for pipe in ("claim", "claimed"):
+        (sessions_dir / "wc1-2" / pipe).unlink()
+    session = make_session(7302, image=tiny_image, vnc_password="execpw01", warm_key="c1-2")
+
+    calls = engine_calls(docker_client, monkeypatch)
+    docker_runtime.claim("c1-2", session)
+
+    assert f"POST /containers/{warm.container_id}/exec" in calls, calls
+    assert calls[-2:] == ["POST /exec/<exec>/start", "GET /exec/<exec>/json"], calls
+    assert login(warm.port, "execpw01") == "OK"
+    docker_runtime.stop(7302)
+    assert node_containers(docker_client, node_name) == []
 
 
 @pytest.mark.docker
@@ -330,12 +348,13 @@ def test_claim_of_a_removed_warm_container_fails_and_leaves_nothing(
 def test_claim_fails_when_the_new_password_does_not_open_the_desktop(
     docker_runtime, docker_client, tiny_image, node_name, sessions_dir, monkeypatch, make_session
 ) -> None:  # type: ignore[no-untyped-def]
-    """The exec's exit code is not the only proof: the claim logs in with the new password,
-    so a desktop still on its warm password is never reported RUNNING."""
+    """deskpool-claim's exit status is not the only proof: the claim logs in with the new
+    password, so a desktop still on its warm password is never reported RUNNING."""
     warm = docker_runtime.start_warm(desired_warm("c3-1", image=tiny_image))
     warm_password = (sessions_dir / "wc3-1" / "passwd").read_text().strip()
     assert login(warm.port, warm_password) == "OK"  # a working desktop, on its own password
-    monkeypatch.setattr(docker_warm, "CLAIM_COMMAND", ["true"])  # applies nothing
+    # Says it applied the claim, and applied nothing.
+    monkeypatch.setattr(claim_pipes, "ask", lambda directory, language: 0)
     session = make_session(7501, image=tiny_image, vnc_password="unusedpw", warm_key="c3-1")
 
     started = time.monotonic()

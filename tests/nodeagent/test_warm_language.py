@@ -25,10 +25,12 @@ pytestmark = [pytest.mark.docker]
 
 # The running session's process group (deskpool-start records its leader).
 SESSION_GROUP = "cat /tmp/deskpool-runtime/session"
-# "pid comm" of each live process of the container.
+# "pid group comm" of each live process of the container (one that ends while it is read, as
+# the claim's listener does just after it answers, is left out).
 PROCESSES = (
     "for p in /proc/[0-9]*; do s=$(cat $p/stat 2>/dev/null) || continue; s=${s##*) }; "
-    'set -- $s; [ "$1" = Z ] || echo "${p#/proc/} $3 $(cat $p/comm)"; done'
+    "set -- $s; c=$(cat $p/comm 2>/dev/null) || continue; "
+    '[ "$1" = Z ] || echo "${p#/proc/} $3 $c"; done'
 )
 
 
