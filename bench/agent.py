@@ -28,8 +28,12 @@ Django), with the real readiness check (a VNC handshake through websockify):
    time until the last one is RUNNING.
 
 ``--parallel 0`` skips figures 2 and 3. ``--password-only`` claims as before issue 36
-(``deskpool-claim`` without ``--language``: the password alone, no session restarted), for
-figures 4 and 5 under the same load as a run without it (docs/scheduling.md, "Warm pool").
+(``deskpool-claim`` without ``--language`` with ``docker exec``: the password alone, no session
+restarted), for figures 4 and 5 under the same load as a run without it (docs/scheduling.md,
+"Warm pool"). ``--exec`` claims with ``docker exec`` instead of the claim pipes
+(``nodeagent/runtime/claim_pipes.py``), as before them. ``--returning``: the claiming students'
+homes exist before the claims (as a class's returning students' do), so that figures 4 and 5
+leave out making a home.
 
 Every container, volume, network, mount and password folder it makes is removed at the
 end, also on Ctrl-C. Containers are labelled ``deskpool.node=<--node>`` (default
@@ -52,7 +56,7 @@ from pathlib import Path
 from typing import get_args
 
 from nodeagent.protocol import LABEL_NODE, DesiredSession, DesiredWarm, DesktopLanguage
-from nodeagent.runtime import docker_warm, home_mounts
+from nodeagent.runtime import claim_pipes, docker_warm, home_mounts
 from nodeagent.runtime.desktop_network import remove_networks
 from nodeagent.runtime.docker_runtime import DockerRuntime, docker_client
 from nodeagent.runtime.docker_warm import WARM_HOMES_DIR_NAME
@@ -99,6 +103,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "alone, no session restart), for a comparison under the same load",
     )
     parser.add_argument(
+        "--exec",
+        action="store_true",
+        help="claim with docker exec, not through the claim pipes (as before them)",
+    )
+    parser.add_argument(
+        "--returning",
+        action="store_true",
+        help="make each claiming student's home before the claims (returning students)",
+    )
+    parser.add_argument(
         "--settled",
         default="xfce4-panel,xfdesktop,fcitx5",
         help="processes whose start ends a claimed session's settling (figure 4), comma-separated",
@@ -128,6 +142,8 @@ class Bench:
         self.next_id += 1
         volume = f"deskpool-bench-{self.args.node}-{self.next_id}"
         self.volumes.add(volume)
+        if self.args.returning:
+            self.runtime.home_folder(volume, create=True)  # as the Files page makes one
         return DesiredSession(
             session_id=self.next_id,
             user=f"bench{self.next_id}",
@@ -264,6 +280,11 @@ def p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(0.95 * len(ordered)) - 1))]
 
 
+def nothing_listens(directory: Path, language: str, timeout_s: float = 0.0) -> int | None:
+    """``--exec``'s claim pipes: nobody listens, so the claim runs ``docker exec``."""
+    return None
+
+
 def password_only(session: DesiredSession) -> list[str]:
     """``--password-only``'s claim command: the password alone, as before issue 36."""
     return list(docker_warm.CLAIM_COMMAND)
@@ -272,6 +293,8 @@ def password_only(session: DesiredSession) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
+    if args.password_only or args.exec:
+        claim_pipes.ask = nothing_listens  # this process only: docker exec
     if args.password_only:
         docker_warm.claim_command = password_only  # this process only: the comparison
         args.settled = ""  # nothing restarts
@@ -333,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"warm claim -> RUNNING, {len(together)} at once",
                 f"all RUNNING after {together_wall:.2f} s on {args.claim_workers} threads "
                 f"(each: median {statistics.median(together):.2f} s, p95 {p95(together):.2f} s, "
-                f"max {max(together):.2f} s; idle {args.together_settle_s:g} s before)",
+                f"max {max(together):.2f} s; idle {args.together_settle_s:g} s before; "
+                f"{'docker exec' if args.exec or args.password_only else 'claim pipes'}, "
+                f"{'homes made before' if args.returning else 'new homes'})",
             )
         )
     if each:
