@@ -167,6 +167,12 @@ class PortalClient:
             response = self._send(method, path, body, timeout)
         except httpx.TransportError as error:
             raise _unreachable(error) from error
+        except RuntimeError as error:
+            if not self._http.is_closed:
+                raise
+            # The agent is stopping: a desktop's action thread reporting after the close is
+            # told the portal is out of reach (its report is kept), not handed httpx's error.
+            raise PortalUnavailable("the agent is stopping: its portal client is closed") from error
         return _answer_of(response, answer)
 
     def _send(

@@ -82,6 +82,17 @@ def test_unreachable_portal_is_portal_unavailable() -> None:
         client.desired()
 
 
+def test_a_report_after_the_agent_closed_its_client_is_portal_unavailable() -> None:
+    """At the agent's stop, desktop action threads may still report: told the portal is out
+    of reach (the outbox keeps the report), not httpx's "client has been closed" error."""
+    seen: list[httpx.Request] = []
+    client = client_answering(200, {"state": "RUNNING"}, seen)
+    client.close()
+    with pytest.raises(PortalUnavailable, match="the agent is stopping"):
+        client.report(12, SessionReport(state="RUNNING", host="127.0.0.1", port=40000))
+    assert seen == []
+
+
 SESSION = {
     "session_id": 1, "user": "ada", "course": "", "image": "deskpool/tiny:latest", "cpus": 1,
     "memory_mb": 512, "pids_limit": 256, "shm_mb": 64, "gpu_devices": [], "vnc_password": "pw",
