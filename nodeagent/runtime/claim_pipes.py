@@ -53,19 +53,13 @@ def ask(directory: Path, language: str, timeout_s: float = ANSWER_S) -> int | No
     (``en``, ``zh-hans`` or ``""``): deskpool-claim's exit status, or None where the desktop
     does not listen (claim it with ``docker exec``). StartFailed if it listened and did not
     answer within ``timeout_s``, or answered something other than a status."""
+    answers = _open(directory / CLAIMED_PIPE, os.O_RDONLY, "the claim's answer pipe")
+    if answers is None:
+        return None
     try:
-        answers = os.open(directory / CLAIMED_PIPE, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as error:
-        if error.errno in NOT_LISTENING:
+        asking = _open(directory / CLAIM_PIPE, os.O_WRONLY, "the claim pipe")
+        if asking is None:
             return None
-        raise StartFailed(f"the claim's answer pipe cannot be opened: {error}") from error
-    try:
-        try:
-            asking = os.open(directory / CLAIM_PIPE, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError as error:
-            if error.errno in NOT_LISTENING:
-                return None
-            raise StartFailed(f"the claim pipe cannot be opened: {error}") from error
         try:
             os.write(asking, f"{language}\n".encode())  # a few bytes: never a full pipe
         finally:
@@ -73,6 +67,16 @@ def ask(directory: Path, language: str, timeout_s: float = ANSWER_S) -> int | No
         return _status(_answer(answers, timeout_s))
     finally:
         os.close(answers)
+
+
+def _open(path: Path, flags: int, what: str) -> int | None:
+    """``path`` opened without blocking; None where nothing listens; StartFailed otherwise."""
+    try:
+        return os.open(path, flags | os.O_NONBLOCK)
+    except OSError as error:
+        if error.errno in NOT_LISTENING:
+            return None
+        raise StartFailed(f"{what} cannot be opened: {error}") from error
 
 
 def _answer(answers: int, timeout_s: float) -> bytes:
