@@ -164,6 +164,9 @@ OVERLOAD_RETRY_AFTER_S = env.int("DESKPOOL_OVERLOAD_RETRY_AFTER_S", default=5)
 # on the event loop, the node agents' pass (portal.server.http_gate). Below DB_POOL_MAX, so
 # that the agents find a connection. 0: no gate.
 HTTP_CONCURRENCY = env.int("DESKPOOL_HTTP_CONCURRENCY", default=8)
+# The pool-wide figures every submit reads (utilisation, the "Pool usage" rule, the nodes'
+# state) are read at most once this often per process (scheduling.recent). 0: every submit.
+POOL_READ_KEEP_S = env.float("DESKPOOL_POOL_READ_KEEP_S", default=1.0)
 
 # Campus sign-in (docs/signin.md): OIDC, CAS and LDAP, each enabled by its variables; IdP
 # groups map to roles through DESKPOOL_SIGNIN_ADMIN_GROUPS and _FACULTY_GROUPS. Local accounts

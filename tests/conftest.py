@@ -14,8 +14,17 @@ import pytest
 TEST_IMAGE = "deskpool/tiny:latest"
 
 
+# The pool-wide figures a submit reads are read afresh every time in tests (the servers the
+# tests start inherit this), so that a test's change shows at once; tests/scheduling/
+# test_recent_reads.py turns the keeping on.
+os.environ.setdefault("DESKPOOL_POOL_READ_KEEP_S", "0")
+
+
 def pytest_configure(config) -> None:
     os.makedirs("test-output", exist_ok=True)
+    from django.conf import settings
+
+    settings.POOL_READ_KEEP_S = float(os.environ["DESKPOOL_POOL_READ_KEEP_S"])
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,9 @@ back in a minute): then every profile stays available and its requests wait.
 
 The pool read behind it (8 queries and ~6 ms of CPU on the demo pool) is kept by each process
 while the nodes stay as they were (registrations, health, cordons, drains, present GPUs: one
-query to tell) and for :data:`POOL_READ_KEEP_S` at most, so a storm of submits and home pages
-reads the pool once, not once each.
+query to tell, itself read at most once a moment per process: ``scheduling.recent``) and for
+:data:`POOL_READ_KEEP_S` at most, so a storm of submits and home pages reads the pool once,
+not once each.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .. import engine
 from ..engine.reasons import Reason
 from ..models import DesktopProfile, Node
 from ..presenters import refusal, render_reason
+from ..recent import Recent
 from . import ServiceError
 from .snapshot import pool_snapshot, profile_request
 
@@ -49,9 +51,18 @@ def _pool_state(now: datetime) -> tuple[Any, ...]:
     )
 
 
+def _nodes_now() -> tuple[Any, ...]:
+    return _pool_state(timezone.now())
+
+
+# A class's submits all ask whether their profile could ever run: the nodes' state is read
+# at most once a moment per process (scheduling.recent).
+_recent_state = Recent(_nodes_now)
+
+
 def _pool_read(now: datetime):
     global _kept
-    state = _pool_state(now)
+    state = _recent_state()
     kept = _kept
     if kept is not None and kept[0] == state and time.monotonic() - kept[1] < POOL_READ_KEEP_S:
         return kept[2]

@@ -19,6 +19,7 @@ from .. import engine
 from ..choices import ON_NODE_STATES, WAITING_STATES
 from ..models import Alert, AlertRule, Allocation, Node, Session, Slice
 from ..models.alerts import AlertLevel, Metric, Scope
+from ..recent import Recent
 
 # The levels of a pool without a "Pool usage" rule (a new pool, before its default rules are
 # made): percent of the pool's GPU capacity in use.
@@ -89,10 +90,11 @@ def admission() -> Admission:
 def admission_refusal(tier: int) -> engine.Reason | None:
     """Why a new request of this tier is refused now by the pool's admission threshold (the
     rule's block level against the pool's utilisation; only hobby is ever refused), or None.
-    Two queries, the rule and the utilisation: a class's submits all read them."""
+    The rule and the utilisation, which a class's submits all read, are read at most once a
+    moment per process (:mod:`scheduling.recent`)."""
     if not engine.admission_may_block(tier):
         return None
-    return engine.admission_block(tier, pool_utilisation(), admission_policy())
+    return engine.admission_block(tier, _recent_utilisation(), _recent_policy())
 
 
 def admission_policy() -> engine.Policy:
@@ -103,6 +105,10 @@ def admission_policy() -> engine.Policy:
     return engine.Policy(
         warn_utilisation=levels.warn_percent / 100, block_utilisation=levels.block_percent / 100
     )
+
+
+_recent_utilisation = Recent(pool_utilisation)
+_recent_policy = Recent(admission_policy)
 
 
 def pool_alert_level() -> str:
