@@ -7,16 +7,21 @@ from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
+import django  # noqa: E402
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
-from django.core.asgi import get_asgi_application  # noqa: E402
 from django.urls import get_resolver  # noqa: E402
 
 from portal.server.http_gate import HttpGate  # noqa: E402
 
-# People's requests enter Django a few at a time, the agents' at once (portal.server.http_gate).
-http_application: Any = HttpGate(get_asgi_application(), settings.HTTP_CONCURRENCY)
+django.setup(set_prefix=False)  # as django.core.asgi.get_asgi_application does
+
+from portal.server.sync_handler import OneThreadASGIHandler  # noqa: E402
+
+# People's requests enter Django a few at a time, the agents' at once (portal.server.http_gate);
+# each request's middleware and view run in one thread (portal.server.sync_handler).
+http_application: Any = HttpGate(OneThreadASGIHandler(), settings.HTTP_CONCURRENCY)
 if settings.SERVE_STATIC:
     from portal.server.input_limits import StaticFiles  # a path out of the static folders is a 404
 
