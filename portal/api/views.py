@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Prefetch, QuerySet, prefetch_related_objects
+from django.db.models import Prefetch, prefetch_related_objects
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, permissions, status, viewsets
@@ -27,6 +27,7 @@ from portal.api.serializers import (
 from portal.kit.client_address import client_address_of
 from portal.kit.person import PersonMixin
 from scheduling.models import Allocation, DesktopProfile, Gpu, Node, Session
+from scheduling.models.sessions import SessionQuerySet
 from scheduling.services.extend import do_extend
 from scheduling.services.feasibility import unavailable_words
 from scheduling.services.gateway_tickets import TOKEN_MARKER, check_gateway_open, do_issue_ticket
@@ -55,7 +56,7 @@ class DesktopProfileViewSet(viewsets.ReadOnlyModelViewSet):
         }
 
 
-def _shown(sessions: QuerySet[Session]) -> QuerySet[Session]:
+def _shown(sessions: SessionQuerySet) -> SessionQuerySet:
     """What a session's answer reads beside it."""
     return sessions.select_related("profile", "node", "user").prefetch_related(
         "allocations__slice__gpu"
@@ -81,9 +82,7 @@ class SessionViewSet(
         pk = self.kwargs[self.lookup_url_kwarg or self.lookup_field]
         # By its id: no sort (``first()`` sorts, and Django's sort over this many selected
         # columns cost a poll a quarter of its CPU).
-        own = next(
-            iter(_shown(Session.objects.filter(user=self.request.user.pk, pk=pk)).order_by()), None
-        )
+        own = _shown(Session.objects.all()).own(self.request.user, pk)
         if own is None:
             return super().get_object()
         self.check_object_permissions(self.request, own)

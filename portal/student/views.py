@@ -54,13 +54,13 @@ SCREEN_ANSWER_S = 15
 def _my_session(request: HttpRequest, session_id: int, *, to_open: bool = False) -> Session:
     """The session if this person may see it (or open it); 404 otherwise."""
     user = signed_in(request.user)
-    sessions = Session.objects.openable_by(user) if to_open else Session.objects.visible_to(user)
-    session = (
-        sessions.select_related("profile", "node", "user")
-        .prefetch_related("allocations__slice__gpu")
-        .filter(pk=session_id)
-        .first()
+    read = Session.objects.select_related("profile", "node", "user").prefetch_related(
+        "allocations__slice__gpu"
     )
+    session = read.own(user, session_id)  # their own: no grants query
+    if session is None:
+        sessions = read.openable_by(user) if to_open else read.visible_to(user)
+        session = next(iter(sessions.filter(pk=session_id).order_by()), None)
     if session is None:
         raise Http404(_("No such session."))
     return session

@@ -35,6 +35,16 @@ class SessionQuerySet(models.QuerySet["Session"]):
         """Sessions this user may read: their own, all for admins, and guardian grants."""
         return visible_through(self, user, "scheduling.view_session", Q(user=user))
 
+    def own(self, user: User | AnonymousUser, pk: object) -> Session | None:
+        """Session ``pk`` when it is ``user``'s own, else None: found without building the
+        grants query of :meth:`visible_to` (a person reading their own session is the common
+        case: a class polling its desktops, the session pages), and without a sort (``first()``
+        sorts, and Django compiles the sort against every selected column). Callers fall back
+        to :meth:`visible_to` for the sessions others granted."""
+        if not user.is_authenticated:
+            return None
+        return next(iter(self.filter(user=user.pk, pk=pk).order_by()), None)
+
     def openable_by(self, user: User | AnonymousUser) -> SessionQuerySet:
         """Sessions whose desktop this user may open: only the owner's, and admins'."""
         if not user.is_authenticated:
