@@ -198,6 +198,9 @@ def main() -> int:
     )
     parser.add_argument("--at", help="--signed-in: the stack of this commit (a git worktree)")
     parser.add_argument("--flame", help="--signed-in: a folder for py-spy's samples")
+    parser.add_argument(
+        "--page-polls", action="store_true", help="--signed-in page: poll the API beside the page"
+    )
     args = parser.parse_args()
     if args.at and not args.signed_in:
         parser.error("--at needs --signed-in")

@@ -61,6 +61,7 @@ def signed_in_argv(args: argparse.Namespace, url: str, dsn: str = "") -> list[st
     argv += ["--spread", str(args.spread), "--poll", str(args.poll)]
     argv += ["--timeout", str(args.timeout), "--course", PREFIX]
     argv += ["--flame", args.flame] if args.flame else []
+    argv += ["--page-polls"] if args.page_polls else []
     return argv + (["--dsn", dsn] if dsn else [])
 
 
