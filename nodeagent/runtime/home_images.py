@@ -48,6 +48,7 @@ _GROW_TRIES = 4
 # made smaller and grown (at a class's first start, forty new homes of one quota).
 _sizes: dict[int, int] = {}
 _SIZES_KEPT = 64
+PROBE_PREFIX = ".probe-"  # learn_size's throwaway home
 
 
 class HomeImageError(StartFailed):
@@ -131,6 +132,29 @@ def create(homes_dir: Path, volume: str, size_mb: int, *, idle: bool = True) -> 
             _sizes.clear()
         _sizes[size_mb] = image.stat().st_size
     return point
+
+
+def learn_size(homes_dir: Path, size_mb: int) -> int | None:
+    """Make one throwaway home image of ``size_mb`` (grown until its files may take it) and
+    remove it, so that the homes of that quota are made at their size at once: at a class's
+    first start, each first-time student's claim then makes its home without a
+    ``resize2fs``. The agent does this for the node's quota when it starts; the image size
+    learned (bytes), or None when it could not (logged: the first real home says why)."""
+    if size_mb <= 0:
+        return None
+    if size_mb in _sizes:
+        return _sizes[size_mb]
+    volume = f"{PROBE_PREFIX}{size_mb}"  # a dot first: mount_all never mounts it
+    try:
+        create(homes_dir, volume, size_mb)
+    except (HomeImageError, OSError) as error:
+        logger.warning("could not learn the image size of a %d MB home: %s", size_mb, error)
+    finally:
+        try:
+            remove(homes_dir, volume)
+        except (HomeImageError, OSError) as error:
+            logger.warning("could not remove the probe home %s: %s", volume, error)
+    return _sizes.get(size_mb)
 
 
 def attach(homes_dir: Path, volume: str, size_mb: int = 0, *, idle: bool = True) -> Path:

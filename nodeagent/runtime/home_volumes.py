@@ -82,6 +82,9 @@ class HomeVolumes:
             mounted = home_images.mount_all(self.homes_dir)
             if mounted:
                 logger.info("mounted %d home image(s) of %s", len(mounted), self.homes_dir)
+            # The first homes of the node's quota are then made without a resize
+            # (a few tens of milliseconds, once per agent process).
+            home_images.learn_size(self.homes_dir, default_quota_mb)
 
     @property
     def disk_enforced(self) -> bool:

@@ -356,6 +356,34 @@ def test_a_second_home_of_a_quota_is_made_at_its_size_at_once(
 
 
 @pytest.mark.docker
+def test_the_nodes_quota_is_learned_at_start_so_its_first_home_is_not_grown(
+    docker_client, node_name, sessions_dir, homes_dir, caplog
+) -> None:  # type: ignore[no-untyped-def]
+    """At the agent's start a throwaway home of the node's quota is made and removed; the
+    first real home of that quota (a class's first claims) is then made at its size at once:
+    no resize2fs. The throwaway leaves no file, mount or loop device behind."""
+    quota_mb = QUOTA_MB + 29  # a quota no other test made a home for in this process
+    caplog.set_level("INFO", logger="nodeagent.runtime.home_images")
+    desktops = DesktopContainers(
+        docker_client,
+        node_name=node_name,
+        sessions_dir=sessions_dir,
+        homes_dir=homes_dir,
+        default_quota_mb=quota_mb,
+    )
+    learned = [r.getMessage() for r in caplog.records if home_images.PROBE_PREFIX in r.getMessage()]
+    assert any("grown from" in m for m in learned), learned  # the throwaway took the grow
+    assert sorted(p.name for p in homes_dir.iterdir()) == []
+    assert loop_devices_under(homes_dir) == []
+    caplog.clear()
+    name = f"deskpool-test-home-{node_name}"
+    desktops.ensure_volume(name, "alice", None)  # None: the node's quota
+    space = home_images.space(home_images.mount_point(homes_dir, name))
+    assert space is not None and quota_mb * MB <= space.size_bytes <= (quota_mb + 4) * MB
+    assert not [r for r in caplog.records if "grown from" in r.getMessage()]
+
+
+@pytest.mark.docker
 def test_starts_that_make_the_same_home_at_once_make_one_image(
     docker_client, node_name, sessions_dir, homes_dir
 ) -> None:  # type: ignore[no-untyped-def]
