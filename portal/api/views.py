@@ -26,6 +26,7 @@ from portal.api.serializers import (
 )
 from portal.kit.client_address import client_address_of
 from portal.kit.person import PersonMixin
+from scheduling.events import payload_reads
 from scheduling.models import Allocation, DesktopProfile, Gpu, Node, Session
 from scheduling.models.sessions import SessionQuerySet
 from scheduling.services.extend import do_extend
@@ -58,9 +59,7 @@ class DesktopProfileViewSet(viewsets.ReadOnlyModelViewSet):
 
 def _shown(sessions: SessionQuerySet) -> SessionQuerySet:
     """What a session's answer reads beside it."""
-    return sessions.select_related("profile", "node", "user").prefetch_related(
-        "allocations__slice__gpu"
-    )
+    return payload_reads(sessions)
 
 
 class SessionViewSet(

@@ -32,7 +32,7 @@ from scheduling.choices import (
     Purpose,
     SessionState,
 )
-from scheduling.events import session_payload
+from scheduling.events import payload_reads, session_payload
 from scheduling.models import Session
 from scheduling.services import ServiceError
 from scheduling.services.catalogue import profile_offers
@@ -54,9 +54,7 @@ SCREEN_ANSWER_S = 15
 def _my_session(request: HttpRequest, session_id: int, *, to_open: bool = False) -> Session:
     """The session if this person may see it (or open it); 404 otherwise."""
     user = signed_in(request.user)
-    read = Session.objects.select_related("profile", "node", "user").prefetch_related(
-        "allocations__slice__gpu"
-    )
+    read = payload_reads(Session.objects.all())
     session = read.own(user, session_id)  # their own: no grants query
     if session is None:
         sessions = read.openable_by(user) if to_open else read.visible_to(user)
@@ -89,8 +87,7 @@ def _page_config(request: HttpRequest, form: str, **extra: Any) -> dict[str, Any
 
 def _home_context(request: HttpRequest, form: SessionRequestForm) -> dict[str, Any]:
     user = signed_in(request.user)
-    mine = Session.objects.filter(user=user).select_related("profile", "node")
-    mine = mine.prefetch_related("allocations__slice__gpu")
+    mine = payload_reads(Session.objects.filter(user=user))
     purposes = eligible_purposes(user)
     quota = quota_left(user)
     return {

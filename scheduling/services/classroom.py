@@ -18,7 +18,7 @@ from people.models import Course
 
 from ..choices import TERMINAL_STATES, WAITING_STATES, AuditKind, Purpose, SessionState
 from ..engine.reasons import Code, Reason
-from ..events import broadcast_session
+from ..events import broadcast_session, payload_reads
 from ..locks import lock_person
 from ..models import Booking, DesktopProfile, Session, default_profile_of
 from ..presenters import stored
@@ -41,13 +41,8 @@ class StartAllResult:
 
 def class_sessions(course: Course):
     """The course's open sessions (waiting or running), by student, for the live class."""
-    return (
-        Session.objects.filter(course=course)
-        .exclude(state__in=TERMINAL_STATES)
-        .select_related("user", "profile", "node")
-        .prefetch_related("allocations__slice__gpu")
-        .order_by("user__username", "created_at")
-    )
+    sessions = Session.objects.filter(course=course).exclude(state__in=TERMINAL_STATES)
+    return payload_reads(sessions).order_by("user__username", "created_at")
 
 
 def _teacher_name(actor: User) -> str:

@@ -9,8 +9,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
+from scheduling.choices import SessionState
 from scheduling.models import Session
 from scheduling.services.api_tokens import issue_token
+from scheduling.services.cycle import do_scheduling_cycle
+from scheduling.services.sessions import check_submit, do_submit
 
 pytestmark = pytest.mark.django_db
 
@@ -33,3 +36,20 @@ def test_polling_ones_own_session_is_three_queries_without_the_grants(owner, pro
     assert not [s for s in sql if "guardian" in s], sql
     # the token with its person and their preferences, the session, its holds
     assert len(sql) == 3, sql
+
+
+def test_polling_a_placed_desktop_reads_its_slices_and_gpus_in_one_query(owner, profile, pool):
+    """A placed desktop's answer names its GPU and slice: its allocations, their slices and
+    their GPUs in one query (``scheduling.events.payload_reads``), not one per level."""
+    do_submit(owner, check_submit(owner, profile.pk, "hobby", None))
+    do_scheduling_cycle()
+    session = Session.objects.get(user=owner)
+    assert session.state == SessionState.PLACED
+    client = client_of(owner)
+    client.get(f"/api/v1/sessions/{session.pk}/")
+    with CaptureQueriesContext(connection) as queries:
+        answer = client.get(f"/api/v1/sessions/{session.pk}/")
+    assert answer.status_code == 200 and answer.json()["slice"], answer.json()
+    sql = [q["sql"] for q in queries.captured_queries]
+    assert len(sql) == 3, sql
+    assert 'JOIN "scheduling_gpu"' in sql[-1], sql[-1]
