@@ -69,7 +69,7 @@ class Student:
     answered: float | None = None
     page_loaded: float | None = None
     seen_poll: float | None = None
-    seen_socket: float | None = None  # page mode: the page, its catch-up or its socket
+    seen_page: float | None = None  # page mode: the page, its catch-up or its socket
     fragment_url: str = ""
     cookies: str = ""
     created: float | None = None  # the session's own timestamps (epoch seconds)
@@ -180,10 +180,10 @@ async def submit(url: str, student: Student, body: dict, mode: str) -> bool:
         student.error = f"session page answered {page.status_code}"
         return False
     if RUNNING_CARD in page.text:
-        student.seen_socket = student.page_loaded
+        student.seen_page = student.page_loaded
     fragment = FRAGMENT_URL.search(page.text)
     student.fragment_url = fragment.group(1) if fragment else ""
-    if student.seen_socket is None:
+    if student.seen_page is None:
         student.socket = await updates_socket(url, student, "detail")
     return True
 
@@ -212,8 +212,8 @@ async def listen(student: Student, deadline: float) -> None:
     if student.fragment_url:  # open: the page catches up on what it missed (session.js)
         answer = await student.api.get(student.fragment_url)
         if answer.status_code == 200 and RUNNING_CARD in answer.json().get("html", ""):
-            student.seen_socket = time.time()
-    while time.time() < deadline and student.seen_socket is None and not student.error:
+            student.seen_page = time.time()
+    while time.time() < deadline and student.seen_page is None and not student.error:
         try:
             raw = await asyncio.wait_for(student.socket.recv(), max(0.1, deadline - time.time()))
         except TimeoutError:
@@ -223,7 +223,7 @@ async def listen(student: Student, deadline: float) -> None:
         if message.get("type") != "session.update" or session.get("id") != student.session_id:
             continue
         if session.get("state") == "RUNNING":
-            student.seen_socket = time.time()
+            student.seen_page = time.time()
 
 
 async def one(url, student, body, mode, ask_at, poll_s, timeout_s, page_polls) -> None:
@@ -320,7 +320,7 @@ async def storm(args: argparse.Namespace) -> list[Student]:
 
 def seen(student: Student, mode: str) -> float | None:
     """When the student saw RUNNING: by poll (token), on the page (page)."""
-    return student.seen_poll if mode == "token" else student.seen_socket
+    return student.seen_poll if mode == "token" else student.seen_page
 
 
 def read_placed(dsn: str, students: list[Student]) -> None:
@@ -377,11 +377,11 @@ def report(students: list[Student], mode: str) -> list[str]:
         rows += [
             (
                 "RUNNING stored -> seen on the page",
-                of((s.started, s.seen_socket) for s in students),
+                of((s.started, s.seen_page) for s in students),
             ),
             (
                 "submit -> RUNNING seen on the page",
-                of((s.submitted, s.seen_socket) for s in students),
+                of((s.submitted, s.seen_page) for s in students),
             ),
         ]
     lines += [f"  {name}: {spread(values)}" for name, values in rows if values]

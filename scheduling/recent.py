@@ -60,6 +60,6 @@ class Recent(Generic[T]):
 
 
 def forget_all() -> None:
-    """Every kept figure is read afresh next time (tests; after an admin's change here)."""
+    """Every kept figure is read afresh next time (the tests that turn the keeping on)."""
     for recent in _all:
         recent.forget()

@@ -39,9 +39,11 @@ POOL_READ_KEEP_S = 5.0  # at most this long, even when the nodes look unchanged
 _kept: tuple[Any, float, Any] | None = None  # (nodes' state, monotonic time, pool read)
 
 
-def _pool_state(now: datetime) -> tuple[Any, ...]:
+def _pool_state() -> tuple[Any, ...]:
     """What the verdicts depend on, in one query: each node's registration, whether it takes
-    work, and its present GPUs (the database's name too: one process, several test databases)."""
+    work now, and its present GPUs (the database's name too: one process, several test
+    databases)."""
+    now = timezone.now()
     rows = Node.objects.annotate(
         present_gpus=Count("gpus", filter=Q(gpus__present=True)), last_gpu=Max("gpus__pk")
     ).only("pk", "registered_at", "cordoned", "draining_since", "last_heartbeat")
@@ -51,13 +53,9 @@ def _pool_state(now: datetime) -> tuple[Any, ...]:
     )
 
 
-def _nodes_now() -> tuple[Any, ...]:
-    return _pool_state(timezone.now())
-
-
 # A class's submits all ask whether their profile could ever run: the nodes' state is read
 # at most once a moment per process (scheduling.recent).
-_recent_state = Recent(_nodes_now)
+_recent_state = Recent(_pool_state)
 
 
 def _pool_read(now: datetime):
