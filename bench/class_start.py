@@ -50,6 +50,7 @@ from django.contrib.auth.models import User  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from bench.cpu import containers_cpu_s, cpu_by_process, cpu_line, machine_busy_s  # noqa: E402
 from bench.students import Student, run_students  # noqa: E402
 from nodeagent.runtime import home_mounts  # noqa: E402
 from people.models import Course  # noqa: E402
@@ -98,6 +99,7 @@ class ClassRun:
     in_warm_container: int = 0  # running in that warm desktop's container (not started anew)
     # Per phase, every student's seconds: POST -> session row, -> placed, -> RUNNING stored.
     phases: dict[str, list[float]] = field(default_factory=dict)
+    cpu: str = ""  # every role's CPU from the window's opening to the last answer (cpu_line)
 
     def times(self) -> list[float]:
         return sorted(s.elapsed for s in self.students if s.elapsed is not None)
@@ -223,8 +225,9 @@ def run_class(
     # What the worker's cycles started (the stack has its own settings): at the opening.
     warm = WarmDesktop.objects.filter(booking=booking)
     warm_ready, warm_total = warm.filter(state=WarmState.READY).count(), warm.count()
+    window_cpu = Window()
     runner.join()
-    run = ClassRun(course, booking, students, warm_ready, warm_total)
+    run = ClassRun(course, booking, students, warm_ready, warm_total, cpu=window_cpu.line())
     ids = [s.session_id for s in students if s.session_id]
     run.placed_warm = Session.objects.filter(pk__in=ids).exclude(warm_key="").count()
     warm_containers = {
@@ -235,6 +238,35 @@ def run_class(
     ).count()
     run.phases = phases(students)
     return run
+
+
+class Window:
+    """Every role's CPU from its making on: the stack's processes and PostgreSQL's, Docker's
+    containers (the desktops), and this process (the students' clients)."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.processes = cpu_by_process()
+        self.containers = containers_cpu_s()
+        self.own = own_cpu_s()
+        self.busy = machine_busy_s()
+
+    def line(self) -> str:
+        """The roles' CPU, then the whole machine's (the roles, the kernel's work for them
+        and every other process: mount, losetup, docker-proxy, the desktops' start)."""
+        busy = machine_busy_s() - self.busy
+        more = {"the_students": own_cpu_s() - self.own}
+        containers = containers_cpu_s()
+        if containers is not None and self.containers is not None:
+            more["desktop_containers"] = containers - self.containers
+        roles = cpu_line(self.processes, cpu_by_process(), time.monotonic() - self.started, **more)
+        return f"{roles}; the machine was busy {busy:.1f} s"
+
+
+def own_cpu_s() -> float:
+    """This process's CPU seconds so far (every thread)."""
+    times = os.times()
+    return times.user + times.system
 
 
 def phases(students: Sequence[Student]) -> dict[str, list[float]]:
@@ -336,6 +368,8 @@ def report(run: ClassRun, spread_s: float) -> list[str]:
     }
     lines += phase_lines(run.phases, what)
     failed = [s for s in run.students if s.elapsed is None]
+    if run.cpu:
+        lines.append(f"from the opening to the last answer: {run.cpu}")
     if failed:
         lines.append(f"NOT RUNNING: {len(failed)} of {seats}")
     return lines

@@ -16,7 +16,13 @@ ROLES = (
     ("nodeagent", "agents"),
     ("postgres", "PostgreSQL (all its databases)"),
     ("redis", "Redis"),
+    ("dockerd", "Docker engine"),
+    ("containerd", "Docker engine"),
 )
+# Every container's CPU: cgroup v1 keeps one sum for all of Docker's containers (an ended
+# container's share stays in it); under cgroup v2 each running container has a scope.
+DOCKER_CGROUP_V1 = Path("/sys/fs/cgroup/cpuacct/docker/cpuacct.usage")
+DOCKER_SCOPES_V2 = Path("/sys/fs/cgroup/system.slice")
 
 
 def cpu_s(pid: int) -> float:
@@ -44,6 +50,36 @@ def cpu_by_process() -> dict[int, tuple[str, float]]:
             except OSError:
                 continue
     return found
+
+
+def containers_cpu_s() -> float | None:
+    """CPU seconds Docker's containers have used so far (under cgroup v2 only the running
+    ones'), or None where neither layout is there."""
+    try:
+        return int(DOCKER_CGROUP_V1.read_text()) / 1e9
+    except (OSError, ValueError):
+        pass
+    scopes = list(DOCKER_SCOPES_V2.glob("docker-*.scope/cpu.stat"))
+    if not scopes:
+        return None
+    used_us = 0
+    for stat in scopes:
+        try:
+            fields = dict(line.split() for line in stat.read_text().splitlines())
+        except (OSError, ValueError):
+            continue
+        used_us += int(fields.get("usage_usec", 0))
+    return used_us / 1e6
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has been busy so far (every CPU, every process and the
+    kernel: /proc/stat's first line less idle and I/O wait)."""
+    with open("/proc/stat", encoding="ascii") as f:
+        fields = [int(n) for n in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    # guest time is counted in user time already
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def children_cpu_s() -> float:

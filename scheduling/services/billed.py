@@ -71,19 +71,27 @@ class Asked:
     def smallest(self, model: str, ask: Ask) -> Part | None:
         key = (model, ask)
         if key not in self.known:
-            fitting = [
-                s
-                for s in Slice.objects.filter(
+            # The columns alone, smallest first (an agent's report batch asks this of a
+            # model with a class's worth of slices: no Slice and GPU objects built for them).
+            rows = (
+                Slice.objects.filter(
                     present=True,
                     gpu__present=True,
                     gpu__model=model,
                     kind__in=list(ask.kinds),
                     memory_mb__gte=ask.memory_min_mb,
-                ).select_related("gpu")
-                if slice_units(s.gpu.compute_units, s.milli) >= ask.compute_min
-            ]
-            best = min(fitting, key=lambda s: (s.milli, s.memory_mb, s.pk), default=None)
-            self.known[key] = part_of(best) if best is not None else None
+                )
+                .order_by("milli", "memory_mb", "pk")
+                .values_list("kind", "profile", "milli", "gpu__compute_units")
+            )
+            self.known[key] = next(
+                (
+                    Part(kind, profile, milli, slice_units(units, milli))
+                    for kind, profile, milli, units in rows
+                    if slice_units(units, milli) >= ask.compute_min
+                ),
+                None,
+            )
         return self.known[key]
 
     def billed(self, held: Iterable[tuple[str, Part]], ask: Ask) -> list[Part]:

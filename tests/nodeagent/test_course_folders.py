@@ -178,8 +178,13 @@ def test_the_file_manager_names_the_course_folders_in_the_sessions_language(
     folder: a GTK bookmark (Thunar's side pane) named in the locale's language, replacing its
     own line only; none where /courses is empty or absent."""
     script = (Path(nodeagent.__file__).parent / "images" / "files" / "deskpool-start").read_text()
-    function = re.search(r"^course_bookmark\(\) \{\n.*?^\}\n", script, re.S | re.M)
-    assert function is not None
+    # course_bookmark and the helper it calls (has_entries: no program to list /courses).
+    functions = [
+        re.search(rf"^{name}\(\) \{{\n.*?^\}}\n", script, re.S | re.M)
+        for name in ("has_entries", "course_bookmark")
+    ]
+    assert all(functions)
+    defined = "".join(f.group(0) for f in functions if f)
     (tmp_path / "courses" / "cs101").mkdir(parents=True)
     marks = "$HOME/.config/gtk-3.0/bookmarks"
     steps = (
@@ -188,7 +193,7 @@ def test_the_file_manager_names_the_course_folders_in_the_sessions_language(
         f"course_bookmark en_US.UTF-8; cat {marks}"
     )
     output = docker_client.containers.run(
-        tiny_image, ["bash", "-c", function.group(0) + steps], entrypoint=[], remove=True,
+        tiny_image, ["bash", "-c", defined + steps], entrypoint=[], remove=True,
         volumes={str(tmp_path / "courses"): {"bind": "/courses", "mode": "ro"}},
     )  # fmt: skip
     chinese, english = output.decode().split("--\n")
@@ -196,7 +201,7 @@ def test_the_file_manager_names_the_course_folders_in_the_sessions_language(
     assert english == "file:///data Data\nfile:///courses Course files\n"
     empty = docker_client.containers.run(
         tiny_image,
-        ["bash", "-c", function.group(0) + "HOME=/tmp/h; mkdir $HOME; course_bookmark; ls -A ~"],
+        ["bash", "-c", defined + "HOME=/tmp/h; mkdir $HOME; course_bookmark; ls -A ~"],
         entrypoint=[], remove=True,
     )  # fmt: skip
     assert empty == b""
