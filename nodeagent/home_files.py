@@ -36,9 +36,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
+from nodeagent.protocol import DESKTOP_GID, DESKTOP_UID
 from nodeagent.protocol_files import HOME_LIST_MAX, HomeEntry, HomeEntryKind, home_path
 
-DESKTOP_UID = DESKTOP_GID = 1000  # the desktops' user (nodeagent.runtime.home_mounts)
 MB = 1024 * 1024  # what the portal's *_MB settings count in
 _FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO the desktop planted must not hang the agent (it is refused).

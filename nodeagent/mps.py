@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent.config import MPS_CONTROL_PROGRAM, AgentConfig, GpuShares
+from nodeagent.protocol import DESKTOP_GID, DESKTOP_UID
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +43,6 @@ CLIENT_PIPE_DIRECTORY = "/run/deskpool/mps"
 # of this size per share; it counts against the memory limit of the desktop that fills it.
 SHM_MOUNT = "/dev/shm"
 SHM_MB_PER_SHARE = 1024
-# The uid:gid the desktops run as (docker_desktops.DESKTOP_USER): the MPS server runs as the
-# client's uid and writes its own pipes and log into the daemon's folders.
-DESKTOP_UID = 1000
 _COMMAND_TIMEOUT_S = 20.0
 # How long a daemon started with -d (which forks and returns) may take to write its pid file.
 _PID_FILE_WAIT_S = 5.0
@@ -350,7 +348,7 @@ def _prepare_folders(daemon: _Daemon) -> None:
         os.chmod(daemon.shm_dir, 0o1777)  # as /dev/shm (a tmpfs is mounted so where root)
     for folder in (daemon.pipe_dir, daemon.log_dir):
         if os.geteuid() == 0:
-            os.chown(folder, DESKTOP_UID, DESKTOP_UID)
+            os.chown(folder, DESKTOP_UID, DESKTOP_GID)
         os.chmod(folder, 0o700)
     os.chmod(daemon.folder, 0o711)  # traversable by the server's uid, not listable
 

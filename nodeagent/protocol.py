@@ -88,6 +88,8 @@ DESKTOP_WEBSOCKIFY_PORT = 6080
 DESKTOP_PASSWORD_MOUNT = "/run/deskpool/vnc"
 DESKTOP_PASSWORD_FILE = f"{DESKTOP_PASSWORD_MOUNT}/passwd"
 DESKTOP_HOME = "/home/desktop"
+# The user every desktop image runs as, who owns the files of the homes.
+DESKTOP_UID = DESKTOP_GID = 1000
 
 # At most this many XID codes per GPU in one heartbeat; later ones are dropped (and logged).
 XID_ERRORS_MAX = 32

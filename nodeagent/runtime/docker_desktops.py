@@ -25,7 +25,9 @@ from docker.models.containers import Container
 from nodeagent.config import DEFAULT_STOP_GRACE_S, DEFAULT_TMPFS_MB
 from nodeagent.mps import CLIENT_PIPE_DIRECTORY, SHM_MOUNT, MpsSupervisor, MpsUnavailable
 from nodeagent.protocol import (
+    DESKTOP_GID,
     DESKTOP_HOME,
+    DESKTOP_UID,
     LABEL_INSTALLATION,
     LABEL_MANAGED,
     LABEL_NODE,
@@ -52,7 +54,7 @@ from nodeagent.runtime.usage import cpu_limit, gpu_devices
 logger = logging.getLogger(__name__)
 
 PASSWORD_FILE_NAME = "passwd"
-DESKTOP_USER = "1000:1000"
+DESKTOP_USER = f"{DESKTOP_UID}:{DESKTOP_GID}"
 # What a start or claim attempt may fail with; it becomes StartFailed with a readable reason.
 START_ERRORS = (DockerException, OSError, DesktopNotReady, StartFailed)
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nodeagent.home_files import HOME_FULL_AT
+from nodeagent.protocol import DESKTOP_GID, DESKTOP_UID
 from nodeagent.runtime import home_mounts
 from nodeagent.runtime.base import StartFailed, home_folder_name
 
@@ -116,7 +117,7 @@ def create(homes_dir: Path, volume: str, size_mb: int, *, idle: bool = True) -> 
             "mkfs.ext4", "-q", "-F", "-m", "0", "-L", "deskpool-home",
             # Lazy: the journal and inode tables of a sparse file read as zeros already, so
             # a new 10 GB home takes about 4 MB of the node's disk, not 70.
-            "-E", f"root_owner={home_mounts.DESKTOP_UID}:{home_mounts.DESKTOP_GID},"
+            "-E", f"root_owner={DESKTOP_UID}:{DESKTOP_GID},"
             "lazy_itable_init=1,lazy_journal_init=1",
             str(partial),
         )  # fmt: skip

@@ -25,10 +25,9 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-logger = logging.getLogger(__name__)
+from nodeagent.protocol import DESKTOP_GID, DESKTOP_UID
 
-DESKTOP_UID = 1000
-DESKTOP_GID = 1000
+logger = logging.getLogger(__name__)
 
 
 class HomeMountError(Exception):

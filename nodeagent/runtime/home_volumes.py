@@ -31,8 +31,8 @@ from typing import Any
 import docker
 from docker.errors import DockerException, NotFound
 
-from nodeagent.protocol import LABEL_INSTALLATION, LABEL_USER
-from nodeagent.runtime import home_images, home_mounts
+from nodeagent.protocol import DESKTOP_GID, DESKTOP_UID, LABEL_INSTALLATION, LABEL_USER
+from nodeagent.runtime import home_images
 from nodeagent.runtime.base import StartFailed, home_folder_name, refuse_foreign_home
 from nodeagent.runtime.home_images import HomeImageError, HomeSpace
 
@@ -228,7 +228,7 @@ class HomeVolumes:
         volume, created = self.ensure(name)
         folder = self.home_dir(volume)
         if created:
-            os.chown(folder, home_mounts.DESKTOP_UID, home_mounts.DESKTOP_GID)
+            os.chown(folder, DESKTOP_UID, DESKTOP_GID)
             os.chmod(folder, 0o700)
         return folder
 
@@ -283,10 +283,10 @@ def make_home_folder(folder: Path) -> None:
         return
     try:
         os.chmod(folder, 0o700)
-        os.chown(folder, home_mounts.DESKTOP_UID, home_mounts.DESKTOP_GID)
+        os.chown(folder, DESKTOP_UID, DESKTOP_GID)
     except OSError as error:
-        if folder.stat().st_uid != home_mounts.DESKTOP_UID:
+        if folder.stat().st_uid != DESKTOP_UID:
             raise StartFailed(
-                f"cannot give home folder {folder} to uid {home_mounts.DESKTOP_UID}: {error} "
+                f"cannot give home folder {folder} to uid {DESKTOP_UID}: {error} "
                 "(an NFS export with root_squash: see docs/deploy.md)"
             ) from error

@@ -28,14 +28,20 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from nodeagent.config import AgentConfig
-from nodeagent.protocol import DesiredSession, DesiredWarm, RuntimeKind, SessionUsage
+from nodeagent.protocol import (
+    DESKTOP_GID,
+    DESKTOP_UID,
+    DesiredSession,
+    DesiredWarm,
+    RuntimeKind,
+    SessionUsage,
+)
 from nodeagent.runtime.base import (
     ManagedContainer,
     StartFailed,
     WarmContainer,
     home_folder_name,
 )
-from nodeagent.runtime.home_mounts import DESKTOP_GID, DESKTOP_UID
 
 logger = logging.getLogger(__name__)
 
