@@ -21,8 +21,8 @@ def signed_in_user(
     if session_key is None:
         return get_user_model().objects.filter(pk=user_pk, is_active=True).first()
     store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=session_key)
-    if not store.exists(session_key):
-        return None
+    # One read: a login session that is gone or expired loads empty, and get_user then
+    # answers AnonymousUser (no separate "exists" query first).
     user = get_user(SimpleNamespace(session=store))  # type: ignore[arg-type]
     if user.is_authenticated and user.pk == user_pk and user.is_active:
         return user

@@ -72,6 +72,10 @@ async def guard(
     """Check every ``interval`` seconds; close ``consumer`` when its sign-in or right ends.
     Returns the close code it closed with."""
     session_key, user_pk = sign_in
+    # The handshake has just checked the sign-in (the auth middleware read the login session
+    # and its user): the first check is one interval later, not at once. A class opening two
+    # hundred pages at once would read every sign-in twice in the same second.
+    await asyncio.sleep(interval)
     while (code := await standing(session_key, user_pk, allowed)) is None:
         await asyncio.sleep(interval)
     reason = "no longer signed in" if code == CLOSE_SIGNED_OUT else "no longer allowed"

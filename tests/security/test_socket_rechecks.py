@@ -25,6 +25,7 @@ from guardian.shortcuts import assign_perm, remove_perm
 
 from people.models import Course
 from portal.asgi import application
+from portal.live import socket_guard
 from portal.live.class_consumers import ClassConsumer
 from portal.live.consumers import UpdatesConsumer
 from tests.security.test_bad_input import signed_in_cookie
@@ -127,3 +128,42 @@ def test_a_socket_refused_at_its_opening_says_why_with_a_close_code(owner, path,
         return connected, await socket.receive_output(timeout=WAIT_S)
 
     assert async_to_sync(run)() == (True, {"type": "websocket.close", "code": code})
+
+
+def test_the_first_recheck_waits_one_interval_after_the_handshake(owner, monkeypatch):
+    """The handshake has just read the login session and its user: the guard's first
+    check comes one ``check_s`` later, not at once (a class opening two hundred pages at
+    once would read each sign-in twice in the same second); then every ``check_s``."""
+    checks: list[float] = []
+    original = socket_guard.standing
+
+    async def counted(*args):  # type: ignore[no-untyped-def]
+        checks.append(asyncio.get_running_loop().time())
+        return await original(*args)
+
+    monkeypatch.setattr(socket_guard, "standing", counted)
+    monkeypatch.setattr(UpdatesConsumer, "check_s", 0.4, raising=False)
+    cookie = signed_in_cookie(owner)
+
+    async def run() -> tuple[float, list[float]]:
+        socket = WebsocketCommunicator(
+            application,
+            "/ws/updates/",
+            headers=[
+                (b"cookie", cookie),
+                (b"origin", b"http://testserver"),
+                (b"host", b"testserver"),
+            ],
+        )
+        connected, _ = await socket.connect(timeout=WAIT_S)
+        assert connected
+        opened = asyncio.get_running_loop().time()
+        await asyncio.sleep(0.2)
+        early = list(checks)
+        await asyncio.sleep(0.5)
+        await socket.disconnect()
+        return opened, early
+
+    opened, early = async_to_sync(run)()
+    assert early == []  # none in the first interval
+    assert checks and checks[0] - opened >= 0.3  # the first one an interval later
