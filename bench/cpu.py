@@ -52,6 +52,31 @@ def cpu_by_process() -> dict[int, tuple[str, float]]:
     return found
 
 
+def container_cpu_s(container_id: str) -> float | None:
+    """CPU seconds one running container has used so far (cgroup v1 or v2), or None."""
+    for path, scale in (
+        (DOCKER_CGROUP_V1.parent / container_id / "cpuacct.usage", 1e9),
+        (DOCKER_SCOPES_V2 / f"docker-{container_id}.scope" / "cpu.stat", 1e6),
+    ):
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        if path.name == "cpu.stat":
+            text = dict(line.split() for line in text.splitlines()).get("usage_usec", "0")
+        return int(text) / scale
+    return None
+
+
+def processes_started() -> int:
+    """How many processes the machine has started since it booted (/proc/stat)."""
+    with open("/proc/stat", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("processes "):
+                return int(line.split()[1])
+    return 0
+
+
 def containers_cpu_s() -> float | None:
     """CPU seconds Docker's containers have used so far (under cgroup v2 only the running
     ones'), or None where neither layout is there."""

@@ -16,6 +16,7 @@ one (falling back to a fresh start when the claim fails).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -132,8 +133,10 @@ class Reconciler:
             self._desired = wanted
             busy = set(self._in_flight)
         warm_busy = self._warm.in_flight()
-        warm_found = {w.key: w for w in self._runtime.list_warm()}
-        containers = {c.session_id: c for c in self._runtime.list_managed()}
+        # One picture of the node for both look-ups (a runtime that can: one engine listing).
+        with getattr(self._runtime, "one_listing", contextlib.nullcontext)():
+            warm_found = {w.key: w for w in self._runtime.list_warm()}
+            containers = {c.session_id: c for c in self._runtime.list_managed()}
         for session_id, container in containers.items():
             if session_id in busy:
                 continue

@@ -9,11 +9,18 @@ each container's inspection while its summary (its id, ``State`` and ``Status``:
 exited, "Up 5 minutes", "(healthy)", an exit code) stays the same; a container whose summary
 changed is inspected again, and one removed between the listing and its inspection is left
 out (it is gone: the next step sees that) instead of failing the step.
+
+Within :meth:`ContainerListing.held` (a reconcile step: its sessions' and its warm
+desktops' look-ups), the engine's listing for the same filters is asked once on that thread
+and reused: at a class start of two hundred desktops each listing is a large answer for the
+engine to build, and the step needs one picture anyway.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import docker
@@ -31,11 +38,33 @@ class ContainerListing:
         self._client = client
         self._lock = threading.Lock()
         self._kept: dict[str, tuple[_Key, Container]] = {}
+        self._held = threading.local()  # this thread's listings within held(), by filters
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """On this thread, until the block ends, each filters' listing is asked of the
+        engine once (then reused); the inspections stay as :meth:`list` keeps them."""
+        outer = getattr(self._held, "lists", None)
+        self._held.lists = {} if outer is None else outer
+        try:
+            yield
+        finally:
+            self._held.lists = outer
+
+    def _summaries(self, filters: dict[str, Any]) -> list[dict[str, Any]]:
+        lists = getattr(self._held, "lists", None)
+        if lists is None:
+            return list(self._client.api.containers(all=True, filters=filters))
+        key = repr(sorted((name, sorted(values)) for name, values in filters.items()))
+        if key not in lists:
+            lists[key] = list(self._client.api.containers(all=True, filters=filters))
+        return lists[key]
 
     def list(self, filters: dict[str, Any]) -> list[Container]:
-        """Every container (running or not) the filters select, inspected."""
+        """Every container (running or not) the filters select (a dict of lists, as the
+        engine takes them), inspected."""
         found = []
-        for summary in self._client.api.containers(all=True, filters=filters):
+        for summary in self._summaries(filters):
             key = (str(summary["Id"]), str(summary.get("State")), str(summary.get("Status")))
             with self._lock:
                 kept = self._kept.get(key[0])

@@ -10,6 +10,7 @@ container found by its labels, and removing containers.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -167,10 +168,16 @@ class DesktopContainers:
         this installation only: another portal's agent of the same node name on this engine
         has other ones (without an installation id: only those carrying none)."""
         wanted = [f"{key}={value}" for key, value in self.own_labels().items()]
-        found = self.listing.list({"label": [*wanted, *labels]})
+        # The node's own listing, the further labels picked here: a step's two look-ups
+        # (sessions, warm desktops) then share one listing (ContainerListing.held).
+        found = [c for c in self.listing.list({"label": wanted}) if has_labels(c, labels)]
         if self.installation:
-            return list(found)
+            return found
         return [c for c in found if LABEL_INSTALLATION not in (c.labels or {})]
+
+    def one_listing(self) -> contextlib.AbstractContextManager[None]:
+        """The block's look-ups on this thread share one engine listing (a reconcile step)."""
+        return self.listing.held()
 
     def named(self, name: str) -> Container | None:
         try:
@@ -461,3 +468,14 @@ def start_error_text(error: BaseException) -> str:
     if isinstance(error, APIError):
         return f"the Docker engine refused the desktop: {error.explanation or error}"
     return str(error)
+
+
+def has_labels(container: Container, labels: Sequence[str]) -> bool:
+    """Whether the container carries every label, as the engine's ``label`` filter reads
+    them: ``key`` (present) or ``key=value`` (that value)."""
+    own = container.labels or {}
+    for label in labels:
+        key, is_pair, value = label.partition("=")
+        if key not in own or (is_pair and own[key] != value):
+            return False
+    return True

@@ -147,6 +147,10 @@ class DockerRuntime:
 
     # -- listing -------------------------------------------------------------------------
 
+    def one_listing(self) -> contextlib.AbstractContextManager[None]:
+        """A reconcile step's look-ups (sessions, warm desktops) share one engine listing."""
+        return self._desktops.one_listing()
+
     def list_managed(self) -> list[ManagedContainer]:
         found = []
         claims = self._desktops.claims.by_key()

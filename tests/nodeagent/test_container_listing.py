@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 from docker.models.containers import ContainerCollection
 
-from nodeagent.protocol import LABEL_MANAGED, LABEL_NODE
+from nodeagent.protocol import LABEL_MANAGED, LABEL_NODE, LABEL_WARM
 from nodeagent.runtime.container_listing import ContainerListing
+from nodeagent.runtime.docker_desktops import DesktopContainers
 from tests.conftest import TEST_IMAGE
 
 pytestmark = pytest.mark.docker
@@ -68,3 +69,35 @@ def test_unchanged_containers_are_not_inspected_again(docker_client, node_name, 
     left = listing.list(filters)
     assert made[1].id not in {c.id for c in left}
     assert {c.id for c in left} == {made[0].id, made[2].id}
+
+
+def test_a_steps_look_ups_share_one_engine_listing(docker_client, node_name, monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
+    """Within ``held`` (a reconcile step) the node's sessions and its warm desktops are
+    looked up from one listing of the engine; the labels a look-up adds are picked from it
+    as the engine's filter would (``key`` present, ``key=value`` equal). Outside it, each
+    look-up asks the engine again."""
+    base = {LABEL_MANAGED: "true", LABEL_NODE: node_name}
+    plain = docker_client.containers.create(TEST_IMAGE, entrypoint=["sleep", "60"], labels=base)
+    warm = docker_client.containers.create(
+        TEST_IMAGE, entrypoint=["sleep", "60"], labels={**base, LABEL_WARM: "k1"}
+    )
+    listings: list[object] = []
+    original = docker_client.api.containers
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        listings.append(kwargs.get("filters"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(docker_client.api, "containers", counted)
+    desktops = DesktopContainers(docker_client, node_name=node_name, sessions_dir=tmp_path)
+    with desktops.one_listing():
+        every = {c.id for c in desktops.labelled()}
+        warm_ones = {c.id for c in desktops.labelled(LABEL_WARM)}
+        keyed = {c.id for c in desktops.labelled(f"{LABEL_WARM}=k1")}
+        other_key = {c.id for c in desktops.labelled(f"{LABEL_WARM}=k2")}
+    assert every == {plain.id, warm.id}
+    assert (warm_ones, keyed, other_key) == ({warm.id}, {warm.id}, set())
+    assert len(listings) == 1
+    desktops.labelled()
+    desktops.labelled(LABEL_WARM)
+    assert len(listings) == 3  # outside a step: each asks the engine
