@@ -248,25 +248,19 @@ class Window:
         self.started = time.monotonic()
         self.processes = cpu_by_process()
         self.containers = containers_cpu_s()
-        self.own = own_cpu_s()
+        self.own = time.process_time()  # every thread's
         self.busy = machine_busy_s()
 
     def line(self) -> str:
         """The roles' CPU, then the whole machine's (the roles, the kernel's work for them
         and every other process: mount, losetup, docker-proxy, the desktops' start)."""
         busy = machine_busy_s() - self.busy
-        more = {"the_students": own_cpu_s() - self.own}
+        more = {"the_students": time.process_time() - self.own}
         containers = containers_cpu_s()
         if containers is not None and self.containers is not None:
             more["desktop_containers"] = containers - self.containers
         roles = cpu_line(self.processes, cpu_by_process(), time.monotonic() - self.started, **more)
         return f"{roles}; the machine was busy {busy:.1f} s"
-
-
-def own_cpu_s() -> float:
-    """This process's CPU seconds so far (every thread)."""
-    times = os.times()
-    return times.user + times.system
 
 
 def phases(students: Sequence[Student]) -> dict[str, list[float]]:

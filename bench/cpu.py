@@ -54,18 +54,21 @@ def cpu_by_process() -> dict[int, tuple[str, float]]:
 
 def container_cpu_s(container_id: str) -> float | None:
     """CPU seconds one running container has used so far (cgroup v1 or v2), or None."""
-    for path, scale in (
-        (DOCKER_CGROUP_V1.parent / container_id / "cpuacct.usage", 1e9),
-        (DOCKER_SCOPES_V2 / f"docker-{container_id}.scope" / "cpu.stat", 1e6),
-    ):
-        try:
-            text = path.read_text()
-        except OSError:
-            continue
-        if path.name == "cpu.stat":
-            text = dict(line.split() for line in text.splitlines()).get("usage_usec", "0")
-        return int(text) / scale
-    return None
+    try:
+        return int((DOCKER_CGROUP_V1.parent / container_id / "cpuacct.usage").read_text()) / 1e9
+    except (OSError, ValueError):
+        pass
+    used_us = _usage_us(DOCKER_SCOPES_V2 / f"docker-{container_id}.scope" / "cpu.stat")
+    return None if used_us is None else used_us / 1e6
+
+
+def _usage_us(stat: Path) -> int | None:
+    """A cgroup v2 ``cpu.stat``'s ``usage_usec``, or None where it cannot be read."""
+    try:
+        fields = dict(line.split() for line in stat.read_text().splitlines())
+        return int(fields.get("usage_usec", 0))
+    except (OSError, ValueError):
+        return None
 
 
 def processes_started() -> int:
@@ -87,14 +90,7 @@ def containers_cpu_s() -> float | None:
     scopes = list(DOCKER_SCOPES_V2.glob("docker-*.scope/cpu.stat"))
     if not scopes:
         return None
-    used_us = 0
-    for stat in scopes:
-        try:
-            fields = dict(line.split() for line in stat.read_text().splitlines())
-        except (OSError, ValueError):
-            continue
-        used_us += int(fields.get("usage_usec", 0))
-    return used_us / 1e6
+    return sum(_usage_us(stat) or 0 for stat in scopes) / 1e6
 
 
 def machine_busy_s() -> float:
