@@ -34,6 +34,7 @@ from docker.types import Mount
 from nodeagent.protocol_courses import COURSES_MOUNT, CourseFolderRef
 from nodeagent.runtime.home_mounts import (
     HomeMountError,
+    bind,
     make_shared,
     mount_count,
     release,
@@ -103,15 +104,18 @@ def warm_folder(sessions_dir: Path, key: str) -> Path:
     return sessions_dir / WARM_COURSES_DIR_NAME / key
 
 
-def _mount(*args: str) -> None:
-    run_mount(*args, needs="a warm desktop's course folders", error=CourseMountError)
+COURSE_NEEDS = "a warm desktop's course folders"
+
+
+def _bind(source: Path, target: Path) -> None:
+    bind(source, target, needs=COURSE_NEEDS, error=CourseMountError)
 
 
 def prepare_warm(sessions_dir: Path, key: str) -> Path:
     """Make the warm desktop's ``/courses`` folder a shared mount point (empty for now)."""
     folder = warm_folder(sessions_dir, key)
     folder.mkdir(parents=True, exist_ok=True, mode=0o755)
-    make_shared(folder, needs="a warm desktop's course folders", error=CourseMountError)
+    make_shared(folder, needs=COURSE_NEEDS, error=CourseMountError)
     return folder
 
 
@@ -135,7 +139,7 @@ def attach_warm(
         with open(_record(sessions_dir, key), "a", encoding="utf-8") as record:
             record.write(f"{copy}\n")  # before the mount: pruning never takes it away
         seal(copy)
-        _mount("--bind", str(copy), str(target))  # a copy of a read-only mount: read-only
+        _bind(copy, target)  # a copy of a read-only mount: read-only
 
 
 def seal(copy: Path) -> None:
@@ -144,8 +148,10 @@ def seal(copy: Path) -> None:
     a bind of a read-only mount is read-only from the start, and so are its propagated
     copies. Done once per version folder; pruning unmounts it before deleting."""
     if not mount_count(copy):
-        _mount("--bind", str(copy), str(copy))
-        _mount("-o", "remount,bind,ro", str(copy))
+        _bind(copy, copy)
+        # The program: it keeps the mount's other flags (nosuid, nodev, ...), which a bare
+        # remount call would clear.
+        run_mount("-o", "remount,bind,ro", str(copy), needs=COURSE_NEEDS, error=CourseMountError)
 
 
 def release_warm(sessions_dir: Path, key: str) -> None:
