@@ -56,17 +56,15 @@ class ClaimRecords:
 
     def by_key(self) -> dict[str, ClaimRecord]:
         """Every record by warm key (unreadable ones are skipped, with a warning)."""
-        claims: dict[str, ClaimRecord] = {}
         if not self._directory.is_dir():
-            return claims
-        for path in self._directory.glob("*.json"):
-            try:
-                claims[path.stem] = ClaimRecord.model_validate_json(path.read_text())
-            except FileNotFoundError:
-                continue  # removed meanwhile
-            except (OSError, ValueError, ValidationError) as error:
-                logger.warning("ignoring unreadable claim record %s: %s", path, error)
-        return claims
+            return {}
+        found = ((path.stem, _read(path)) for path in self._directory.glob("*.json"))
+        return {key: claim for key, claim in found if claim is not None}
+
+    def get(self, key: str) -> ClaimRecord | None:
+        """Warm desktop ``key``'s record, or None: one file read, where :meth:`by_key` reads
+        them all (a class of 200 claims 200 desktops, each described once claimed)."""
+        return _read(self._directory / f"{key}.json")
 
     def keys_of(self, session_id: int) -> list[str]:
         """The warm keys this session claimed (one, normally)."""
@@ -74,3 +72,15 @@ class ClaimRecords:
 
     def remove(self, key: str) -> None:
         (self._directory / f"{key}.json").unlink(missing_ok=True)
+
+
+def _read(path: Path) -> ClaimRecord | None:
+    """The record in ``path``; None where there is none (or it was removed meanwhile) or it
+    is unreadable (with a warning)."""
+    try:
+        return ClaimRecord.model_validate_json(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, ValidationError) as error:
+        logger.warning("ignoring unreadable claim record %s: %s", path, error)
+        return None

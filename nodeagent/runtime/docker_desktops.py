@@ -194,7 +194,7 @@ class DesktopContainers:
         if key := container.labels.get(LABEL_WARM):
             # A warm desktop is a session's only once claimed; labels cannot change, so the
             # session comes from the agent's claim record.
-            claim = (self.claims.by_key() if claims is None else claims).get(key)
+            claim = self.claims.get(key) if claims is None else claims.get(key)
             if claim is None:
                 return None
             session_id = claim.session_id

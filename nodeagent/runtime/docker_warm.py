@@ -262,7 +262,7 @@ class DockerWarmDesktops:
         """Remove the warm desktop ``key``: containers, home mount, password folder, claim."""
         # A claimed one is a session's desktop: the full grace, its save hooks write to the
         # student's home (still mounted). An unclaimed one has nothing to save.
-        claimed = key in self._desktops.claims.by_key()
+        claimed = self._desktops.claims.get(key) is not None
         for container in self.containers(key):
             self._desktops.remove(
                 container,
