@@ -16,10 +16,12 @@ that the same client measures today's tree and an old commit's stack (``bench.st
      ``--poll`` (2 s) until RUNNING.
    - ``page``: what the browser does. The home page is left (its socket closes), the form is
      posted (``POST /sessions/new/``) and the session page it redirects to is loaded; the
-     page's own socket opens (``?fragment=detail``), and once open the page catches up on
-     what it missed (``GET`` of its card's fragment), then follows the socket. RUNNING is
-     seen when the page, the catch-up or the socket first shows it. A page does not poll;
-     ``--page-polls`` adds the API poll beside it (as this benchmark did before 2026-12-07).
+     page's own socket opens (``?fragment=detail&sessions=<id>``: the socket first sends
+     the card as it is, the page's catch-up; an older stack's page, whose card names its
+     fragment's URL, fetches it once the socket is open instead), then follows the socket.
+     RUNNING is seen when the page, the catch-up or the socket first shows it. A page does
+     not poll; ``--page-polls`` adds the API poll beside it (as this benchmark did before
+     2026-12-07).
 
 Prints, each as p50/p95/max: POST → answered; from the sessions' own timestamps, POST →
 stored, stored → placed (with ``--dsn``, which reads ``placed_at`` from the database),
@@ -138,9 +140,13 @@ async def sign_in(url: str, student: Student, password: str, mode: str) -> None:
     student.socket = await updates_socket(url, student, "item")
 
 
-async def updates_socket(url: str, student: Student, fragment: str) -> ClientConnection:
-    """A page's updates socket, as the page opens it (``live_socket.js``)."""
-    ws_url = url.replace("http://", "ws://", 1) + f"/ws/updates/?fragment={fragment}"
+async def updates_socket(
+    url: str, student: Student, fragment: str, sessions: tuple[int, ...] = ()
+) -> ClientConnection:
+    """A page's updates socket, as the page opens it (``live_socket.js``): with the session
+    cards it shows (``sessions``), which the socket first sends as they are (its catch-up)."""
+    asked = f"&sessions={','.join(map(str, sessions))}" if sessions else ""
+    ws_url = url.replace("http://", "ws://", 1) + f"/ws/updates/?fragment={fragment}{asked}"
     return await connect(
         ws_url,
         origin=Origin(url),
@@ -181,10 +187,13 @@ async def submit(url: str, student: Student, body: dict, mode: str) -> bool:
         return False
     if RUNNING_CARD in page.text:
         student.seen_page = student.page_loaded
+    # An older stack's page catches up with a request of its own (its card's fragment URL);
+    # today's names its card in the socket's address, and the socket sends it first.
     fragment = FRAGMENT_URL.search(page.text)
     student.fragment_url = fragment.group(1) if fragment else ""
     if student.seen_page is None:
-        student.socket = await updates_socket(url, student, "detail")
+        catch_up = () if student.fragment_url else (student.session_id,)
+        student.socket = await updates_socket(url, student, "detail", catch_up)
     return True
 
 
@@ -209,7 +218,7 @@ async def poll(student: Student, poll_s: float, deadline: float) -> None:
 async def listen(student: Student, deadline: float) -> None:
     """The updates socket until it reports this student's session RUNNING."""
     assert student.socket is not None
-    if student.fragment_url:  # open: the page catches up on what it missed (session.js)
+    if student.fragment_url:  # an older page catches up on what it missed by a request
         answer = await student.api.get(student.fragment_url)
         if answer.status_code == 200 and RUNNING_CARD in answer.json().get("html", ""):
             student.seen_page = time.time()

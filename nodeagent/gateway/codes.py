@@ -60,6 +60,9 @@ GATEWAY_PATHS: dict[str, str] = {
 }
 # The portal's own sockets.
 UPDATES_PATH = "/ws/updates/"
+# The session cards a page may name (?sessions=) for its updates socket to send as they are
+# when it opens (the page's catch-up); more is a bad request.
+CATCH_UP_MAX = 50
 COURSE_PATH = "/ws/courses/{code}/"
 
 
@@ -70,5 +73,6 @@ def live_wire() -> dict[str, object]:
         "final": list(FINAL_CLOSES),
         "gateway_paths": GATEWAY_PATHS,
         "updates_path": UPDATES_PATH,
+        "catch_up_max": CATCH_UP_MAX,
         "course_path": COURSE_PATH,
     }

@@ -49,7 +49,6 @@ def fragment_context(payload: Mapping[str, Any], variant: str) -> dict[str, Any]
         "terminal": state in TERMINAL_STATES,
         "openable": state in OPENABLE_STATES and not payload["simulated"],
         "page_url": reverse("session-page", args=[session_id]),
-        "fragment_url": reverse("session-fragment", args=[session_id]),
         "desktop_url": reverse("desktop", args=[session_id]),
         "stop_url": reverse("session-page-stop", args=[session_id]),
         "cancel_url": reverse("session-cancel", args=[session_id]),

@@ -15,6 +15,7 @@ from django.utils import timezone, translation
 from nodeagent.gateway.codes import CLOSE_BAD_REQUEST, CLOSE_SIGNED_OUT
 from people.preferences import handshake_language, saved_preferences
 from portal.kit.session_fragment import BOTH, PAGE_FORMS, render_forms
+from portal.live.catch_up import asked_sessions, visible_payloads
 from portal.live.listen_only import ListenOnly
 from portal.live.socket_guard import LISTENER_CHECK_S, guard, refuse, sign_in_of
 from scheduling.events import ADMIN_GROUP, user_group
@@ -37,8 +38,9 @@ def page_forms(query_string: bytes) -> tuple[str, ...] | None:
 
 
 class UpdatesConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
-    """Pushes ``session.update`` events for the signed-in person's sessions; what a client
-    sends is dropped (``ListenOnly``). Open only while the sign-in stands (4401 after) and,
+    """Pushes ``session.update`` events for the signed-in person's sessions, first those the
+    page names (``?sessions=``: its catch-up) as they are; what a client sends is dropped
+    (``ListenOnly``). Open only while the sign-in stands (4401 after) and,
     for the admins' events, while the person is an admin (4403 after): every
     :attr:`check_s` (:func:`portal.live.socket_guard.guard`)."""
 
@@ -51,9 +53,11 @@ class UpdatesConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated or sign_in is None:
             await refuse(self, CLOSE_SIGNED_OUT)
             return
-        forms = page_forms(self.scope.get("query_string", b""))
-        if forms is None:
-            await self.close(code=CLOSE_BAD_REQUEST)  # ?fragment= names no form a page shows
+        query = self.scope.get("query_string", b"")
+        forms, catch_up = page_forms(query), asked_sessions(query)
+        if forms is None or catch_up is None:
+            # ?fragment= names no form a page shows, or ?sessions= is not a list of ids.
+            await self.close(code=CLOSE_BAD_REQUEST)
             return
         self.forms = forms
         # The person's saved language and zone win over the handshake's, as on the pages.
@@ -69,6 +73,9 @@ class UpdatesConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
         self.watch = asyncio.create_task(
             guard(self, sign_in, self.check_s, (lambda fresh: fresh.is_staff) if admin else None)
         )
+        if catch_up:  # the page's cards as they are now (portal.live.catch_up)
+            for payload in await database_sync_to_async(visible_payloads)(user, catch_up):
+                await self.session_update({"session": payload})
 
     async def disconnect(self, code: int) -> None:
         if self.watch is not None and self.watch is not asyncio.current_task():

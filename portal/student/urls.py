@@ -14,7 +14,6 @@ urlpatterns: list[URLPattern] = [
     path("", views.home, name="home"),
     path("sessions/new/", views.submit_session, name="session-submit"),
     path(SESSION, views.session_detail, name="session-page"),
-    path(f"{SESSION}fragment/", views.session_fragment, name="session-fragment"),
     path(f"{SESSION}stop/", views.stop_session, name="session-page-stop"),
     path(f"{SESSION}cancel/", views.cancel_session, name="session-cancel"),
     path(f"{SESSION}retry/", retry.retry_session, name="session-retry"),

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from django.contrib import messages
 from django.contrib.auth.models import User
 from django.db.models import F
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.middleware.csrf import get_token
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -22,7 +22,7 @@ from django.views.decorators.http import require_POST
 
 from portal.kit.confirm import ANSWERS, confirm_first
 from portal.kit.person import signed_in, with_person
-from portal.kit.session_fragment import DETAIL, ITEM, fragment_context, render_forms
+from portal.kit.session_fragment import DETAIL, ITEM, fragment_context
 from portal.student.forms import SessionRequestForm
 from portal.student.history import daily_gpu_hours, past_sessions
 from scheduling.choices import (
@@ -152,14 +152,6 @@ def session_detail(request: HttpRequest, person: User, session_id: int) -> HttpR
             "config": _page_config(request, DETAIL),
         },
     )
-
-
-@with_person
-def session_fragment(request: HttpRequest, person: User, session_id: int) -> JsonResponse:
-    """The session's fragment, both forms, as a live update carries them (for catching up
-    after the live connection comes back)."""
-    session = _my_session(request, session_id)
-    return JsonResponse({"id": session.pk, **render_forms(session_payload(session))})
 
 
 @with_person

@@ -25,10 +25,17 @@ export function readWire(id = "live-wire") {
 const scheme = () => (location.protocol === "https:" ? "wss://" : "ws://");
 
 // The portal's live updates (wire.updates_path), for the session card's form a page shows
-// (?fragment=, portal/kit/session_fragment.py), or for every form when none is named.
-export function updatesPath(wire, fragment = null) {
-  const path = wire.updates_path;
-  return fragment ? path + "?fragment=" + encodeURIComponent(fragment) : path;
+// (?fragment=, portal/kit/session_fragment.py), or for every form when none is named; with
+// the ids of the session cards the page shows (?sessions=, at most wire.catch_up_max), the
+// socket first sends each of them as it is now: the page catches up on what it missed before
+// the socket opened, or while it was down, without a request of its own.
+export function updatesPath(wire, fragment = null, sessions = []) {
+  const query = new URLSearchParams();
+  if (fragment) query.set("fragment", fragment);
+  const ids = sessions.slice(0, wire.catch_up_max);
+  if (ids.length) query.set("sessions", ids.join(","));
+  const asked = query.toString().replaceAll("%2C", ",");
+  return asked ? wire.updates_path + "?" + asked : wire.updates_path;
 }
 
 // A course's live class (wire.course_path).
@@ -54,9 +61,10 @@ export class Refusal extends Error {
 }
 
 // An open() for one of the portal's own sockets at a path of the wire (the live updates, a
-// course's class): no ticket, the login session's cookie says who asks.
+// course's class): no ticket, the login session's cookie says who asks. ``path``: the path, or
+// a function asked for it at each attempt (a page's cards change between two attempts).
 export function pathOpener(path) {
-  return async () => new WebSocket(socketUrl(path));
+  return async () => new WebSocket(socketUrl(typeof path === "function" ? path() : path));
 }
 
 // The ticket endpoint's answers that end the socket for good (the rest are tried again).

@@ -99,33 +99,23 @@ import { liveUpdates, readWire, updatesPath } from "./live_socket.js";
   setInterval(tick, 1000);
   tick();
 
-  // Catch up on anything missed before the connection opened or while it was down.
-  // A live update that lands meanwhile is newer than the answer: the answer is dropped then.
-  let received = 0;
-  function catchUp() {
-    const since = received;
-    cards().forEach((card) => {
-      fetch(card.dataset.fragmentUrl, { credentials: "same-origin" })
-        .then((r) => (r.ok ? r.json() : null))
-        .then((update) => update && received === since && apply(update))
-        .catch(() => {});
-    });
-  }
-
   // After a dropped socket (its ASGI worker was restarted, a network blip, a handshake
   // nginx or the worker dropped) connect again: the wait doubles from 0.5 s up to 10 s and
   // each wait is jittered (between half of it and all of it), so that the pages a killed
   // worker dropped do not all come back at the same instant. An opened socket starts over.
   // Signed out (the wire's final closes), the page stops trying and says so.
+  // Each attempt names the cards the page shows now: the socket first sends each of them as
+  // it is (what changed before it opened, or while it was down), then every change.
   liveUpdates({
-    path: updatesPath(readWire(), config.fragment),
+    path: () => {
+      const shown = Array.from(cards(), (card) => card.dataset.sessionId);
+      return updatesPath(readWire(), config.fragment, shown);
+    },
     live() {
       if (live) live.textContent = config.words.live;
-      catchUp();
     },
     message(msg) {
       if (msg.type === "session.update" && (msg.html || msg.html_item)) {
-        received += 1;
         apply({ id: msg.session.id, html: msg.html, html_item: msg.html_item });
       }
     },

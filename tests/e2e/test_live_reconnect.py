@@ -35,9 +35,8 @@ PAGE = f"""<!doctype html><html lang="en"><head><title>home</title></head><body>
 
 def card(state: str) -> str:
     return (
-        f'<article class="session-card item" data-session-id="5" data-variant="item" '
-        f'data-fragment-url="/sessions/5/fragment/"><strong data-live="state">{state}'
-        f"</strong></article>"
+        f'<article class="session-card item" data-session-id="5" data-variant="item">'
+        f'<strong data-live="state">{state}</strong></article>'
     )
 
 
@@ -68,8 +67,6 @@ def test_the_page_connects_again_after_the_server_drops_its_socket_and_gets_the_
     page.route(f"{ORIGIN}/", lambda route: route.fulfill(body=PAGE.replace("CARD", card("QUEUED")),
                                                          content_type="text/html"))  # fmt: skip
     serve_scripts(page)
-    # The catch-up after each (re)connection: nothing new to tell.
-    page.route(f"{ORIGIN}/sessions/5/fragment/", lambda route: route.fulfill(status=404))
     sockets = []
 
     def serve(ws) -> None:
@@ -78,13 +75,15 @@ def test_the_page_connects_again_after_the_server_drops_its_socket_and_gets_the_
             ws.send(update("PLACED"))
             ws.close(code=1012, reason="worker restarting")  # the server drops it
         else:
-            ws.send(update("RUNNING"))
+            ws.send(update("RUNNING"))  # the catch-up: what changed while it was down
 
     page.route_web_socket("**/ws/updates/**", serve)
     page.goto(f"{ORIGIN}/")
 
     page.wait_for_function("document.querySelector('[data-live=state]').textContent === 'RUNNING'")
     assert len(sockets) == 2
+    # Each attempt names the card the page shows, for the socket to send it as it is now.
+    assert all(ws.url.endswith("/ws/updates/?fragment=item&sessions=5") for ws in sockets)
     assert page.text_content("#live") == "live"  # back to live after reconnecting
     assert page.locator(".session-card").count() == 1  # replaced, not added
 
@@ -102,7 +101,6 @@ def test_the_waits_between_attempts_grow_with_jitter_and_stop_growing(page):
     page.route(f"{ORIGIN}/", lambda route: route.fulfill(body=PAGE.replace("CARD", card("QUEUED")),
                                                          content_type="text/html"))  # fmt: skip
     serve_scripts(page)
-    page.route(f"{ORIGIN}/sessions/5/fragment/", lambda route: route.fulfill(status=404))
     page.route_web_socket("**/ws/updates/**", lambda ws: ws.close(code=1011))
     page.goto(f"{ORIGIN}/")
 
@@ -120,7 +118,6 @@ def test_the_page_stops_trying_once_signed_out_and_says_so(page):
     page.route(f"{ORIGIN}/", lambda route: route.fulfill(body=PAGE.replace("CARD", card("QUEUED")),
                                                          content_type="text/html"))  # fmt: skip
     serve_scripts(page)
-    page.route(f"{ORIGIN}/sessions/5/fragment/", lambda route: route.fulfill(status=404))
     sockets = []
 
     def serve(ws) -> None:

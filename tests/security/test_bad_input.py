@@ -141,7 +141,6 @@ def test_deeply_nested_json_to_the_agents_wait_is_a_400(register_node):
 
 PAGES_WITH_IDS = [
     ("get", f"/sessions/{HUGE}/"),
-    ("get", f"/sessions/{HUGE}/fragment/"),
     ("post", f"/sessions/{HUGE}/stop/"),
     ("post", f"/sessions/{HUGE}/cancel/"),
     ("get", f"/desktop/{HUGE}/"),
