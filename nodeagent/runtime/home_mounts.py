@@ -15,7 +15,9 @@ it, and only then deleted; if an unmount fails the folder is left alone and logg
 
 The binds, the shared marks and the unmounts are the kernel's calls (``mount(2)``,
 ``umount2(2)``), not the ``mount`` program: a booked class claims dozens of warm desktops at
-once, and each program started cost the node about 2 ms of CPU (``bench.claim_cost``).
+once, and each program started cost the node about 2 ms of CPU (docs/measurements.md, "Warm
+claims without a process a login"). A read-only remount is still the program's
+(:func:`run_mount`): it keeps the mount's other flags.
 """
 
 from __future__ import annotations
