@@ -40,12 +40,7 @@ def asked_sessions(query_string: bytes) -> tuple[int, ...] | None:
 
 def visible_payloads(user: User | AnonymousUser, ids: Sequence[int]) -> list[SessionPayload]:
     """Those of the sessions the person may see, as a live update carries them, in the order
-    asked: their own (without the grants query), then others' they may see
-    (:meth:`~scheduling.models.sessions.SessionQuerySet.visible_to`). An id they may not see
-    is left out, as one that does not exist."""
-    read = payload_reads(Session.objects.all())
-    found = {s.pk: s for s in read.filter(user=user.pk, pk__in=ids).order_by()}
-    others = [pk for pk in ids if pk not in found]
-    if others:
-        found |= {s.pk: s for s in read.visible_to(user).filter(pk__in=others).order_by()}
+    asked (:meth:`~scheduling.models.sessions.SessionQuerySet.seen_by`: their own without the
+    grants query). An id they may not see is left out, as one that does not exist."""
+    found = payload_reads(Session.objects.all()).seen_by(user, ids)
     return [session_payload(found[pk]) for pk in ids if pk in found]

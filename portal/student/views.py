@@ -55,10 +55,7 @@ def _my_session(request: HttpRequest, session_id: int, *, to_open: bool = False)
     """The session if this person may see it (or open it); 404 otherwise."""
     user = signed_in(request.user)
     read = payload_reads(Session.objects.all())
-    session = read.own(user, session_id)  # their own: no grants query
-    if session is None:
-        sessions = read.openable_by(user) if to_open else read.visible_to(user)
-        session = next(iter(sessions.filter(pk=session_id).order_by()), None)
+    session = read.seen_by(user, [session_id], to_open=to_open).get(session_id)
     if session is None:
         raise Http404(_("No such session."))
     return session

@@ -3,6 +3,7 @@ in audit.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -44,6 +45,21 @@ class SessionQuerySet(models.QuerySet["Session"]):
         if not user.is_authenticated:
             return None
         return next(iter(self.filter(user=user.pk, pk=pk).order_by()), None)
+
+    def seen_by(
+        self, user: User | AnonymousUser, ids: Sequence[int], *, to_open: bool = False
+    ) -> dict[int, Session]:
+        """Those of sessions ``ids`` this user may read (``to_open``: open), by id: their own
+        first, without the grants query (as :meth:`own`), then the rest through
+        :meth:`visible_to` (:meth:`openable_by`). An id they may not see is left out."""
+        found: dict[int, Session] = {}
+        if user.is_authenticated:
+            found = {s.pk: s for s in self.filter(user=user.pk, pk__in=ids).order_by()}
+        others = [pk for pk in ids if pk not in found]
+        if others:
+            wider = self.openable_by(user) if to_open else self.visible_to(user)
+            found |= {s.pk: s for s in wider.filter(pk__in=others).order_by()}
+        return found
 
     def openable_by(self, user: User | AnonymousUser) -> SessionQuerySet:
         """Sessions whose desktop this user may open: only the owner's, and admins'."""

@@ -30,12 +30,11 @@ const scheme = () => (location.protocol === "https:" ? "wss://" : "ws://");
 // socket first sends each of them as it is now: the page catches up on what it missed before
 // the socket opened, or while it was down, without a request of its own.
 export function updatesPath(wire, fragment = null, sessions = []) {
-  const query = new URLSearchParams();
-  if (fragment) query.set("fragment", fragment);
-  const ids = sessions.slice(0, wire.catch_up_max);
-  if (ids.length) query.set("sessions", ids.join(","));
-  const asked = query.toString().replaceAll("%2C", ",");
-  return asked ? wire.updates_path + "?" + asked : wire.updates_path;
+  const asked = [];
+  if (fragment) asked.push("fragment=" + encodeURIComponent(fragment));
+  const ids = sessions.slice(0, wire.catch_up_max).map(encodeURIComponent);
+  if (ids.length) asked.push("sessions=" + ids.join(","));
+  return asked.length ? wire.updates_path + "?" + asked.join("&") : wire.updates_path;
 }
 
 // A course's live class (wire.course_path).

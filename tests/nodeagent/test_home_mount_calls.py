@@ -96,8 +96,9 @@ def test_an_unmount_of_a_folder_with_nothing_mounted_says_so(
     assert not stacked.exists() and not caplog.records
 
 
-def test_the_mount_program_is_still_what_remounts_read_only(tmp_path: Path) -> None:
-    """The seal of a course copy keeps the mount's other flags: the program does it."""
+def test_a_sealed_course_copy_is_read_only(tmp_path: Path) -> None:
+    """The seal (a bind by call, then the program's read-only remount) leaves the copy
+    read-only, for root too."""
     copy = tmp_path / "copy"
     copy.mkdir()
     try:
