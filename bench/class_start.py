@@ -51,6 +51,7 @@ from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from bench.cpu import containers_cpu_s, cpu_by_process, cpu_line, machine_busy_s  # noqa: E402
+from bench.flame import Profiler, python_processes, summary  # noqa: E402
 from bench.students import Student, run_students  # noqa: E402
 from nodeagent.runtime import home_mounts  # noqa: E402
 from people.models import Course  # noqa: E402
@@ -202,6 +203,7 @@ def run_class(
     opens_in_s: float = 60.0,
     spread_s: float = 1.0,
     timeout_s: float = 120.0,
+    flame: Path | None = None,
 ) -> ClassRun:
     """Book the class, let warm desktops start, then every student asks within ``spread_s``
     of the window opening; returns when each is RUNNING, has failed, or timed out."""
@@ -226,7 +228,12 @@ def run_class(
     warm = WarmDesktop.objects.filter(booking=booking)
     warm_ready, warm_total = warm.filter(state=WarmState.READY).count(), warm.count()
     window_cpu = Window()
+    profiler = Profiler(flame) if flame is not None else None
+    if profiler is not None:
+        profiler.start(python_processes())
     runner.join()
+    if profiler is not None:
+        profiler.stop()
     run = ClassRun(course, booking, students, warm_ready, warm_total, cpu=window_cpu.line())
     ids = [s.session_id for s in students if s.session_id]
     run.placed_warm = Session.objects.filter(pk__in=ids).exclude(warm_key="").count()
@@ -381,6 +388,9 @@ def main() -> int:
         help="DESKPOOL_WARM_MAX_PER_BOOKING for the stack (default: unset, every seat)",
     )
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument(
+        "--flame", help="profile the stack's Python processes (py-spy) into this folder"
+    )
     args = parser.parse_args()
     logging.getLogger("httpx").setLevel(logging.WARNING)
     extra_env = {}
@@ -423,8 +433,11 @@ def main() -> int:
                     opens_in_s=args.opens_in,
                     spread_s=args.spread,
                     timeout_s=args.timeout,
+                    flame=Path(args.flame) if args.flame else None,
                 )
                 print(*report(run, args.spread), sep="\n")
+                if args.flame:
+                    print(*summary(Path(args.flame)), sep="\n")
                 ending = time.monotonic()
                 # The agent stops a class's desktops a few at a time: 200 take minutes here.
                 leaked = end_class(stack, run, client, timeout_s=max(90.0, 0.75 * args.seats))

@@ -5,11 +5,13 @@ its inspection is left out instead of failing the listing."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from docker.models.containers import ContainerCollection
 
 from nodeagent.protocol import LABEL_MANAGED, LABEL_NODE, LABEL_WARM
-from nodeagent.runtime.container_listing import ContainerListing
+from nodeagent.runtime.container_listing import ContainerListing, summary_key
 from nodeagent.runtime.docker_desktops import DesktopContainers
 from tests.conftest import TEST_IMAGE
 
@@ -69,6 +71,53 @@ def test_unchanged_containers_are_not_inspected_again(docker_client, node_name, 
     left = listing.list(filters)
     assert made[1].id not in {c.id for c in left}
     assert {c.id for c in left} == {made[0].id, made[2].id}
+
+
+def test_a_status_whose_duration_changed_is_not_inspected_again(
+    docker_client, node_name, monkeypatch
+):  # type: ignore[no-untyped-def]
+    """The engine's Status says how long a container has been up ("Up Less than a second",
+    "Up 2 seconds"): a listing a few seconds later finds the same container in the same state
+    and makes no inspection (at a class start, each step inspected every warm desktop again
+    for it)."""
+    labels = {LABEL_MANAGED: "true", LABEL_NODE: node_name}
+    made = docker_client.containers.run(
+        TEST_IMAGE, entrypoint=["sleep", "60"], labels=labels, detach=True
+    )
+    gets = CountingGets(docker_client)
+    monkeypatch.setattr(
+        ContainerCollection, "get", lambda collection, cid: gets.get(collection, cid)
+    )
+    listing = ContainerListing(docker_client)
+    filters = {"label": [f"{key}={value}" for key, value in labels.items()]}
+    statuses = [docker_client.api.containers(filters=filters)[0]["Status"]]
+    assert [c.id for c in listing.list(filters)] == [made.id]
+    assert gets.ids == [made.id]
+    time.sleep(2.1)  # the engine's duration has moved on by at least two seconds
+    statuses.append(docker_client.api.containers(filters=filters)[0]["Status"])
+    assert statuses[0] != statuses[1]
+    assert [c.attrs["State"]["Running"] for c in listing.list(filters)] == [True]
+    assert gets.ids == [made.id]  # no second inspection
+
+
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        ("Up 5 minutes (health: starting)", "Up 5 minutes (healthy)"),
+        ("Exited (0) 2 seconds ago", "Exited (137) 2 seconds ago"),
+        ("Up 3 seconds", "Up 3 seconds (Paused)"),
+    ],
+)
+def test_a_status_that_says_something_new_makes_a_new_key(before, after):  # type: ignore[no-untyped-def]
+    one = {"Id": "c1", "State": "running", "Ports": []}
+    assert summary_key({**one, "Status": before}) != summary_key({**one, "Status": after})
+    assert summary_key({**one, "Status": "Up 3 seconds"}) == summary_key(
+        {**one, "Status": "Up About an hour"}
+    )
+    moved = {**one, "Status": "Up 1 second", "Ports": [{"PrivatePort": 6080, "PublicPort": 1}]}
+    assert summary_key(moved) != summary_key(
+        {**moved, "Ports": [{"PrivatePort": 6080, "PublicPort": 2}]}
+    )
 
 
 def test_a_steps_look_ups_share_one_engine_listing(docker_client, node_name, monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
