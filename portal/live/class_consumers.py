@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.template.loader import render_to_string
@@ -12,7 +10,7 @@ from django.utils import timezone, translation
 from nodeagent.gateway.codes import CLOSE_FORBIDDEN, CLOSE_SIGNED_OUT
 from people.preferences import handshake_language, saved_preferences
 from portal.live.listen_only import ListenOnly
-from portal.live.socket_guard import LISTENER_CHECK_S, guard, refuse, sign_in_of
+from portal.live.socket_guard import LISTENER_CHECK_S, refuse, sign_in_of, unwatch, watch
 from scheduling.events import course_group
 from scheduling.services.classroom import class_sessions
 from scheduling.services.teaching import CourseRole, role_by_code
@@ -38,11 +36,10 @@ class ClassConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
     and TAs with ``view_live_class`` only; what a client sends is dropped (``ListenOnly``).
     Open only while the sign-in stands (4401 after) and the person may still view the live
     class (4403 after: a TA removed from the course): every :attr:`check_s`
-    (:func:`portal.live.socket_guard.guard`)."""
+    (:func:`portal.live.socket_guard.watch`)."""
 
     group: str | None = None
     check_s = LISTENER_CHECK_S
-    watch: asyncio.Task | None = None
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -63,15 +60,14 @@ class ClassConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
         self.group = course_group(role.course.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        self.watch = asyncio.create_task(guard(self, sign_in, self.check_s, self._still_allowed))
+        watch(self, sign_in, self.check_s, self._still_allowed)
 
     def _still_allowed(self, user) -> bool:  # type: ignore[no-untyped-def]
         role = role_by_code(user, self.role.course.code)
         return role is not None and role.view_live_class
 
     async def disconnect(self, code: int) -> None:
-        if self.watch is not None and self.watch is not asyncio.current_task():
-            self.watch.cancel()
+        unwatch(self)
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 

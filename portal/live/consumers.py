@@ -4,7 +4,6 @@ planes")."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from urllib.parse import parse_qs
 
@@ -17,7 +16,7 @@ from people.preferences import handshake_language, saved_preferences
 from portal.kit.session_fragment import BOTH, PAGE_FORMS, render_forms
 from portal.live.catch_up import asked_sessions, visible_payloads
 from portal.live.listen_only import ListenOnly
-from portal.live.socket_guard import LISTENER_CHECK_S, guard, refuse, sign_in_of
+from portal.live.socket_guard import LISTENER_CHECK_S, refuse, sign_in_of, unwatch, watch
 from scheduling.events import ADMIN_GROUP, user_group
 from scheduling.models.alerts import AlertLevel, AlertState, Metric
 from scheduling.models.policy import QuotaRequestState
@@ -42,10 +41,9 @@ class UpdatesConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
     page names (``?sessions=``: its catch-up) as they are; what a client sends is dropped
     (``ListenOnly``). Open only while the sign-in stands (4401 after) and,
     for the admins' events, while the person is an admin (4403 after): every
-    :attr:`check_s` (:func:`portal.live.socket_guard.guard`)."""
+    :attr:`check_s` (:func:`portal.live.socket_guard.watch`)."""
 
     check_s = LISTENER_CHECK_S
-    watch: asyncio.Task | None = None
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -70,16 +68,13 @@ class UpdatesConsumer(ListenOnly, AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
         admin = ADMIN_GROUP in self.groups_joined
-        self.watch = asyncio.create_task(
-            guard(self, sign_in, self.check_s, (lambda fresh: fresh.is_staff) if admin else None)
-        )
+        watch(self, sign_in, self.check_s, (lambda fresh: fresh.is_staff) if admin else None)
         if catch_up:  # the page's cards as they are now (portal.live.catch_up)
             for payload in await database_sync_to_async(visible_payloads)(user, catch_up):
                 await self.session_update({"session": payload})
 
     async def disconnect(self, code: int) -> None:
-        if self.watch is not None and self.watch is not asyncio.current_task():
-            self.watch.cancel()
+        unwatch(self)
         for group in getattr(self, "groups_joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
 

@@ -2,51 +2,138 @@
 
 A WebSocket is authenticated once, at its handshake; the person may sign out, be signed out
 by an admin, be disabled, or lose the right to what the socket streams (a TA removed from a
-course, an admin made a plain user) while it stays open. :func:`guard` runs beside such a
-consumer and asks every few seconds: does the login session still exist, still belong to
-this user (Django's own check, password changes included), is the user still active
-(:func:`still_signed_in`), and, through the consumer's ``allowed``, may the person still
-have what the socket sends. When not, it closes the socket with :data:`CLOSE_SIGNED_OUT`
-or :data:`CLOSE_FORBIDDEN` (:mod:`nodeagent.gateway.codes`) (docs/security.md "WebSockets").
+course, an admin made a plain user) while it stays open. :func:`watch` puts such a consumer
+under its process's :class:`Watch`, which asks every few seconds: does the login session
+still exist, still belong to this user (Django's own check, password changes included), is
+the user still active (:func:`people.login_sessions.signed_in_users`), and, through the
+consumer's ``allowed``, may the person still have what the socket sends. When not, it closes
+the socket with :data:`CLOSE_SIGNED_OUT` or :data:`CLOSE_FORBIDDEN`
+(:mod:`nodeagent.gateway.codes`) (docs/security.md "WebSockets").
+
+One watch a process (an event loop) and interval checks its sockets together: one read of
+their login sessions and one of their users, however many, in one thread hop. Each socket is
+still checked at most ``interval`` after the last time (its handshake first): the watch
+wakes when the earliest is due and checks with it every socket due within half an interval
+more (a class's pages opened within a second are checked as one from then on). Two hundred
+open pages cost two queries every few seconds, not four hundred.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from channels.db import database_sync_to_async
 
 from nodeagent.gateway.codes import CLOSE_FORBIDDEN, CLOSE_SIGNED_OUT
-from people.login_sessions import signed_in_user
+from people.login_sessions import SignIn, signed_in_users
 
 log = logging.getLogger(__name__)
 
-LISTENER_CHECK_S = 5.0  # how often a live-update socket (one per open page) checks
+LISTENER_CHECK_S = 5.0  # how often a live-update socket (one per open page) is checked
 
 Allowed = Callable[[Any], bool]  # the freshly read user -> may they still listen?
 
 
-@database_sync_to_async
-def still_signed_in(session_key: str, user_pk: int) -> bool:
-    """Does the login session still exist, for this user, who is still active?"""
-    return signed_in_user(session_key, user_pk) is not None
+@dataclass
+class Member:
+    sign_in: SignIn
+    allowed: Allowed | None
+    due: float  # the event loop's time of its next check
 
 
-@database_sync_to_async
-def standing(session_key: str | None, user_pk: int, allowed: Allowed | None) -> int | None:
-    """None while the socket may stay open; else the close code that ends it."""
-    user = signed_in_user(session_key, user_pk)
-    if user is None:
-        return CLOSE_SIGNED_OUT
-    if allowed is not None and not allowed(user):
-        return CLOSE_FORBIDDEN
-    return None
+def standings(members: list[Member]) -> list[int | None]:
+    """For each member: None while its socket may stay open, else the close code that ends
+    it (its sign-in read with every other member's)."""
+    users = signed_in_users({m.sign_in for m in members})
+    codes: list[int | None] = []
+    for member in members:
+        user = users[member.sign_in]
+        if user is None:
+            codes.append(CLOSE_SIGNED_OUT)
+        elif member.allowed is not None and not member.allowed(user):
+            codes.append(CLOSE_FORBIDDEN)
+        else:
+            codes.append(None)
+    return codes
 
 
-SignIn = tuple[str | None, int]  # (login session key, user id)
+class Watch:
+    """The sockets of one event loop checked every ``interval`` seconds, together."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.members: dict[Any, Member] = {}  # consumer -> its sign-in, right and due time
+        self.task: asyncio.Task | None = None
+        self.wake = asyncio.Event()
+
+    def add(self, consumer: Any, sign_in: SignIn, allowed: Allowed | None) -> None:
+        # The handshake has just checked the sign-in: the first check is one interval later.
+        due = asyncio.get_running_loop().time() + self.interval
+        self.members[consumer] = Member(sign_in, allowed, due)
+        if self.task is None or self.task.done():
+            self.task = asyncio.create_task(self._run())
+        self.wake.set()
+
+    def discard(self, consumer: Any) -> None:
+        self.members.pop(consumer, None)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self.members:
+            self.wake.clear()
+            earliest = min(m.due for m in self.members.values())
+            if earliest > loop.time():
+                # Woken early by a new member, which may be due first (a shorter interval).
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), earliest - loop.time())
+                continue
+            await self.check(loop.time() + self.interval / 2)
+
+    async def check(self, horizon: float) -> None:
+        """Check every member due before ``horizon``; close the sockets whose sign-in or
+        right ended."""
+        due = [(c, m) for c, m in self.members.items() if m.due <= horizon]
+        try:
+            codes = await database_sync_to_async(standings)([m for _, m in due])
+        except Exception:  # the database away: nobody is closed for it; checked again
+            log.warning("socket checks failed; again in %.0f s", self.interval, exc_info=True)
+            codes = [None] * len(due)
+        next_due = asyncio.get_running_loop().time() + self.interval
+        for (consumer, member), code in zip(due, codes, strict=True):
+            member.due = next_due
+            if code is None or self.members.get(consumer) is not member:
+                continue
+            self.discard(consumer)
+            reason = "no longer signed in" if code == CLOSE_SIGNED_OUT else "no longer allowed"
+            log.info("%s closed: user %s is %s", type(consumer).__name__, member.sign_in[1], reason)
+            await consumer.close(code=code)
+
+
+# Each event loop's watches, by interval (a test's loop goes with its watches).
+_watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, Watch]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def watch(consumer: Any, sign_in: SignIn, interval: float, allowed: Allowed | None = None) -> None:
+    """Check ``consumer``'s sign-in (and ``allowed``) every ``interval`` seconds with the
+    process's other sockets; close it when either ends. :func:`unwatch` at its disconnect."""
+    loop = asyncio.get_running_loop()
+    watches = _watches.setdefault(loop, {})
+    if interval not in watches:
+        watches[interval] = Watch(interval)
+    watches[interval].add(consumer, sign_in, allowed)
+
+
+def unwatch(consumer: Any) -> None:
+    for one in _watches.get(asyncio.get_running_loop(), {}).values():
+        one.discard(consumer)
 
 
 def sign_in_of(scope: dict) -> SignIn | None:
@@ -64,21 +151,3 @@ async def refuse(consumer: Any, code: int) -> None:
     sees only 1006, so a signed-out page would go on retrying."""
     await consumer.accept()
     await consumer.close(code=code)
-
-
-async def guard(
-    consumer: Any, sign_in: SignIn, interval: float, allowed: Allowed | None = None
-) -> int:
-    """Check every ``interval`` seconds; close ``consumer`` when its sign-in or right ends.
-    Returns the close code it closed with."""
-    session_key, user_pk = sign_in
-    # The handshake has just checked the sign-in (the auth middleware read the login session
-    # and its user): the first check is one interval later, not at once. A class opening two
-    # hundred pages at once would read every sign-in twice in the same second.
-    await asyncio.sleep(interval)
-    while (code := await standing(session_key, user_pk, allowed)) is None:
-        await asyncio.sleep(interval)
-    reason = "no longer signed in" if code == CLOSE_SIGNED_OUT else "no longer allowed"
-    log.info("%s closed: user %s is %s", type(consumer).__name__, user_pk, reason)
-    await consumer.close(code=code)
-    return code

@@ -13,6 +13,7 @@ stop (a refusal at the handshake reaches the browser as 1006, which pages retry)
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 import pytest
@@ -21,6 +22,8 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.contrib.sessions.backends.db import SessionStore
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from guardian.shortcuts import assign_perm, remove_perm
 
 from people.models import Course
@@ -130,38 +133,46 @@ def test_a_socket_refused_at_its_opening_says_why_with_a_close_code(owner, path,
     assert async_to_sync(run)() == (True, {"type": "websocket.close", "code": code})
 
 
+def open_socket(cookie: bytes, path: str = "/ws/updates/") -> WebsocketCommunicator:
+    return WebsocketCommunicator(
+        application,
+        path,
+        headers=[(b"cookie", cookie), (b"origin", b"http://testserver"), (b"host", b"testserver")],
+    )
+
+
+class CountedChecks:
+    """Each batch of checks the watch makes: its time, its members and its queries."""
+
+    def __init__(self, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+        self.batches: list[tuple[float, int, int]] = []
+        self.original = socket_guard.standings
+        monkeypatch.setattr(socket_guard, "standings", self.standings)
+
+    def standings(self, members):  # type: ignore[no-untyped-def]
+        with CaptureQueriesContext(connection) as queries:
+            codes = self.original(members)
+        self.batches.append((time.monotonic(), len(members), len(queries)))
+        return codes
+
+
 def test_the_first_recheck_waits_one_interval_after_the_handshake(owner, monkeypatch):
-    """The handshake has just read the login session and its user: the guard's first
-    check comes one ``check_s`` later, not at once (a class opening two hundred pages at
-    once would read each sign-in twice in the same second); then every ``check_s``."""
-    checks: list[float] = []
-    original = socket_guard.standing
-
-    async def counted(*args):  # type: ignore[no-untyped-def]
-        checks.append(asyncio.get_running_loop().time())
-        return await original(*args)
-
-    monkeypatch.setattr(socket_guard, "standing", counted)
+    """The handshake has just read the login session and its user: the first check comes
+    one ``check_s`` later, not at once (a class opening two hundred pages at once would read
+    each sign-in twice in the same second); then every ``check_s``."""
+    checks = CountedChecks(monkeypatch)
     monkeypatch.setattr(UpdatesConsumer, "check_s", 0.4, raising=False)
     cookie = signed_in_cookie(owner)
 
-    async def run() -> tuple[float, list[float]]:
-        socket = WebsocketCommunicator(
-            application,
-            "/ws/updates/",
-            headers=[
-                (b"cookie", cookie),
-                (b"origin", b"http://testserver"),
-                (b"host", b"testserver"),
-            ],
-        )
+    async def run() -> tuple[float, list]:
+        socket = open_socket(cookie)
         connected, _ = await socket.connect(timeout=WAIT_S)
         assert connected
-        opened = asyncio.get_running_loop().time()
+        opened = time.monotonic()
         await asyncio.sleep(0.2)
-        early = list(checks)
+        early = list(checks.batches)
         for _ in range(int(WAIT_S / 0.05)):  # then the first check comes (a busy loop: later)
-            if checks:
+            if len(checks.batches) >= 2:
                 break
             await asyncio.sleep(0.05)
         await socket.disconnect()
@@ -169,4 +180,40 @@ def test_the_first_recheck_waits_one_interval_after_the_handshake(owner, monkeyp
 
     opened, early = async_to_sync(run)()
     assert early == []  # none in the first interval
-    assert checks and checks[0] - opened >= 0.3  # the first one an interval later
+    assert len(checks.batches) >= 2
+    assert checks.batches[0][0] - opened >= 0.3  # the first one an interval later
+    assert checks.batches[1][0] - checks.batches[0][0] >= 0.3  # and the next, one more
+
+
+def test_sockets_opened_together_are_checked_together_in_two_queries(make_user, monkeypatch):
+    """Six pages, of six people, opened within a moment: every later check reads all six
+    sign-ins at once, two queries (the login sessions, the users), not two a socket; and a
+    sign-out among them still closes that socket alone, with 4401."""
+    checks = CountedChecks(monkeypatch)
+    monkeypatch.setattr(UpdatesConsumer, "check_s", 0.3, raising=False)
+    cookies = [signed_in_cookie(make_user(f"pupil{n}")) for n in range(6)]
+
+    async def run() -> list[int | None]:
+        sockets = [open_socket(cookie) for cookie in cookies]
+        for socket in sockets:
+            connected, _ = await socket.connect(timeout=WAIT_S)
+            assert connected
+        for _ in range(int(WAIT_S / 0.05)):
+            if len(checks.batches) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        await database_sync_to_async(SessionStore(session_key(cookies[2])).delete)()
+        closed = await sockets[2].receive_output(timeout=WAIT_S)
+        codes: list[int | None] = []
+        for n, socket in enumerate(sockets):
+            if n == 2:
+                codes.append(closed.get("code"))
+                continue
+            codes.append(None if await socket.receive_nothing(timeout=0.4) else -1)
+            await socket.disconnect()
+        return codes
+
+    codes = async_to_sync(run)()
+    assert codes == [None, None, 4401, None, None, None]
+    assert checks.batches[0][1:] == (6, 2)  # all six, two queries
+    assert all(queries == 2 for _, _, queries in checks.batches)
