@@ -105,14 +105,18 @@ class Watch:
             log.warning("socket checks failed; again in %.0f s", self.interval, exc_info=True)
             codes = [None] * len(due)
         next_due = asyncio.get_running_loop().time() + self.interval
-        for (consumer, member), code in zip(due, codes, strict=True):
+        for _, member in due:
             member.due = next_due
+        for (consumer, member), code in zip(due, codes, strict=True):
             if code is None or self.members.get(consumer) is not member:
                 continue
             self.discard(consumer)
             reason = "no longer signed in" if code == CLOSE_SIGNED_OUT else "no longer allowed"
             log.info("%s closed: user %s is %s", type(consumer).__name__, member.sign_in[1], reason)
-            await consumer.close(code=code)
+            try:
+                await consumer.close(code=code)
+            except Exception:  # one socket that cannot be closed must not stop the others'
+                log.warning("could not close %s", type(consumer).__name__, exc_info=True)
 
 
 # Each event loop's watches, by interval (a test's loop goes with its watches).
