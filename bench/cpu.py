@@ -109,6 +109,18 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def cpu_by_role(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
+) -> dict[str, float]:
+    """Each role's CPU seconds between two snapshots (a process started between them counts
+    whole; one that ended is lost)."""
+    used: dict[str, float] = defaultdict(float)
+    for pid, (role, seconds) in after.items():
+        then = before.get(pid)
+        used[role] += seconds - (then[1] if then and then[0] == role else 0.0)
+    return used
+
+
 def cpu_line(
     before: dict[int, tuple[str, float]],
     after: dict[int, tuple[str, float]],
@@ -118,10 +130,7 @@ def cpu_line(
     """Each role's CPU seconds between two snapshots (a process started between them counts
     whole; one that ended is lost), ``more`` (role -> seconds) beside them, and the share of
     the machine."""
-    used: dict[str, float] = defaultdict(float)
-    for pid, (role, seconds) in after.items():
-        then = before.get(pid)
-        used[role] += seconds - (then[1] if then and then[0] == role else 0.0)
+    used = cpu_by_role(before, after)
     used.update({role.replace("_", " "): seconds for role, seconds in more.items()})
     cores = os.cpu_count() or 1
     ranked = sorted(used.items(), key=lambda kv: -kv[1])

@@ -40,18 +40,10 @@ from websockets.exceptions import ConnectionClosed  # noqa: E402
 from websockets.typing import Origin  # noqa: E402
 
 from bench.class_start import web_session  # noqa: E402
-from bench.cpu import cpu_by_process  # noqa: E402
+from bench.cpu import cpu_by_process, cpu_by_role  # noqa: E402
 from tests.integration.stack import Stack, database_url_of  # noqa: E402
 
 SETTLE_S = 6.0  # after the last socket opened: every socket's first check is behind
-
-
-def role_cpu(before: dict, after: dict, prefix: str) -> float:
-    return sum(
-        seconds - before.get(pid, (role, 0.0))[1]
-        for pid, (role, seconds) in after.items()
-        if role.startswith(prefix)
-    )
 
 
 async def open_pages(url: str, cookies: list[str], seconds: float, out_key: str) -> None:
@@ -75,8 +67,9 @@ async def open_pages(url: str, cookies: list[str], seconds: float, out_key: str)
     await asyncio.sleep(seconds)
     after = cpu_by_process()
     spent = time.monotonic() - started
-    portal = role_cpu(before, after, "portal")
-    database = role_cpu(before, after, "PostgreSQL")
+    used = cpu_by_role(before, after)
+    portal = sum(s for role, s in used.items() if role.startswith("portal"))
+    database = sum(s for role, s in used.items() if role.startswith("PostgreSQL"))
     open_now = sum(1 for s in sockets if s.close_code is None)
     print(
         f"over {spent:.0f} s with {open_now} pages open and nothing else: the portal's ASGI "
