@@ -37,6 +37,13 @@ BATCH_SIZE = min(50, MAX_BATCH)
 # one broadcast instead of two. A desktop slower to start is reported STARTING by the first
 # send after that (the reconcile step sends every second).
 STARTING_LINGER_S = 0.5
+# A warm claim's STARTING is held back longer. One claim alone takes about 50 ms
+# (``bench.claim_cost``), but a class start claims dozens at once on one node, and on a
+# small node each then takes a second or more: every STARTING sent alone was then a
+# transition, an audit row, a broadcast and a page update of its own for a state that lasted
+# a moment, at the moment the portal is busiest. A claim slower than this (or one that fell
+# back to a cold start) is reported STARTING by the first send after it.
+CLAIM_STARTING_LINGER_S = 3.0
 
 SendOutcome = Literal["sent", "conflict", "queued"]
 
@@ -57,6 +64,15 @@ class _Ticket:
     report: SessionReport
     outcome: SendOutcome | None = None
     posted: float = field(default_factory=time.monotonic)
+    linger: float | None = None  # a STARTING's own hold (None: STARTING_LINGER_S)
+
+
+def _lingers(ticket: _Ticket, now: float) -> bool:
+    """Whether ``ticket`` is a STARTING still within its linger."""
+    if ticket.report.state != "STARTING":
+        return False
+    linger = STARTING_LINGER_S if ticket.linger is None else ticket.linger
+    return now - ticket.posted < linger
 
 
 class ReportOutbox:
@@ -66,7 +82,8 @@ class ReportOutbox:
     sends takes everything queued so far into one batch (``POST reports/``); a report
     queued meanwhile goes in the next batch, sent by its own worker as soon as the one in
     flight is answered. So 200 desktops starting at once cost a few requests, not 400. A
-    desktop's STARTING waits up to STARTING_LINGER_S for its RUNNING, to go with it.
+    desktop's STARTING waits up to STARTING_LINGER_S (a warm claim's up to
+    CLAIM_STARTING_LINGER_S) for its RUNNING, to go with it.
     """
 
     def __init__(self, reporter: SessionReporter) -> None:
@@ -81,11 +98,14 @@ class ReportOutbox:
         """Send after the earlier reports; the outcome is this report's."""
         return self.outcome(self.post(session_id, report))
 
-    def post(self, session_id: int, report: SessionReport) -> _Ticket:
+    def post(
+        self, session_id: int, report: SessionReport, *, linger: float | None = None
+    ) -> _Ticket:
         """Queue a report without waiting: it goes out with the next batch, before any
         report queued after it (the session's RUNNING, say). :meth:`outcome` waits for the
-        portal's answer to it."""
-        ticket = _Ticket(session_id, report)
+        portal's answer to it. ``linger``: how long a STARTING is held back while it is the
+        last report of its session (None: STARTING_LINGER_S)."""
+        ticket = _Ticket(session_id, report, linger=linger)
         with self._queue_lock:
             self._pending.append(ticket)
         return ticket
@@ -129,20 +149,16 @@ class ReportOutbox:
                 return
 
     def _sendable(self, *, hold: bool) -> list[_Ticket]:
-        """The queue, in order; with ``hold``, less each STARTING younger than
-        STARTING_LINGER_S that is the last report queued about its session (so no report of
-        that session is sent before it)."""
+        """The queue, in order; with ``hold``, less each STARTING younger than its linger
+        that is the last report queued about its session (so no report of that session is
+        sent before it)."""
         with self._queue_lock:
             queued = list(self._pending)
         if not hold:
             return queued
-        young = time.monotonic() - STARTING_LINGER_S
+        now = time.monotonic()
         last = {t.session_id: t for t in queued}
-        return [
-            t
-            for t in queued
-            if not (t.report.state == "STARTING" and t.posted > young and last[t.session_id] is t)
-        ]
+        return [t for t in queued if not (last[t.session_id] is t and _lingers(t, now))]
 
     def _flush_sessions(self, *, hold: bool) -> bool:
         """Send what is queued (one batch; see :meth:`_sendable`); False when the portal is

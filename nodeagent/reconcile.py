@@ -24,6 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from nodeagent.outbox import (
+    CLAIM_STARTING_LINGER_S,
     ReportOutbox,
     SendOutcome,
     SessionReporter,
@@ -248,7 +249,8 @@ class Reconciler:
         placement = session.placement
         # Not waited for: it goes out with the RUNNING (or FAILED) report, in one batch, and
         # the portal's answer to that one says whether the desktop may stay.
-        self._outbox.post(session_id, report("STARTING", placement))
+        linger = CLAIM_STARTING_LINGER_S if claim else None
+        self._outbox.post(session_id, report("STARTING", placement), linger=linger)
         try:
             container = self._claim_or_start(session, claim)
         except StartFailed as error:

@@ -66,3 +66,27 @@ def test_waiting_for_a_startings_own_answer_sends_it():
     box = ReportOutbox(portal)
     assert box.send(1, report("STARTING", "p1")) == "sent"
     assert portal.batches == [[(1, "STARTING")]]
+
+
+def test_a_warm_claims_starting_is_held_back_longer_than_a_cold_starts():
+    portal = BatchPortal()
+    box = ReportOutbox(portal)
+    claim = box.post(1, report("STARTING", "p1"), linger=outbox.CLAIM_STARTING_LINGER_S)
+    cold = box.post(2, report("STARTING", "p2"))
+    for ticket in (claim, cold):  # both older than a cold start's linger
+        ticket.posted -= outbox.STARTING_LINGER_S + 0.1
+    box.flush()
+    assert portal.batches == [[(2, "STARTING")]]  # the claim's is still held
+    assert box.outcome(box.post(1, report("RUNNING", "p1"))) == "sent"
+    assert portal.batches[1] == [(1, "STARTING"), (1, "RUNNING")]  # together after all
+
+
+def test_a_slow_claims_starting_goes_once_its_linger_is_over():
+    portal = BatchPortal()
+    box = ReportOutbox(portal)
+    claim = box.post(1, report("STARTING", "p1"), linger=outbox.CLAIM_STARTING_LINGER_S)
+    box.flush()
+    assert portal.batches == []
+    claim.posted -= outbox.CLAIM_STARTING_LINGER_S
+    box.flush()
+    assert portal.batches == [[(1, "STARTING")]]

@@ -9,11 +9,14 @@ from pathlib import Path
 import pytest
 
 from nodeagent.images.check_image import handshake
+from nodeagent.outbox import CLAIM_STARTING_LINGER_S
 from nodeagent.protocol import LABEL_NODE, LABEL_PLACEMENT
 from nodeagent.reconcile import Reconciler
 from nodeagent.runtime import container_name
 from nodeagent.runtime.docker_runtime import DockerRuntime
 from nodeagent.runtime.simulated_runtime import SimulatedRuntime
+
+from .conftest import desired_warm
 
 
 def converge(reconciler: Reconciler, desired: list, steps: int = 1) -> None:  # type: ignore[type-arg]
@@ -183,6 +186,31 @@ def test_a_busy_portal_does_not_hold_back_the_next_starts(
     assert sorted(c.session_id for c in simulated.list_managed()) == [
         i for i in range(1, 13) if i != 5
     ]
+
+
+def test_a_warm_claims_starting_lingers_longer_than_a_cold_starts(
+    simulated, fake_portal, make_session
+) -> None:  # type: ignore[no-untyped-def]
+    reconciler = Reconciler(simulated, fake_portal)
+    reconciler.step([], [desired_warm("k1")])
+    assert reconciler.wait_idle(30)
+    lingers: dict[tuple[int, str], float | None] = {}
+    post = reconciler._outbox.post
+
+    def spy(session_id, body, *, linger=None):  # type: ignore[no-untyped-def]
+        lingers[(session_id, body.state)] = linger
+        return post(session_id, body, linger=linger)
+
+    reconciler._outbox.post = spy  # type: ignore[method-assign]
+    converge(reconciler, [make_session(1, warm_key="k1"), make_session(2)], steps=2)
+
+    assert fake_portal.states(1) == ["STARTING", "RUNNING"]
+    assert fake_portal.states(2) == ["STARTING", "RUNNING"]
+    assert lingers[(1, "STARTING")] == CLAIM_STARTING_LINGER_S  # the claim's
+    assert lingers[(2, "STARTING")] is None  # a cold start's: the outbox's default
+    assert [c.container_id for c in simulated.list_managed() if c.session_id == 1] == [
+        "simulated-sim-node-wk1"
+    ]  # claimed, not started afresh
 
 
 # -- placements: a session requeued and placed here again ----------------------------------
