@@ -329,11 +329,12 @@ def _apply_starts(
     states = {index: S(reports[index].state) for index in run}
     try:
         with transaction.atomic():
-            # All of the run first, in one id order, then each state's part of it.
-            lock_sessions(move.session_id for move in run.values())
+            # All of the run first, in one id order, then each state's part of it (a run
+            # names each session once: one state's moves leave the other's rows as locked).
+            locked = lock_sessions(move.session_id for move in run.values())
             for state in (S.STARTING, S.RUNNING):
                 moves = [move for index, move in run.items() if states[index] == state]
-                do_transition_many(moves, state, actor=_actor(node), on_node=node.pk)
+                do_transition_many(moves, state, actor=_actor(node), on_node=node.pk, locked=locked)
             if S.RUNNING in states.values():
                 do_record_session_running(node)
     except Conflict:

@@ -177,11 +177,14 @@ def do_transition_many(
     actor: str,
     only_from: frozenset[SessionState] | None = None,
     on_node: int | None = None,
+    locked: Mapping[int, tuple[str, int | None]] | None = None,
 ) -> None:
     """Move several sessions to ``target`` as :func:`do_transition` moves each (the same
     changes, usage records, audit events, broadcasts and wakes), in a fixed number of
     queries instead of a dozen each: a cycle placing fifty, an agent reporting fifty
-    desktops RUNNING. ``on_node``: only sessions on that node.
+    desktops RUNNING. ``on_node``: only sessions on that node. ``locked``: the sessions'
+    states and nodes as the caller locked them earlier in its transaction
+    (``locks.lock_sessions``), not read again.
 
     The rows are locked first, in id order (``locks.lock_sessions``): two writers of many
     rows never wait on each other in opposite orders. All or none: Conflict when any of
@@ -194,7 +197,8 @@ def do_transition_many(
     sources = set(sources_of(target)) & set(only_from or ALLOWED)
     now = timezone.now()
     with transaction.atomic():
-        locked = lock_sessions(m.session_id for m in moves)
+        if locked is None:
+            locked = lock_sessions(m.session_id for m in moves)
         changed: dict[int, dict[str, Any]] = {}
         audited: list[tuple[int | None, int | None, Mapping[str, Any]]] = []
         woken: set[int | None] = set()

@@ -187,3 +187,24 @@ def test_a_session_that_changed_meanwhile_is_applied_one_by_one(
         (desired[2]["session_id"], "applied", "RUNNING"),
     ]
     assert not UsageRecord.objects.filter(session_id=gone).exists()
+
+
+def test_a_run_of_starting_and_running_reports_locks_its_sessions_once(
+    make_user, profile, register_node
+):
+    """Two of the run STARTING (their RUNNING goes in a later batch), two RUNNING: their
+    four rows are locked together, once, and each state's part moves from that lock."""
+    node, token, desired = placed(make_user, profile, register_node, 4)
+    reports = starting_alone(desired[:2]) + running(desired[2:], starting=False)
+    with CaptureQueriesContext(connection) as queries:
+        answer = agent(token).post("/api/agent/v1/reports/", {"reports": reports}, format="json")
+    assert [(r["outcome"], r["state"]) for r in answer.json()["results"]] == [
+        ("applied", "STARTING"),
+        ("applied", "STARTING"),
+        ("applied", "RUNNING"),
+        ("applied", "RUNNING"),
+    ]
+    locks = [q["sql"] for q in queries.captured_queries if q["sql"].endswith("FOR UPDATE")]
+    assert len(locks) == 1, locks
+    states = dict(Session.objects.filter(node=node).values_list("pk", "state"))
+    assert [states[d["session_id"]] for d in desired] == ["STARTING"] * 2 + ["RUNNING"] * 2
