@@ -55,7 +55,9 @@ from bench.flame import Profiler, python_processes, summary  # noqa: E402
 from bench.students import Student, run_students  # noqa: E402
 from nodeagent.runtime import home_mounts  # noqa: E402
 from people.models import Course  # noqa: E402
+from scheduling.choices import AuditKind  # noqa: E402
 from scheduling.models import (  # noqa: E402
+    AuditEvent,
     Booking,
     DesktopProfile,
     Session,
@@ -101,6 +103,7 @@ class ClassRun:
     # Per phase, every student's seconds: POST -> session row, -> placed, -> RUNNING stored.
     phases: dict[str, list[float]] = field(default_factory=dict)
     cpu: str = ""  # every role's CPU from the window's opening to the last answer (cpu_line)
+    moves: dict[str, int] = field(default_factory=dict)  # the sessions' transitions, by state
 
     def times(self) -> list[float]:
         return sorted(s.elapsed for s in self.students if s.elapsed is not None)
@@ -244,6 +247,9 @@ def run_class(
         pk__in=ids, container_id__in=warm_containers
     ).count()
     run.phases = phases(students)
+    moves = AuditEvent.objects.filter(session_id__in=ids, kind=AuditKind.SESSION_TRANSITION)
+    for target in ("PLACED", "STARTING", "RUNNING"):
+        run.moves[target] = moves.filter(data__to=target).count()
     return run
 
 
@@ -368,6 +374,9 @@ def report(run: ClassRun, spread_s: float) -> list[str]:
         "push": "RUNNING stored -> seen by the student (live update)",
     }
     lines += phase_lines(run.phases, what)
+    if run.moves:
+        counted = ", ".join(f"{n} to {state}" for state, n in run.moves.items())
+        lines.append(f"the sessions' transitions (each an audit row, a broadcast): {counted}")
     failed = [s for s in run.students if s.elapsed is None]
     if run.cpu:
         lines.append(f"from the opening to the last answer: {run.cpu}")
