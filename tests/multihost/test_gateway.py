@@ -143,11 +143,24 @@ def stall_report(stack) -> str:
     sockets (a listening one whose queue grows: a gateway that stopped accepting), and the
     tail of nginx's gateway and error logs and of the agents' (with their gateways') logs."""
     lines: list[str] = []
-    processes = {"nginx": psutil.Process(stack.processes["nginx"].pid)}
+    processes: dict[str, psutil.Process] = {}
+    finders: dict[str, Callable[[], psutil.Process]] = {
+        "nginx": lambda: psutil.Process(stack.processes["nginx"].pid)
+    }
     for node in NODES:
-        processes[f"agent-{node}"] = psutil.Process(stack.processes[f"agent-{node}"].pid)
-        processes[f"gateway-{node}"] = gateway_process(stack, node)
-    processes |= {f"nginx worker {w.pid}": w for w in nginx_workers(stack)}
+        finders[f"agent-{node}"] = lambda n=node: psutil.Process(stack.processes[f"agent-{n}"].pid)
+        finders[f"gateway-{node}"] = lambda n=node: gateway_process(stack, n)
+    # A report must not fail in its turn: a process gone or between two gateways (a restart)
+    # is named with why it could not be read.
+    for name, find in finders.items():
+        try:
+            processes[name] = find()
+        except (psutil.Error, AssertionError) as error:
+            lines.append(f"{name}: not found ({error!r})")
+    try:
+        processes |= {f"nginx worker {w.pid}": w for w in nginx_workers(stack)}
+    except psutil.Error as error:
+        lines.append(f"nginx's workers: {error!r}")
     for name, process in processes.items():
         try:
             tasks = Path(f"/proc/{process.pid}/task").iterdir()
